@@ -1,0 +1,5 @@
+"""Where policies get telemetry from: Prometheus over HTTP, or the in-process store."""
+
+from gpuscale.metrics.signal import Aggregation, LabelledValue, MetricsSource, Signal
+
+__all__ = ["Aggregation", "LabelledValue", "MetricsSource", "Signal"]

@@ -1,0 +1,12 @@
+"""Scaling policies: pure decisions from observations, the same objects in simulation and production."""
+
+from gpuscale.scaling.policy import (
+    Decision,
+    Observation,
+    PodStatus,
+    ScalingPolicy,
+    State,
+    TargetStatus,
+)
+
+__all__ = ["Decision", "Observation", "PodStatus", "ScalingPolicy", "State", "TargetStatus"]

@@ -1,0 +1,121 @@
+"""The policy seam: ``decide(observation, state) -> Decision``.
+
+Policies are pure: no clock, no I/O, no hidden mutable state. Everything they
+remember between calls lives in ``State``, a JSON-serialisable mapping that the
+controller stores in an annotation and the simulator keeps in memory. That is
+what lets a policy proven in the simulator run unchanged in production.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+State = Mapping[str, Any]
+"""A policy's memory between decisions; must round-trip through JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodStatus:
+    """One pod of the scaled workload, as the API server reports it.
+
+    Attributes:
+        name: Pod name.
+        ready: Whether the Ready condition is true.
+        created_at: Creation time, seconds.
+        ready_at: When it became Ready, seconds; None while starting.
+    """
+
+    name: str
+    ready: bool
+    created_at: float
+    ready_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetStatus:
+    """The scale target's status (a Deployment's ``/scale`` and its pods).
+
+    Attributes:
+        desired: ``spec.replicas`` now.
+        pods: Live pods, ready or starting; terminating pods are excluded.
+    """
+
+    desired: int
+    pods: tuple[PodStatus, ...] = ()
+
+    @property
+    def ready(self) -> int:
+        """Number of Ready pods."""
+        return sum(1 for p in self.pods if p.ready)
+
+    @property
+    def starting(self) -> int:
+        """Number of pods that exist but are not Ready yet."""
+        return len(self.pods) - self.ready
+
+
+Series = tuple[tuple[float, float], ...]
+"""(time seconds, value) points, oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything a policy may look at for one decision.
+
+    Attributes:
+        now: Decision time, seconds.
+        target: The workload's status.
+        pod_metrics: Metric name to latest value per pod; a pod with no sample is absent.
+        series: Signal name to its recent history (aggregated over the workload).
+        healthy: False when the data is missing or stale; policies must then hold.
+    """
+
+    now: float
+    target: TargetStatus
+    pod_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    series: Mapping[str, Series] = field(default_factory=dict)
+    healthy: bool = True
+
+    def latest(self, signal: str) -> float | None:
+        """Most recent value of a signal, or None when there is none.
+
+        Returns:
+            The value in the signal's own unit.
+        """
+        points = self.series.get(signal)
+        if not points:
+            return None
+        return points[-1][1]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy wants.
+
+    Attributes:
+        replicas: Desired replica count, already within the policy's bounds.
+        reason: Short human-readable explanation, logged with every decision.
+        state: The policy's memory for its next call.
+    """
+
+    replicas: int
+    reason: str
+    state: State = field(default_factory=dict)
+
+
+class ScalingPolicy(Protocol):
+    """A pure replica-count decision rule."""
+
+    name: str
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        """Decide the desired replicas.
+
+        Args:
+            observation: What the policy can see now.
+            state: What the policy returned last time (empty on the first call).
+
+        Returns:
+            The decision and the state to pass next time.
+        """
+        ...
