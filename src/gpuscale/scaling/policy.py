@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuscale.metrics.signal import Signal
+
 State = Mapping[str, Any]
 """A policy's memory between decisions; must round-trip through JSON."""
 
@@ -104,9 +106,25 @@ class Decision:
 
 
 class ScalingPolicy(Protocol):
-    """A pure replica-count decision rule."""
+    """A pure replica-count decision rule.
+
+    Attributes:
+        name: Policy name as reported in results and logs.
+        interval_s: How often the controller calls ``decide`` (HPA's sync period, KEDA's polling).
+        history_s: How much history each entry of ``Observation.series`` must cover, seconds.
+        signals: Workload-level signals the policy reads, by the key it expects in ``series``.
+        pod_signals: Per-pod signals (grouped by ``pod``), by the key it expects in ``pod_metrics``.
+        min_replicas: Lower bound of every decision.
+        max_replicas: Upper bound of every decision.
+    """
 
     name: str
+    interval_s: float
+    history_s: float
+    signals: Mapping[str, Signal]
+    pod_signals: Mapping[str, Signal]
+    min_replicas: int
+    max_replicas: int
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Decide the desired replicas.
