@@ -7,9 +7,12 @@ shows a traceback.
 
 import logging
 import sys
+from enum import Enum
+from typing import Annotated
 
 import typer
 
+from gpuscale.cli.logs import configure_logging
 from gpuscale.errors import GpuscaleError
 
 app = typer.Typer(
@@ -23,10 +26,40 @@ app = typer.Typer(
 logger = logging.getLogger(__name__)
 
 
+class LogLevel(str, Enum):
+    """Log levels."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+class LogFormatName(str, Enum):
+    """Log output formats."""
+
+    text = "text"
+    json = "json"
+
+
+@app.callback()
+def _global_options(
+    log_level: Annotated[
+        LogLevel, typer.Option(help="Log verbosity.", envvar="GPUSCALE_LOG_LEVEL")
+    ] = LogLevel.info,
+    log_format: Annotated[
+        LogFormatName, typer.Option(help="Log line format.", envvar="GPUSCALE_LOG_FORMAT")
+    ] = LogFormatName.text,
+) -> None:
+    """Monitor GPU fleets and scale GPU workloads from their telemetry."""
+    configure_logging(log_level.value, "json" if log_format is LogFormatName.json else "text")
+
+
 def _register_subcommands() -> None:
-    from gpuscale.cli import evaluate, exporter  # noqa: PLC0415
+    from gpuscale.cli import evaluate, exporter, fields  # noqa: PLC0415
 
     exporter.register(app)
+    fields.register(app)
     evaluate.register(app)
 
 

@@ -1,0 +1,1 @@
+"""The telemetry exporter: GPU snapshots served on /metrics in dcgm-exporter's dialect."""

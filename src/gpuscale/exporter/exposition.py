@@ -1,0 +1,50 @@
+"""Text exposition (format 0.0.4) that keeps dcgm-exporter's series names exactly.
+
+prometheus_client renders every counter as ``<name>_total``. dcgm-exporter's
+counters (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``...) have no such suffix, and
+dashboards and rules query them by that name, so the GPU families are written
+here: the same families prometheus_client builds, with the TYPE line naming
+the samples as they are. Label order is kept as given, like dcgm-exporter's.
+"""
+
+from collections.abc import Iterable
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a label value for the text format."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render(families: Iterable[Metric]) -> bytes:
+    """Render metric families in the Prometheus text format.
+
+    Returns:
+        UTF-8 exposition text.
+    """
+    out: list[str] = []
+    for family in families:
+        if not family.samples:
+            continue
+        name = family.name
+        ftype = family.type
+        if ftype == "counter" and family.samples[0].name == name + "_total":
+            name += "_total"
+        elif ftype not in ("counter", "gauge", "histogram", "summary"):
+            ftype = "untyped"
+        out.append(f"# HELP {name} {_escape_help(family.documentation)}\n# TYPE {name} {ftype}\n")
+        for sample in family.samples:
+            if sample.labels:
+                labels = ",".join(
+                    f'{k}="{escape_label_value(v)}"' for k, v in sample.labels.items()
+                )
+                out.append(f"{sample.name}{{{labels}}} {floatToGoString(sample.value)}\n")
+            else:
+                out.append(f"{sample.name} {floatToGoString(sample.value)}\n")
+    return "".join(out).encode("utf-8")

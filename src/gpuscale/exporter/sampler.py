@@ -1,0 +1,244 @@
+"""Collection decoupled from scraping.
+
+A sampler thread asks the source for a snapshot every ``interval`` seconds
+and publishes it with its rendered exposition; scrapes only read what was
+published. A source that hangs cannot stall scrapes: each collect runs on a
+worker thread and is abandoned (and counted) when it overruns its timeout.
+A snapshot older than three intervals is withdrawn rather than served as fresh.
+"""
+
+import gzip
+import logging
+import threading
+import time
+from collections import Counter as TallyCounter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gpuscale.exporter.collector import SnapshotCollector, SnapshotFamilies
+from gpuscale.exporter.exposition import render
+from gpuscale.exporter.xid import XidWindow
+from gpuscale.telemetry.base import GpuSource, Snapshot
+
+logger = logging.getLogger(__name__)
+
+STALE_AFTER_INTERVALS = 3
+
+
+@dataclass(slots=True)
+class _Published:
+    snapshot: Snapshot
+    xid_counts: Mapping[str, TallyCounter[int]]
+    at: float  # monotonic time of the collect
+    text: bytes
+    _gzipped: bytes | None = field(default=None)
+
+    def gzipped(self) -> bytes:
+        if self._gzipped is None:
+            self._gzipped = gzip.compress(self.text, compresslevel=1)
+        return self._gzipped
+
+
+class _Worker:
+    """One daemon thread that runs collects, so a hung call never blocks the sampler."""
+
+    def __init__(self, fn: Callable[[], Snapshot]) -> None:
+        self._fn = fn
+        self._request = threading.Event()
+        self._done = threading.Event()
+        self._result: Snapshot | None = None
+        self._error: BaseException | None = None
+        self.busy = False
+        threading.Thread(target=self._loop, name="gpuscale-collect", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._request.wait()
+            self._request.clear()
+            try:
+                self._result, self._error = self._fn(), None
+            except Exception as exc:  # noqa: BLE001 - any source failure is reported, not fatal
+                self._result, self._error = None, exc
+            self.busy = False
+            self._done.set()
+
+    def run(self, timeout: float) -> Snapshot | None:
+        """Run one collect; None on timeout. Re-raises the source's exception."""
+        self.busy = True
+        self._done.clear()
+        self._request.set()
+        if not self._done.wait(timeout):
+            return None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class Sampler:
+    """Collects snapshots on a schedule and serves the latest fresh one.
+
+    Args:
+        source: The GPU backend.
+        families: Builds dcgm-exporter families from a snapshot.
+        interval_s: Seconds between collects (dcgm-exporter's --collect-interval).
+        timeout_s: A collect that takes longer is abandoned and counted.
+        xid_window_ms: Trailing window of DCGM_EXP_XID_ERRORS_COUNT.
+        monotonic: Clock for scheduling and staleness (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        source: GpuSource,
+        families: SnapshotFamilies,
+        *,
+        interval_s: float = 1.0,
+        timeout_s: float | None = None,
+        xid_window_ms: int = 300_000,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s if timeout_s is not None else max(interval_s, 1.0)
+        self._families = families
+        self._xids = XidWindow(xid_window_ms)
+        self._monotonic = monotonic
+        self._published: _Published | None = None
+        self._last_error = "no collect yet"
+        self._down: set[str] = set()
+        self._worker = _Worker(source.sample)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self._duration = Histogram(
+            "gpuscale_exporter_collect_duration_seconds",
+            "Time one collect of every GPU took.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self._errors = Counter(
+            "gpuscale_exporter_collect_errors_total",
+            "Collect failures by reason: timeout, source, field, device_lost.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("timeout", "source", "field", "device_lost"):
+            self._errors.labels(reason)
+        self._collects = Counter(
+            "gpuscale_exporter_collects_total", "Successful collects.", registry=r
+        )
+        self._last_success = Gauge(
+            "gpuscale_exporter_last_successful_collect_timestamp_seconds",
+            "Unix time of the last successful collect.",
+            registry=r,
+        )
+        age = Gauge(
+            "gpuscale_exporter_snapshot_age_seconds",
+            "Age of the snapshot being served; GPU series are withdrawn past three intervals.",
+            registry=r,
+        )
+        age.set_function(self._age)
+        self.collector = SnapshotCollector(families, self._fresh)
+
+    def _age(self) -> float:
+        published = self._published
+        return float("inf") if published is None else self._monotonic() - published.at
+
+    def _fresh(self) -> tuple[Snapshot, Mapping[str, TallyCounter[int]]] | None:
+        published = self._published
+        if published is None or self._age() > STALE_AFTER_INTERVALS * self.interval_s:
+            return None
+        return published.snapshot, published.xid_counts
+
+    def collect_once(self) -> bool:
+        """Run one collect now and publish it.
+
+        Returns:
+            True when a snapshot was published.
+        """
+        if self._worker.busy:
+            self._errors.labels("timeout").inc()
+            self._last_error = "previous collect still running"
+            return False
+        started = self._monotonic()
+        try:
+            snapshot = self._worker.run(self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the exporter must keep serving
+            self._errors.labels("source").inc()
+            self._last_error = f"source failed: {exc}"
+            logger.warning("collect failed: %s", exc)
+            return False
+        if snapshot is None:
+            self._errors.labels("timeout").inc()
+            self._last_error = f"collect timed out after {self.timeout_s:g} s"
+            logger.warning("collect timed out after %.1f s", self.timeout_s)
+            return False
+        self._duration.observe(self._monotonic() - started)
+        self._account(snapshot)
+        counts = self._xids.counts(snapshot.timestamp)
+        text = render(self._families.build(snapshot, counts))
+        self._published = _Published(snapshot, counts, self._monotonic(), text)
+        self._collects.inc()
+        self._last_success.set(time.time())
+        return True
+
+    def _account(self, snapshot: Snapshot) -> None:
+        for device in snapshot.devices:
+            key = device.info.key
+            self._xids.add(key, device.xid_events)
+            if device.failed_fields:
+                self._errors.labels("field").inc(len(device.failed_fields))
+            if not device.up and key not in self._down:
+                self._down.add(key)
+                self._errors.labels("device_lost").inc()
+                logger.error("GPU %s lost: %s", key, device.error)
+            elif device.up:
+                self._down.discard(key)
+
+    def exposition(self, *, gzipped: bool = False) -> bytes:
+        """The /metrics body: the latest fresh GPU families, then the exporter's own."""
+        from prometheus_client import generate_latest  # noqa: PLC0415
+
+        own = generate_latest(self.registry)
+        published = self._published
+        if published is None or self._fresh() is None:
+            body = own
+            return gzip.compress(body, compresslevel=1) if gzipped else body
+        if gzipped:
+            return published.gzipped() + gzip.compress(own, compresslevel=1)
+        return published.text + own
+
+    def health(self) -> tuple[bool, str]:
+        """Whether fresh data is being served, and why not when it is not."""
+        if self._fresh() is not None:
+            return True, "ok"
+        age = self._age()
+        if age == float("inf"):
+            return False, f"no successful collect yet ({self._last_error})"
+        return False, f"no successful collect for {age:.1f} s ({self._last_error})"
+
+    def start(self) -> None:
+        """Collect once now, then every interval on a background thread."""
+        self._thread = threading.Thread(target=self._loop, name="gpuscale-sampler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_at = self._monotonic()
+        while not self._stop.is_set():
+            self.collect_once()
+            next_at += self.interval_s
+            delay = next_at - self._monotonic()
+            if delay < 0:  # fell behind: skip missed ticks instead of bursting
+                next_at = self._monotonic()
+                delay = 0.0
+            self._stop.wait(delay)
+
+    def stop(self) -> None:
+        """Stop collecting and close the source."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 1.0)
+        self.source.close()

@@ -1,0 +1,133 @@
+"""HTTP endpoint of the exporter: /metrics, /health, and a landing page.
+
+Scrapes read only what the sampler published, so they are cheap and many can
+run at once (one thread each). TLS is negotiated on the connection's own
+thread, so a slow or plain-HTTP client cannot hold up the accept loop.
+"""
+
+import logging
+import socket
+import ssl
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from gpuscale.errors import ConfigError
+from gpuscale.exporter.sampler import Sampler
+from gpuscale.exporter.webconfig import WebConfig
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LANDING = b"""<html><head><title>gpuscale exporter</title></head><body>
+<h1>gpuscale exporter</h1><p><a href="/metrics">Metrics</a> &middot; <a href="/health">Health</a></p>
+</body></html>
+"""
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``host:port`` (``:9400`` means every interface), as dcgm-exporter's --address.
+
+    Raises:
+        ConfigError: The address is not ``[host]:port`` with a port from 0 to 65535.
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:  # noqa: PLR2004
+        raise ConfigError(
+            f"--address {address!r}: expected [HOST]:PORT such as ':9400' or '127.0.0.1:9400'"
+        )
+    host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - dcgm-exporter's ':9400' binds all
+    return host, int(port_text)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "ExporterServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        logger.debug("%s " + format, self.client_address[0], *args)
+
+    def _send(self, status: int, body: bytes, content_type: str, *, gzipped: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if gzipped:
+            self.send_header("Content-Encoding", "gzip")
+        for name, value in self.server.web.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()
+
+    def do_GET(self) -> None:  # noqa: N802
+        if not self.server.web.authenticate(self.headers.get("Authorization")):
+            self.send_response(HTTPStatus.UNAUTHORIZED)
+            self.send_header("WWW-Authenticate", 'Basic realm="gpuscale"')
+            self.send_header("Content-Length", "13")
+            self.end_headers()
+            self.wfile.write(b"Unauthorized\n")
+            return
+        path = self.path.split("?", 1)[0]
+        sampler = self.server.sampler
+        if path == "/metrics":
+            gz = "gzip" in (self.headers.get("Accept-Encoding") or "")
+            self._send(HTTPStatus.OK, sampler.exposition(gzipped=gz), CONTENT_TYPE, gzipped=gz)
+        elif path == "/health":
+            ok, reason = sampler.health()
+            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
+            self._send(status, (reason + "\n").encode(), "text/plain; charset=utf-8")
+        elif path == "/":
+            self._send(HTTPStatus.OK, _LANDING, "text/html; charset=utf-8")
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"Not found\n", "text/plain; charset=utf-8")
+
+
+class ExporterServer(ThreadingHTTPServer):
+    """Threaded HTTP(S) server bound to one address.
+
+    Args:
+        address: (host, port); port 0 picks a free one.
+        sampler: Where /metrics and /health read from.
+        web: TLS and basic-auth settings (an empty WebConfig for plain HTTP).
+    """
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], sampler: Sampler, web: WebConfig) -> None:
+        self.sampler = sampler
+        self.web = web
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self.server_address[1])
+
+    def finish_request(self, request: Any, client_address: Any) -> None:  # noqa: ANN401
+        """Negotiate TLS on this connection's thread, then serve it."""
+        context: ssl.SSLContext | None = self.web.ssl_context
+        if context is not None:
+            request.settimeout(10.0)
+            try:
+                request = context.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                logger.debug("TLS handshake with %s failed: %s", client_address, exc)
+                return
+        super().finish_request(request, client_address)
+
+    def serve_in_background(self) -> threading.Thread:
+        """Serve on a daemon thread.
+
+        Returns:
+            The serving thread.
+        """
+        thread = threading.Thread(target=self.serve_forever, name="gpuscale-http", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,111 @@
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuscale.exporter.collector import SnapshotFamilies
+from gpuscale.exporter.sampler import Sampler
+from gpuscale.fields import default_counters
+from gpuscale.telemetry.base import XidEvent
+
+
+def _values(body: bytes) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _named(body: bytes, name: str) -> list[float]:
+    return [v for (n, _), v in _values(body).items() if n == name]
+
+
+def _sampler(source, clock, **kw):
+    return Sampler(source, SnapshotFamilies(default_counters()), monotonic=clock, **kw)
+
+
+def test_publishes_snapshot_and_health_ok(source, clock):
+    sampler = _sampler(source, clock)
+    assert sampler.health()[0] is False
+    assert sampler.collect_once()
+    body = sampler.exposition()
+    assert sorted(_named(body, "DCGM_FI_DEV_GPU_UTIL")) == [50.0, 51.0]
+    assert sampler.health() == (True, "ok")
+    assert _named(body, "gpuscale_exporter_collects_total") == [1.0]
+
+
+def test_stale_snapshot_is_withdrawn_after_three_intervals(source, clock):
+    sampler = _sampler(source, clock, interval_s=1.0)
+    sampler.collect_once()
+    clock.advance(2.9)
+    assert _named(sampler.exposition(), "DCGM_FI_DEV_GPU_UTIL")
+    clock.advance(0.2)
+    body = sampler.exposition()
+    assert _named(body, "DCGM_FI_DEV_GPU_UTIL") == []
+    assert _named(body, "gpuscale_gpu_up") == []
+    assert _named(body, "gpuscale_exporter_snapshot_age_seconds")[0] > 3.0
+    ok, reason = sampler.health()
+    assert not ok
+    assert "no successful collect for 3.1 s" in reason
+
+
+def test_source_error_is_counted_and_previous_data_kept_until_stale(source, clock):
+    sampler = _sampler(source, clock)
+    sampler.collect_once()
+    source.raise_next = True
+    assert not sampler.collect_once()
+    body = sampler.exposition()
+    errors = {dict(k[1])["reason"]: v for k, v in _values(body).items() if k[0] == "gpuscale_exporter_collect_errors_total"}
+    assert errors["source"] == 1.0
+    assert errors["timeout"] == 0.0
+    assert _named(body, "DCGM_FI_DEV_GPU_UTIL")
+
+
+def test_hanging_source_times_out_and_scrapes_keep_answering(source, clock):
+    sampler = _sampler(source, clock, timeout_s=0.05)
+    source.hang.set()
+    try:
+        assert not sampler.collect_once()  # abandoned after 50 ms
+        assert not sampler.collect_once()  # still hung: counted, not stacked
+        body = sampler.exposition()
+        errors = {dict(k[1])["reason"]: v for k, v in _values(body).items() if k[0] == "gpuscale_exporter_collect_errors_total"}
+        assert errors["timeout"] == 2.0
+        assert source.calls == 1
+        ok, reason = sampler.health()
+        assert not ok
+        assert "still running" in reason
+    finally:
+        source.hang.clear()
+        source.release.set()
+
+
+def test_failed_fields_and_lost_gpu_are_counted_once(source, clock):
+    sampler = _sampler(source, clock)
+    source.failed_fields[0] = ("DCGM_FI_DEV_SM_CLOCK",)
+    source.lost.add(1)
+    sampler.collect_once()
+    sampler.collect_once()
+    body = sampler.exposition()
+    errors = {dict(k[1])["reason"]: v for k, v in _values(body).items() if k[0] == "gpuscale_exporter_collect_errors_total"}
+    assert errors["field"] == 2.0
+    assert errors["device_lost"] == 1.0
+    up = {dict(k[1])["gpu"]: v for k, v in _values(body).items() if k[0] == "gpuscale_gpu_up"}
+    assert up == {"0": 1.0, "1": 0.0}
+
+
+def test_xid_events_counted_in_window_then_expire(source, clock):
+    source._clock = clock
+    sampler = _sampler(source, clock, xid_window_ms=10_000)
+    source.xids[0] = [XidEvent(clock.now, 79)]
+    sampler.collect_once()
+    assert _named(sampler.exposition(), "DCGM_EXP_XID_ERRORS_COUNT") == [1.0]
+    clock.advance(11.0)
+    sampler.collect_once()
+    assert _named(sampler.exposition(), "DCGM_EXP_XID_ERRORS_COUNT") == []
+
+
+def test_gzip_body_decompresses_to_the_plain_one(source, clock):
+    import gzip
+
+    sampler = _sampler(source, clock)
+    sampler.collect_once()
+    assert gzip.decompress(sampler.exposition(gzipped=True)).count(b"DCGM_FI_DEV_GPU_UTIL{") == 2
+
