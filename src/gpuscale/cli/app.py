@@ -7,7 +7,7 @@ shows a traceback.
 
 import logging
 import sys
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -26,7 +26,7 @@ app = typer.Typer(
 logger = logging.getLogger(__name__)
 
 
-class LogLevel(str, Enum):
+class LogLevel(StrEnum):
     """Log levels."""
 
     debug = "debug"
@@ -35,7 +35,7 @@ class LogLevel(str, Enum):
     error = "error"
 
 
-class LogFormatName(str, Enum):
+class LogFormatName(StrEnum):
     """Log output formats."""
 
     text = "text"
@@ -56,7 +56,7 @@ def _global_options(
 
 
 def _register_subcommands() -> None:
-    from gpuscale.cli import evaluate, exporter, fields  # noqa: PLC0415
+    from gpuscale.cli import evaluate, exporter, fields
 
     exporter.register(app)
     fields.register(app)

@@ -9,7 +9,7 @@ user can switch without relearning.
 import logging
 import signal
 import threading
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +26,7 @@ from gpuscale.telemetry.base import GpuSource
 logger = logging.getLogger(__name__)
 
 
-class SourceName(str, Enum):
+class SourceName(StrEnum):
     """Telemetry backends."""
 
     sim = "sim"
@@ -38,9 +38,9 @@ def _open_source(
     source: SourceName, gpus: int, models: str, load: str, seed: int, faults: list[str]
 ) -> GpuSource:
     if source is SourceName.sim:
-        from gpuscale.telemetry.loads import parse_load_spec  # noqa: PLC0415
-        from gpuscale.telemetry.physics import gpu_model  # noqa: PLC0415
-        from gpuscale.telemetry.sim import SimSource, parse_fault  # noqa: PLC0415
+        from gpuscale.telemetry.loads import parse_load_spec
+        from gpuscale.telemetry.physics import gpu_model
+        from gpuscale.telemetry.sim import SimSource, parse_fault
 
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         for name in names:
@@ -54,15 +54,15 @@ def _open_source(
     if wrong:
         raise ConfigError(f"{', '.join(wrong)} only apply to --source sim: remove them")
     if source is SourceName.nvml:
-        from gpuscale.telemetry.nvml import NvmlSource  # noqa: PLC0415
+        from gpuscale.telemetry.nvml import NvmlSource
 
         return NvmlSource()
-    from gpuscale.telemetry.amd import AmdSource  # noqa: PLC0415
+    from gpuscale.telemetry.amd import AmdSource
 
     return AmdSource()
 
 
-def exporter(  # noqa: PLR0913 - one parameter per documented flag
+def exporter(
     source: Annotated[
         SourceName, typer.Option(help="Telemetry backend.", envvar="GPUSCALE_SOURCE")
     ] = SourceName.sim,
@@ -171,16 +171,22 @@ def exporter(  # noqa: PLR0913 - one parameter per documented flag
     # Everything a user can get wrong is checked before anything is served.
     host, port = parse_address(address)
     counters = read_counters(collectors) if collectors else default_counters()
-    web = load_web_config(web_config_file) if web_config_file else WebConfig.plain()
+    web = (
+        load_web_config(web_config_file)
+        if web_config_file
+        else WebConfig(ssl_context=None, users={}, headers={})
+    )
     gpu_source = _open_source(source, gpus, gpu_models, load, seed, fault or [])
 
     pods: PodLookup | None = None
     mapper = None
     if kubernetes:
-        from gpuscale.exporter.pods import PodMapper  # noqa: PLC0415
+        from gpuscale.exporter.pods import PodMapper
 
         names = ("nvidia.com/gpu", "amd.com/gpu", *(resource_names or []))
-        mapper = PodMapper(pod_resources_socket, resource_names=names)
+        mapper = PodMapper(
+            pod_resources_socket, resource_names=names, devices=gpu_source.devices()
+        )
         mapper.start()
         pods = mapper
 

@@ -26,9 +26,7 @@ def fields(
     for column in ("field", "id", "type", "unit", "default", "meaning"):
         table.add_column(column)
     for f in DCGM_FIELDS.values():
-        table.add_row(
-            f.name, str(f.field_id), f.type, f.unit, "on" if f.default else "", f.help
-        )
+        table.add_row(f.name, str(f.field_id), f.type, f.unit, "on" if f.default else "", f.help)
     Console().print(table)
 
 

@@ -23,9 +23,20 @@ XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 class PodAssignment(Protocol):
     """Who holds a device: the three labels dcgm-exporter adds with --kubernetes."""
 
-    pod: str
-    namespace: str
-    container: str
+    @property
+    def pod(self) -> str:
+        """Pod name."""
+        ...
+
+    @property
+    def namespace(self) -> str:
+        """Pod namespace."""
+        ...
+
+    @property
+    def container(self) -> str:
+        """Container name."""
+        ...
 
 
 class PodLookup(Protocol):
@@ -109,7 +120,9 @@ class SnapshotFamilies:
             labels["namespace"] = ref.namespace
             labels["pod"] = ref.pod
 
-    def build(self, snapshot: Snapshot, xid_counts: Mapping[str, TallyCounter[int]]) -> list[Metric]:
+    def build(
+        self, snapshot: Snapshot, xid_counts: Mapping[str, TallyCounter[int]]
+    ) -> list[Metric]:
         """All GPU families for one snapshot.
 
         Args:
@@ -129,13 +142,17 @@ class SnapshotFamilies:
             families.append(self._xid_family(nvidia, xid_counts))
         if amd:
             families.extend(_amd_families(amd))
-        up = Metric(GPU_UP, "1 when the GPU answered the last collect, 0 when it was lost.", "gauge")
+        up = Metric(
+            GPU_UP, "1 when the GPU answered the last collect, 0 when it was lost.", "gauge"
+        )
         for device, labels in entities:
             up.add_sample(GPU_UP, labels, 1.0 if device.up else 0.0)
         families.append(up)
         return families
 
-    def _dcgm_families(self, entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> Iterable[Metric]:
+    def _dcgm_families(
+        self, entities: Sequence[tuple[DeviceSample, dict[str, str]]]
+    ) -> Iterable[Metric]:
         for counter in self._series:
             mtype = counter.type if counter.type in ("gauge", "counter") else "unknown"
             family = Metric(counter.name, counter.help, mtype)

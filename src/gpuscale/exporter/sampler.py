@@ -200,7 +200,7 @@ class Sampler:
 
     def exposition(self, *, gzipped: bool = False) -> bytes:
         """The /metrics body: the latest fresh GPU families, then the exporter's own."""
-        from prometheus_client import generate_latest  # noqa: PLC0415
+        from prometheus_client import generate_latest
 
         own = generate_latest(self.registry)
         published = self._published

@@ -20,10 +20,10 @@ from gpuscale.exporter.webconfig import WebConfig
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_LANDING = b"""<html><head><title>gpuscale exporter</title></head><body>
-<h1>gpuscale exporter</h1><p><a href="/metrics">Metrics</a> &middot; <a href="/health">Health</a></p>
-</body></html>
-"""
+_LANDING = (
+    b"<html><head><title>gpuscale exporter</title></head><body><h1>gpuscale exporter</h1>"
+    b'<p><a href="/metrics">Metrics</a> &middot; <a href="/health">Health</a></p></body></html>\n'
+)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -33,7 +33,7 @@ def parse_address(address: str) -> tuple[str, int]:
         ConfigError: The address is not ``[host]:port`` with a port from 0 to 65535.
     """
     host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:  # noqa: PLR2004
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
         raise ConfigError(
             f"--address {address!r}: expected [HOST]:PORT such as ':9400' or '127.0.0.1:9400'"
         )
@@ -45,7 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: "ExporterServer"
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ANN401
         logger.debug("%s " + format, self.client_address[0], *args)
 
     def _send(self, status: int, body: bytes, content_type: str, *, gzipped: bool = False) -> None:
@@ -60,10 +60,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.do_GET()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if not self.server.web.authenticate(self.headers.get("Authorization")):
             self.send_response(HTTPStatus.UNAUTHORIZED)
             self.send_header("WWW-Authenticate", 'Basic realm="gpuscale"')

@@ -1,0 +1,5 @@
+"""Allows ``python -m gpuscale``."""
+
+from gpuscale.cli import main
+
+main()

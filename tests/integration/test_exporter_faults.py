@@ -1,0 +1,205 @@
+"""Faults against the exporter process: lost GPU, bad config files, TLS, auth and load."""
+
+import base64
+import datetime
+import socket
+import subprocess
+import threading
+import time
+
+import bcrypt
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import free_port, gpuscale_cmd, start_exporter, wait_http
+
+
+def _samples(body: str, name: str) -> dict[str, float]:
+    out = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            if s.name == name:
+                out[s.labels.get("gpu", "") + "/" + s.labels.get("xid", "")] = s.value
+    return out
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_gpu_falling_off_the_bus_mid_run(tmp_path):
+    proc, port = start_exporter(
+        tmp_path,
+        "--source",
+        "sim",
+        "--gpus",
+        "4",
+        "--collect-interval",
+        "200",
+        "--fault",
+        "xid:79:gpu=2:at=1.5",
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        before = wait_http(url, 15).text
+        assert set(_samples(before, "DCGM_FI_DEV_GPU_UTIL")) == {"0/", "1/", "2/", "3/"}
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            body = httpx.get(url).text
+            if _samples(body, "gpuscale_gpu_up").get("2/") == 0.0:
+                break
+            time.sleep(0.2)
+        assert _samples(body, "gpuscale_gpu_up") == {"0/": 1.0, "1/": 1.0, "2/": 0.0, "3/": 1.0}
+        assert set(_samples(body, "DCGM_FI_DEV_GPU_UTIL")) == {"0/", "1/", "3/"}
+        assert _samples(body, "DCGM_EXP_XID_ERRORS_COUNT") == {"2/79": 1.0}
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+        assert proc.proc.poll() is None
+    finally:
+        proc.stop()
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*gpuscale_cmd(), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_bad_counters_file_exits_2_with_file_and_line_and_serves_nothing(tmp_path):
+    bad = tmp_path / "counters.csv"
+    bad.write_text("# ok\nDCGM_FI_DEV_GPU_UTIL, gauge, util\nDCGM_FI_DEV_GPU_UTILL, gauge, typo\n")
+    port = free_port()
+    result = _run_cli("exporter", "--address", f"127.0.0.1:{port}", "--collectors", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"gpuscale: error: {bad}:3: unknown field 'DCGM_FI_DEV_GPU_UTILL': "
+        "use a DCGM field name from `gpuscale fields` or remove the row"
+    )
+    assert "Traceback" not in result.stderr
+    assert not _listening(port)
+
+
+def test_bad_web_config_file_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "web.yml"
+    bad.write_text("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n")
+    port = free_port()
+    result = _run_cli("exporter", "--address", f"127.0.0.1:{port}", "--web-config-file", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert str(bad) in lines[0]
+    assert "cert_file" in lines[0]
+    assert not _listening(port)
+
+
+def _self_signed(tmp_path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "tls.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return tmp_path / "tls.crt"
+
+
+@pytest.fixture(scope="module")
+def tls_exporter(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tls")
+    cert = _self_signed(tmp)
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    (tmp / "web.yml").write_text(
+        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
+        f"basic_auth_users:\n  prom: {hashed}\n"
+    )
+    proc, port = start_exporter(
+        tmp, "--source", "sim", "--gpus", "2", "--web-config-file", str(tmp / "web.yml")
+    )
+    try:
+        wait_http(f"https://127.0.0.1:{port}/metrics", 15, verify=str(cert))
+        yield port, cert
+    finally:
+        proc.stop()
+
+
+def test_right_password_over_tls_gets_metrics(tls_exporter):
+    port, cert = tls_exporter
+    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "s3cret"), verify=str(cert))
+    assert r.status_code == 200
+    assert r.text.count("DCGM_FI_DEV_GPU_UTIL{") == 2
+
+
+def test_wrong_password_gets_401(tls_exporter):
+    port, cert = tls_exporter
+    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "wrong"), verify=str(cert))
+    assert r.status_code == 401
+    assert r.headers["WWW-Authenticate"].startswith("Basic")
+    no_auth = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=str(cert))
+    assert no_auth.status_code == 401
+    token = base64.b64encode(b"nobody:s3cret").decode()
+    other = httpx.get(
+        f"https://127.0.0.1:{port}/metrics",
+        headers={"Authorization": f"Basic {token}"},
+        verify=str(cert),
+    )
+    assert other.status_code == 401
+
+
+def test_plain_http_against_tls_listener_fails_and_tls_still_works(tls_exporter):
+    port, cert = tls_exporter
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "s3cret"), verify=str(cert))
+    assert r.status_code == 200
+
+
+def test_fifty_concurrent_scrapers_for_ten_seconds_never_fail(sim_exporter):
+    _, port, _ = sim_exporter
+    url = f"http://127.0.0.1:{port}/metrics"
+    stop_at = time.monotonic() + 10.0
+    ok = [0] * 50
+    failures: list[str] = []
+
+    def scrape(i: int) -> None:
+        with httpx.Client(timeout=10) as client:
+            while time.monotonic() < stop_at:
+                try:
+                    r = client.get(url)
+                    if r.status_code == 200 and "DCGM_FI_DEV_GPU_UTIL{" in r.text:
+                        ok[i] += 1
+                    else:
+                        failures.append(f"status {r.status_code}")
+                except httpx.HTTPError as exc:
+                    failures.append(repr(exc))
+
+    threads = [threading.Thread(target=scrape, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert failures == []
+    assert all(n > 0 for n in ok), ok
+    assert sum(ok) >= 100
