@@ -43,7 +43,14 @@ _CATALOGUE: tuple[Field, ...] = (
     _f("DCGM_FI_DRIVER_VERSION", 1, "label", "", "Version of the installed GPU driver.", on=True),
     _f("DCGM_FI_NVML_VERSION", 2, "label", "", "Version of the NVML library.", on=False),
     # Clocks.
-    _f("DCGM_FI_DEV_SM_CLOCK", 100, "gauge", "MHz", "Current streaming-multiprocessor clock.", on=True),
+    _f(
+        "DCGM_FI_DEV_SM_CLOCK",
+        100,
+        "gauge",
+        "MHz",
+        "Current streaming-multiprocessor clock.",
+        on=True,
+    ),
     _f("DCGM_FI_DEV_MEM_CLOCK", 101, "gauge", "MHz", "Current memory clock.", on=True),
     # Temperature.
     _f("DCGM_FI_DEV_MEMORY_TEMP", 140, "gauge", "C", "HBM or GDDR memory temperature.", on=True),
@@ -185,9 +192,25 @@ _CATALOGUE: tuple[Field, ...] = (
         on=False,
     ),
     # Retired pages and row remapping.
-    _f("DCGM_FI_DEV_RETIRED_SBE", 390, "counter", "1", "Pages retired for single-bit errors.", on=False),
-    _f("DCGM_FI_DEV_RETIRED_DBE", 391, "counter", "1", "Pages retired for double-bit errors.", on=False),
-    _f("DCGM_FI_DEV_RETIRED_PENDING", 392, "counter", "1", "Pages waiting to be retired.", on=False),
+    _f(
+        "DCGM_FI_DEV_RETIRED_SBE",
+        390,
+        "counter",
+        "1",
+        "Pages retired for single-bit errors.",
+        on=False,
+    ),
+    _f(
+        "DCGM_FI_DEV_RETIRED_DBE",
+        391,
+        "counter",
+        "1",
+        "Pages retired for double-bit errors.",
+        on=False,
+    ),
+    _f(
+        "DCGM_FI_DEV_RETIRED_PENDING", 392, "counter", "1", "Pages waiting to be retired.", on=False
+    ),
     _f(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         393,

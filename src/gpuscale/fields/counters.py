@@ -57,12 +57,12 @@ def parse_counters(text: str, source: str = "<counters>") -> tuple[Counter, ...]
         if not line or line.startswith("#"):
             continue
         parts = [p.strip() for p in line.split(",", 2)]
-        if len(parts) < 2 or not parts[0] or not parts[1]:  # noqa: PLR2004
+        if len(parts) < 2 or not parts[0] or not parts[1]:
             raise ConfigError(
                 f"{source}:{lineno}: malformed row {line!r}: expected 'FIELD, type, help'"
             )
         name, type_ = parts[0], parts[1].lower()
-        help_text = parts[2] if len(parts) == 3 else ""  # noqa: PLR2004
+        help_text = parts[2] if len(parts) == 3 else ""
         field = DCGM_FIELDS.get(name)
         if field is None:
             raise ConfigError(

@@ -28,7 +28,10 @@ class ScriptedSource:
             )
             for i in range(gpus)
         ]
-        self.values = {i: {"DCGM_FI_DEV_GPU_UTIL": 50.0 + i, "DCGM_FI_DEV_POWER_USAGE": 300.0} for i in range(gpus)}
+        self.values = {
+            i: {"DCGM_FI_DEV_GPU_UTIL": 50.0 + i, "DCGM_FI_DEV_POWER_USAGE": 300.0}
+            for i in range(gpus)
+        }
         self.lost: set[int] = set()
         self.failed_fields: dict[int, tuple[str, ...]] = {}
         self.xids: dict[int, list[XidEvent]] = {}

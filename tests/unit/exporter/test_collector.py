@@ -71,19 +71,35 @@ def test_xid_window_counts_are_labelled_by_code_and_window(source):
     key = snapshot.devices[1].info.key
     families = SnapshotFamilies(default_counters(), xid_window_ms=60_000)
     samples = _parse(render(families.build(snapshot, {key: Counter({79: 1, 48: 2})})))
-    got = {(s.labels["gpu"], s.labels["xid"], s.labels["window_size_in_ms"]): s.value for s in samples["DCGM_EXP_XID_ERRORS_COUNT"]}
+    got = {
+        (s.labels["gpu"], s.labels["xid"], s.labels["window_size_in_ms"]): s.value
+        for s in samples["DCGM_EXP_XID_ERRORS_COUNT"]
+    }
     assert got == {("1", "48", "60000"): 2.0, ("1", "79", "60000"): 1.0}
 
 
 def test_mig_instances_get_gpu_i_labels():
     parent = GpuUuid("GPU-11111111-2222-3333-4444-555555555555")
     infos = [
-        GpuInfo(0, parent, "NVIDIA A100-SXM4-40GB", "00000000:07:00.0", "nvidia0", "nvidia", "550", mig_profile=p, mig_instance_id=g)
+        GpuInfo(
+            0,
+            parent,
+            "NVIDIA A100-SXM4-40GB",
+            "00000000:07:00.0",
+            "nvidia0",
+            "nvidia",
+            "550",
+            mig_profile=p,
+            mig_instance_id=g,
+        )
         for p, g in (("1g.5gb", 7), ("3g.20gb", 2))
     ]
     snap = Snapshot(1.0, "h", tuple(DeviceSample(i, {"DCGM_FI_DEV_FB_USED": 10.0}) for i in infos))
     samples = _parse(render(SnapshotFamilies(default_counters()).build(snap, {})))
-    got = {(s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"], s.labels["UUID"]) for s in samples["DCGM_FI_DEV_FB_USED"]}
+    got = {
+        (s.labels["GPU_I_PROFILE"], s.labels["GPU_I_ID"], s.labels["UUID"])
+        for s in samples["DCGM_FI_DEV_FB_USED"]
+    }
     assert got == {("1g.5gb", "7", str(parent)), ("3g.20gb", "2", str(parent))}
 
 
@@ -99,7 +115,13 @@ class _Pods:
 
 
 def test_pod_labels_added_where_a_mapping_exists(source):
-    samples = _parse(render(SnapshotFamilies(default_counters(), pods=_Pods()).build(source.sample(), {})))
+    samples = _parse(
+        render(SnapshotFamilies(default_counters(), pods=_Pods()).build(source.sample(), {}))
+    )
     by_gpu = {s.labels["gpu"]: s.labels for s in samples["DCGM_FI_DEV_GPU_UTIL"]}
-    assert (by_gpu["0"]["pod"], by_gpu["0"]["namespace"], by_gpu["0"]["container"]) == ("llm-0", "serving", "vllm")
+    assert (by_gpu["0"]["pod"], by_gpu["0"]["namespace"], by_gpu["0"]["container"]) == (
+        "llm-0",
+        "serving",
+        "vllm",
+    )
     assert "pod" not in by_gpu["1"]

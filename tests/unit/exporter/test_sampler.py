@@ -53,7 +53,11 @@ def test_source_error_is_counted_and_previous_data_kept_until_stale(source, cloc
     source.raise_next = True
     assert not sampler.collect_once()
     body = sampler.exposition()
-    errors = {dict(k[1])["reason"]: v for k, v in _values(body).items() if k[0] == "gpuscale_exporter_collect_errors_total"}
+    errors = {
+        dict(k[1])["reason"]: v
+        for k, v in _values(body).items()
+        if k[0] == "gpuscale_exporter_collect_errors_total"
+    }
     assert errors["source"] == 1.0
     assert errors["timeout"] == 0.0
     assert _named(body, "DCGM_FI_DEV_GPU_UTIL")
@@ -66,7 +70,11 @@ def test_hanging_source_times_out_and_scrapes_keep_answering(source, clock):
         assert not sampler.collect_once()  # abandoned after 50 ms
         assert not sampler.collect_once()  # still hung: counted, not stacked
         body = sampler.exposition()
-        errors = {dict(k[1])["reason"]: v for k, v in _values(body).items() if k[0] == "gpuscale_exporter_collect_errors_total"}
+        errors = {
+            dict(k[1])["reason"]: v
+            for k, v in _values(body).items()
+            if k[0] == "gpuscale_exporter_collect_errors_total"
+        }
         assert errors["timeout"] == 2.0
         assert source.calls == 1
         ok, reason = sampler.health()
@@ -84,7 +92,11 @@ def test_failed_fields_and_lost_gpu_are_counted_once(source, clock):
     sampler.collect_once()
     sampler.collect_once()
     body = sampler.exposition()
-    errors = {dict(k[1])["reason"]: v for k, v in _values(body).items() if k[0] == "gpuscale_exporter_collect_errors_total"}
+    errors = {
+        dict(k[1])["reason"]: v
+        for k, v in _values(body).items()
+        if k[0] == "gpuscale_exporter_collect_errors_total"
+    }
     assert errors["field"] == 2.0
     assert errors["device_lost"] == 1.0
     up = {dict(k[1])["gpu"]: v for k, v in _values(body).items() if k[0] == "gpuscale_gpu_up"}
@@ -108,4 +120,3 @@ def test_gzip_body_decompresses_to_the_plain_one(source, clock):
     sampler = _sampler(source, clock)
     sampler.collect_once()
     assert gzip.decompress(sampler.exposition(gzipped=True)).count(b"DCGM_FI_DEV_GPU_UTIL{") == 2
-

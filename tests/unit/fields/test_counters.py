@@ -55,11 +55,19 @@ def test_accepts_every_dcgm_exporter_type(type_):
 @pytest.mark.parametrize(
     ("text", "line", "fragment"),
     [
-        ("DCGM_FI_DEV_GPU_UTIL, gauge, ok\nDCGM_FI_NOPE, gauge, x", 2, "unknown field 'DCGM_FI_NOPE'"),
+        (
+            "DCGM_FI_DEV_GPU_UTIL, gauge, ok\nDCGM_FI_NOPE, gauge, x",
+            2,
+            "unknown field 'DCGM_FI_NOPE'",
+        ),
         ("# c\n\nDCGM_FI_DEV_GPU_UTIL, gaugee, x", 3, "unknown type 'gaugee'"),
         ("DCGM_FI_DEV_GPU_UTIL gauge x", 1, "malformed row"),
         ("DCGM_FI_DEV_GPU_UTIL, , x", 1, "malformed row"),
-        ("DCGM_FI_DEV_GPU_UTIL, gauge, a\nDCGM_FI_DEV_GPU_UTIL, gauge, b", 2, "already listed on line 1"),
+        (
+            "DCGM_FI_DEV_GPU_UTIL, gauge, a\nDCGM_FI_DEV_GPU_UTIL, gauge, b",
+            2,
+            "already listed on line 1",
+        ),
     ],
 )
 def test_bad_rows_name_file_and_line(text, line, fragment):
