@@ -1,0 +1,349 @@
+"""What the baseline policies share: fail-safe holds, bounds, summed signals and HPA behaviour.
+
+Kubernetes HPA and KEDA (which drives an HPA) apply the same ``behavior`` after
+their replica calculators: stabilisation windows first, then rate policies.
+Keeping that here, once, is what lets ``keda.py`` reuse the HPA core instead of
+a copy of it. The fail-safe rule (missing data: hold, never scale in) is also
+written once for every baseline.
+
+Behaviour follows ``pkg/controller/podautoscaler/horizontal.go`` (Kubernetes
+1.23+): ``recordInitialRecommendation``, ``stabilizeRecommendationWithBehaviors``,
+``convertDesiredReplicasWithBehaviorRate`` and ``storeScaleEvent``. The
+controller keeps recommendations and scale events in memory; here they live in
+the policy's JSON state as ``[time_s, value]`` pairs.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling.policy import Decision, Observation, Series
+
+EPSILON_S = 1e-6
+"""Slack when comparing a due time with ``now``, so float drift never skips a tick."""
+
+RateKind = Literal["Pods", "Percent"]
+SelectPolicy = Literal["Max", "Min", "Disabled"]
+
+
+def require(ok: bool, key: str, value: object, fix: str) -> None:
+    """Raise a one-line ConfigError naming the key, its value and what to do.
+
+    Args:
+        ok: The condition that must hold.
+        key: Where the value came from, e.g. ``HpaConfig.tolerance``.
+        value: The offending value.
+        fix: What the user should do instead.
+
+    Raises:
+        ConfigError: When ``ok`` is false.
+    """
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: {fix}")
+
+
+def check_bounds(owner: str, min_replicas: int, max_replicas: int) -> None:
+    """Validate a policy's replica bounds.
+
+    Args:
+        owner: Config class name, used in the message.
+        min_replicas: Lower bound.
+        max_replicas: Upper bound.
+
+    Raises:
+        ConfigError: When the bounds are negative or inverted.
+    """
+    require(min_replicas >= 0, f"{owner}.min_replicas", min_replicas, "use 0 or more")
+    require(
+        max_replicas >= max(min_replicas, 1),
+        f"{owner}.max_replicas",
+        max_replicas,
+        f"use at least 1 and at least min_replicas ({min_replicas})",
+    )
+
+
+def clamp(replicas: int, min_replicas: int, max_replicas: int) -> int:
+    """Bring a replica count within ``[min_replicas, max_replicas]``.
+
+    Returns:
+        The clamped count, replicas.
+    """
+    return max(min_replicas, min(max_replicas, replicas))
+
+
+def hold(
+    observation: Observation,
+    min_replicas: int,
+    max_replicas: int,
+    why: str,
+    state: Mapping[str, Any],
+) -> Decision:
+    """Fail safe: keep the current desired count (within bounds) and the old state.
+
+    Returns:
+        A decision that never scales in because of missing or bad data.
+    """
+    current = observation.target.desired
+    replicas = clamp(current, min_replicas, max_replicas)
+    return Decision(replicas, f"hold at {current}: {why}", dict(state))
+
+
+def _present(observation: Observation, keys: Sequence[str]) -> list[Series] | None:
+    """The series of ``keys`` that exist, or None when the data counts as missing."""
+    present = [observation.series[k] for k in keys if observation.series.get(k)]
+    if not present:
+        return None
+    if len(present) < len(keys) and observation.target.ready > 0:
+        return None
+    return present
+
+
+def summed_latest(observation: Observation, keys: Sequence[str]) -> float | None:
+    """Add the latest value of several signals, like an instant PromQL ``a + b``.
+
+    Absence follows ``summed_series``: a signal with no series counts as 0 only
+    while the workload has no Ready pod.
+
+    Args:
+        observation: The observation holding ``series``.
+        keys: Signal keys to add.
+
+    Returns:
+        The sum in the signals' unit; None when data is missing or NaN.
+    """
+    present = _present(observation, keys)
+    if present is None:
+        return None
+    total = sum(points[-1][1] for points in present)
+    return None if math.isnan(total) else total
+
+
+def summed_series(observation: Observation, keys: Sequence[str]) -> Series | None:
+    """Add several signals point by point, like PromQL ``a + b`` over a range.
+
+    A timestamp present in one series but not another counts the absent one as 0
+    (a gap, as Knative's windowed averages treat it). A signal with no series at
+    all is missing data, except when the workload has no Ready pod: a per-pod
+    gauge such as requests in flight is genuinely empty then, and counts as 0, as
+    long as at least one of the signals is present.
+
+    Args:
+        observation: The observation holding ``series``.
+        keys: Signal keys to add.
+
+    Returns:
+        (time seconds, summed value) points, oldest first; None when data is missing.
+    """
+    present = _present(observation, keys)
+    if present is None:
+        return None
+    totals: dict[float, float] = {}
+    for points in present:
+        for t, v in points:
+            if math.isnan(v):
+                return None
+            totals[t] = totals.get(t, 0.0) + v
+    return tuple(sorted(totals.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class RatePolicy:
+    """One ``HPAScalingPolicy``: at most ``value`` pods or percent per ``period_s``.
+
+    Attributes:
+        kind: ``Pods`` (absolute) or ``Percent`` (of the replicas at the period's start).
+        value: Pods or percent allowed per period.
+        period_s: Length of the sliding period, seconds.
+    """
+
+    kind: RateKind
+    value: int
+    period_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingRules:
+    """``HPAScalingRules`` for one direction.
+
+    Attributes:
+        policies: Rate policies; ``select_policy`` picks among them.
+        select_policy: ``Max`` (largest change), ``Min`` (smallest) or ``Disabled``.
+        stabilization_window_s: Seconds of past recommendations to consider.
+    """
+
+    policies: tuple[RatePolicy, ...]
+    select_policy: SelectPolicy = "Max"
+    stabilization_window_s: float = 0.0
+
+
+DEFAULT_SCALE_UP = ScalingRules(
+    (RatePolicy("Pods", 4, 15.0), RatePolicy("Percent", 100, 15.0)), "Max", 0.0
+)
+"""autoscaling/v2 default: +4 pods or +100% per 15 s, whichever is more; no stabilisation."""
+
+DEFAULT_SCALE_DOWN = ScalingRules((RatePolicy("Percent", 100, 15.0),), "Max", 300.0)
+"""autoscaling/v2 default: up to -100% per 15 s after a 300 s stabilisation window."""
+
+
+@dataclass(frozen=True, slots=True)
+class HpaBehavior:
+    """``spec.behavior`` of an HPA.
+
+    Attributes:
+        scale_up: Rules applied when the recommendation is above the current count.
+        scale_down: Rules applied when it is below.
+    """
+
+    scale_up: ScalingRules = DEFAULT_SCALE_UP
+    scale_down: ScalingRules = DEFAULT_SCALE_DOWN
+
+    def validate(self, owner: str) -> None:
+        """Check the rules as the API server's validation would.
+
+        Raises:
+            ConfigError: On an empty policy list, a non-positive value or period,
+                or a stabilisation window outside 0..3600 s.
+        """
+        for name, rules in (("scale_up", self.scale_up), ("scale_down", self.scale_down)):
+            key = f"{owner}.{name}"
+            require(
+                bool(rules.policies) or rules.select_policy == "Disabled",
+                f"{key}.policies",
+                rules.policies,
+                "give at least one policy or set select_policy='Disabled'",
+            )
+            for p in rules.policies:
+                require(p.value > 0, f"{key}.policies.value", p.value, "use a positive value")
+                require(
+                    p.period_s > 0, f"{key}.policies.period_s", p.period_s, "use 1..1800 seconds"
+                )
+            require(
+                0 <= rules.stabilization_window_s <= 3600,
+                f"{key}.stabilization_window_s",
+                rules.stabilization_window_s,
+                "use 0..3600 seconds",
+            )
+
+    def longest_period_s(self) -> float:
+        """Longest policy period in either direction, seconds."""
+        periods = [p.period_s for p in (*self.scale_up.policies, *self.scale_down.policies)]
+        return max(periods, default=0.0)
+
+
+def _pairs(state: Mapping[str, Any], key: str) -> list[list[float]]:
+    return [[float(t), float(v)] for t, v in state.get(key, [])]
+
+
+def _change_in_period(events: list[list[float]], now: float, period_s: float) -> int:
+    cutoff = now - period_s
+    return int(sum(n for t, n in events if t > cutoff))
+
+
+def _limit(
+    current: int,
+    now: float,
+    rules: ScalingRules,
+    ups: list[list[float]],
+    downs: list[list[float]],
+    direction: Literal["up", "down"],
+) -> int:
+    """``calculateScaleUpLimitWithScalingRules`` / ``calculateScaleDownLimitWithBehaviors``."""
+    if rules.select_policy == "Disabled":
+        return current
+    proposals = []
+    for p in rules.policies:
+        start = current - _change_in_period(ups, now, p.period_s)
+        start += _change_in_period(downs, now, p.period_s)
+        if direction == "up":
+            if p.kind == "Pods":
+                proposals.append(start + p.value)
+            else:
+                proposals.append(math.ceil(start * (1 + p.value / 100)))
+        elif p.kind == "Pods":
+            proposals.append(start - p.value)
+        else:
+            proposals.append(int(start * (1 - p.value / 100)))
+    most_change = max if direction == "up" else min
+    least_change = min if direction == "up" else max
+    pick = least_change if rules.select_policy == "Min" else most_change
+    if not proposals:
+        return current
+    return pick(proposals)
+
+
+def reconcile(
+    now: float,
+    current: int,
+    proposal: int | None,
+    *,
+    min_replicas: int,
+    max_replicas: int,
+    behavior: HpaBehavior,
+    state: Mapping[str, Any],
+) -> tuple[int, str, dict[str, Any]]:
+    """One HPA sync after the replica calculator: bounds, stabilisation, rate limits.
+
+    Args:
+        now: Sync time, seconds.
+        current: ``spec.replicas`` of the target.
+        proposal: The calculator's replica count; None when the metric failed.
+        min_replicas: HPA ``minReplicas``.
+        max_replicas: HPA ``maxReplicas``.
+        behavior: HPA ``behavior``.
+        state: The HPA part of the policy state (recommendations and scale events).
+
+    Returns:
+        Desired replicas, a reason, and the new HPA state.
+    """
+    now = float(now)
+    recs = _pairs(state, "recommendations")
+    ups = _pairs(state, "scale_up_events")
+    downs = _pairs(state, "scale_down_events")
+    if "recommendations" not in state:
+        recs = [[now, float(current)]]  # recordInitialRecommendation
+    if current > max_replicas:
+        desired, why = max_replicas, f"current {current} above max {max_replicas}"
+    elif current < min_replicas:
+        desired, why = min_replicas, f"current {current} below min {min_replicas}"
+    elif proposal is None:
+        desired, why = current, "metric unavailable, holding"
+    else:
+        up_cut = now - behavior.scale_up.stabilization_window_s
+        down_cut = now - behavior.scale_down.stabilization_window_s
+        up_rec = down_rec = proposal
+        for t, r in recs:
+            if t > up_cut:
+                up_rec = min(up_rec, int(r))
+            if t > down_cut:
+                down_rec = max(down_rec, int(r))
+        stabilized = min(max(current, up_rec), down_rec)
+        recs.append([now, float(proposal)])
+        desired, why = stabilized, f"recommendation {proposal}, stabilised {stabilized}"
+        if stabilized > current:
+            up_limit = max(_limit(current, now, behavior.scale_up, ups, downs, "up"), current)
+            allowed = min(max_replicas, up_limit)
+            if stabilized > allowed:
+                limited_by = "rate limit" if up_limit < max_replicas else "max"
+                desired, why = allowed, f"{why}, {limited_by} {allowed}"
+        elif stabilized < current:
+            down_limit = min(_limit(current, now, behavior.scale_down, ups, downs, "down"), current)
+            allowed = max(min_replicas, down_limit)
+            if stabilized < allowed:
+                limited_by = "rate limit" if down_limit > min_replicas else "min"
+                desired, why = allowed, f"{why}, {limited_by} {allowed}"
+    if desired > current:
+        ups.append([now, float(desired - current)])
+    elif desired < current:
+        downs.append([now, float(current - desired)])
+    keep_recs = now - max(
+        behavior.scale_up.stabilization_window_s, behavior.scale_down.stabilization_window_s
+    )
+    keep_events = now - behavior.longest_period_s()
+    new_state: dict[str, Any] = {
+        "recommendations": [[t, r] for t, r in recs if t >= keep_recs],
+        "scale_up_events": [[t, n] for t, n in ups if t > keep_events],
+        "scale_down_events": [[t, n] for t, n in downs if t > keep_events],
+    }
+    return desired, why, new_state

@@ -1,0 +1,228 @@
+"""KEDA with a Prometheus trigger: scale to zero on idle, and an HPA in between.
+
+KEDA is what users reach for when they want GPU inference to scale to zero. It
+runs two loops, both reproduced here:
+
+* The operator polls the scaler every ``pollingInterval`` (30 s). A trigger is
+  *active* when the query's value is above ``activationThreshold``. Active and
+  at 0 replicas: scale to ``max(minReplicaCount, 1)``. Inactive, above 0 and
+  ``minReplicaCount`` 0: scale to 0 once ``lastActiveTime + cooldownPeriod`` is
+  in the past (or, never active, ``creation + initialCooldownPeriod``). On a
+  query error with no fallback configured it does nothing. (KEDA's
+  ``scale_scaledobjects.go``, ``RequestScale`` and ``scaleToZeroOrIdle``.)
+* Above 0, the HPA KEDA created does the rest every sync period (15 s): an
+  External metric with an ``AverageValue`` target equal to the threshold, so
+  ``desired = ceil(value / threshold)`` outside the tolerance, then the same
+  behaviour (300 s down-stabilisation, +4 pods / +100 % per 15 s) as any HPA.
+  That part is ``hpa.external_average_value_replicas`` and
+  ``baseline.reconcile``, not a copy.
+
+The default query is the workload's total demand, requests in flight plus
+queued. A missing result holds the replicas (our fail-safe rule); note that
+KEDA's Prometheus scaler itself defaults to ``ignoreNullValues: true``, which
+would read an empty result as 0.
+"""
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.baseline import (
+    EPSILON_S,
+    HpaBehavior,
+    check_bounds,
+    clamp,
+    hold,
+    reconcile,
+    require,
+    summed_latest,
+)
+from gpuscale.scaling.hpa import (
+    Proposal,
+    external_average_value_replicas,
+    external_value_replicas,
+)
+from gpuscale.scaling.policy import Decision, Observation, State
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_QUERY = (
+    Signal("gpuscale_serving_requests_in_flight", aggregation="sum"),
+    Signal("gpuscale_serving_queue_requests", aggregation="sum"),
+)
+"""``sum(gpuscale_serving_requests_in_flight) + sum(gpuscale_serving_queue_requests)``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KedaConfig:
+    """A ScaledObject with one Prometheus trigger; KEDA's defaults.
+
+    Attributes:
+        threshold: Trigger ``threshold``: target value per replica (required, as in KEDA).
+        query_signal: The query; a tuple of Signals is their sum.
+        activation_threshold: Trigger ``activationThreshold``: active when the value is above it.
+        polling_interval_s: ``pollingInterval``.
+        cooldown_period_s: ``cooldownPeriod``: idle time before scaling to zero.
+        initial_cooldown_period_s: ``initialCooldownPeriod`` after creation.
+        min_replicas: ``minReplicaCount`` (0 allows scale to zero).
+        max_replicas: ``maxReplicaCount``.
+        metric_type: Trigger ``metricType``: ``AverageValue`` or ``Value``.
+        hpa_sync_period_s: Sync period of the HPA KEDA creates.
+        tolerance: That HPA's tolerance.
+        behavior: ``advanced.horizontalPodAutoscalerConfig.behavior`` (HPA defaults).
+    """
+
+    threshold: float
+    query_signal: Signal | tuple[Signal, ...] = DEFAULT_QUERY
+    activation_threshold: float = 0.0
+    polling_interval_s: float = 30.0
+    cooldown_period_s: float = 300.0
+    initial_cooldown_period_s: float = 0.0
+    min_replicas: int = 0
+    max_replicas: int = 100
+    metric_type: Literal["AverageValue", "Value"] = "AverageValue"
+    hpa_sync_period_s: float = 15.0
+    tolerance: float = 0.1
+    behavior: HpaBehavior = field(default_factory=HpaBehavior)
+
+    def __post_init__(self) -> None:
+        require(self.threshold > 0, "KedaConfig.threshold", self.threshold, "use a value > 0")
+        require(
+            self.activation_threshold >= 0,
+            "KedaConfig.activation_threshold",
+            self.activation_threshold,
+            "use 0 or more",
+        )
+        for key, value in (
+            ("polling_interval_s", self.polling_interval_s),
+            ("hpa_sync_period_s", self.hpa_sync_period_s),
+        ):
+            require(value > 0, f"KedaConfig.{key}", value, "use a period > 0 s")
+        for key, value in (
+            ("cooldown_period_s", self.cooldown_period_s),
+            ("initial_cooldown_period_s", self.initial_cooldown_period_s),
+        ):
+            require(value >= 0, f"KedaConfig.{key}", value, "use 0 or more seconds")
+        require(
+            self.metric_type in ("AverageValue", "Value"),
+            "KedaConfig.metric_type",
+            self.metric_type,
+            "use 'AverageValue' or 'Value'",
+        )
+        require(0 <= self.tolerance < 1, "KedaConfig.tolerance", self.tolerance, "use 0..1")
+        require(bool(self.terms), "KedaConfig.query_signal", self.query_signal, "give a Signal")
+        check_bounds("KedaConfig", self.min_replicas, self.max_replicas)
+        self.behavior.validate("KedaConfig.behavior")
+
+    @property
+    def terms(self) -> tuple[Signal, ...]:
+        """The Signals whose sum is the query."""
+        if isinstance(self.query_signal, Signal):
+            return (self.query_signal,)
+        return tuple(self.query_signal)
+
+
+def _due(state: Mapping[str, Any], key: str, period_s: float, now: float) -> bool:
+    """Whether a loop whose last run is ``state[key]`` should run at ``now``."""
+    last = state.get(key)
+    return last is None or now >= float(last) + period_s - EPSILON_S
+
+
+class KedaPolicy:
+    """KEDA's operator loop and its HPA, as a pure ``ScalingPolicy``.
+
+    ``interval_s`` is the shorter of the polling interval and the HPA sync
+    period; each loop runs when its own period has passed (times in state).
+    State keys: ``created_at``, ``last_poll``, ``last_hpa``, ``last_active``
+    (seconds or None) and ``hpa`` (the HPA's recommendations and scale events).
+    """
+
+    def __init__(self, config: KedaConfig, name: str = "keda") -> None:
+        self.config = config
+        self.name = name
+        self.interval_s = min(config.polling_interval_s, config.hpa_sync_period_s)
+        self.history_s = self.interval_s
+        self._keys = tuple(f"query_{i}" for i in range(len(config.terms)))
+        self.signals: Mapping[str, Signal] = MappingProxyType(
+            dict(zip(self._keys, config.terms, strict=True))
+        )
+        self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
+        self.min_replicas = config.min_replicas
+        self.max_replicas = config.max_replicas
+
+    def _done(self, current: int, replicas: int, reason: str, state: dict[str, Any]) -> Decision:
+        replicas = clamp(replicas, self.min_replicas, self.max_replicas)
+        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        return Decision(replicas, reason, state)
+
+    def _proposal(self, observation: Observation, value: float) -> Proposal:
+        cfg = self.config
+        target = observation.target
+        if cfg.metric_type == "AverageValue":
+            return external_average_value_replicas(
+                len(target.pods), value, cfg.threshold, cfg.tolerance
+            )
+        return external_value_replicas(
+            target.desired, target.ready, value, cfg.threshold, cfg.tolerance
+        )
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        """Run whichever of KEDA's poll and the HPA's sync is due.
+
+        Returns:
+            The desired replicas, a reason naming the query value, and the new state.
+        """
+        cfg = self.config
+        now = float(observation.now)
+        current = observation.target.desired
+        st: dict[str, Any] = dict(state)
+        st.setdefault("created_at", now)
+        if not observation.healthy:
+            decision = hold(observation, self.min_replicas, self.max_replicas, "unhealthy", st)
+            logger.info("%s: %s", self.name, decision.reason)
+            return decision
+        value = summed_latest(observation, self._keys)
+        if value is None:
+            why = "query returned no data"
+            decision = hold(observation, self.min_replicas, self.max_replicas, why, st)
+            logger.info("%s: %s", self.name, decision.reason)
+            return decision
+        if _due(st, "last_poll", cfg.polling_interval_s, now):
+            st["last_poll"] = now
+            active = value > cfg.activation_threshold
+            if active:
+                st["last_active"] = now
+            if active and current == 0:
+                replicas = max(cfg.min_replicas, 1)
+                why = f"activated: {value:g} > activation {cfg.activation_threshold:g}"
+                return self._done(current, replicas, why, st)
+            if not active and current > 0 and cfg.min_replicas == 0:
+                last = st.get("last_active")
+                if last is None:
+                    cooled = st["created_at"] + cfg.initial_cooldown_period_s < now
+                else:
+                    cooled = last + cfg.cooldown_period_s < now
+                if cooled:
+                    why = f"inactive ({value:g} <= {cfg.activation_threshold:g}) past cooldown"
+                    return self._done(current, 0, why, st)
+        if current > 0 and _due(st, "last_hpa", cfg.hpa_sync_period_s, now):
+            st["last_hpa"] = now
+            proposal = self._proposal(observation, value)
+            replicas, why, st["hpa"] = reconcile(
+                now,
+                current,
+                proposal.replicas,
+                min_replicas=max(cfg.min_replicas, 1),
+                max_replicas=cfg.max_replicas,
+                behavior=cfg.behavior,
+                state=st.get("hpa", {}),
+            )
+            reason = (
+                f"hpa: value {value:g} vs {cfg.metric_type} {cfg.threshold:g} "
+                f"-> {proposal.replicas} ({proposal.note}); {why}"
+            )
+            return self._done(current, replicas, reason, st)
+        return self._done(current, current, f"value {value:g}; no loop due", st)

@@ -1,0 +1,47 @@
+"""A fixed replica count: the baseline of provisioning for peak and never scaling.
+
+Every comparison needs the number a team would pick without an autoscaler; the
+harness sizes it (for example for the trace's p95 demand), and this policy
+simply keeps it. It reads no telemetry, so unhealthy data cannot move it.
+"""
+
+import logging
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.baseline import require
+from gpuscale.scaling.policy import Decision, Observation, State
+
+logger = logging.getLogger(__name__)
+
+
+class StaticPolicy:
+    """Always the same replica count.
+
+    Args:
+        replicas: The count to keep (0 or more).
+        name: Policy name in results.
+        interval_s: How often the controller asks, seconds.
+    """
+
+    def __init__(self, replicas: int, name: str = "static", interval_s: float = 60.0) -> None:
+        require(replicas >= 0, "StaticPolicy.replicas", replicas, "use 0 or more replicas")
+        require(interval_s > 0, "StaticPolicy.interval_s", interval_s, "use a period > 0 s")
+        self.replicas = replicas
+        self.name = name
+        self.interval_s = interval_s
+        self.history_s = 0.0
+        self.signals: Mapping[str, Signal] = MappingProxyType({})
+        self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
+        self.min_replicas = replicas
+        self.max_replicas = replicas
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        """Return the fixed count.
+
+        Returns:
+            ``replicas`` every time, and an empty state.
+        """
+        logger.info("%s: %d -> %d: static", self.name, observation.target.desired, self.replicas)
+        return Decision(self.replicas, f"static {self.replicas} replicas", {})

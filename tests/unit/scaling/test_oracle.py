@@ -1,0 +1,99 @@
+"""The oracle asks for replicas exactly lead_s before they are needed and drops them after."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling.oracle import OraclePolicy
+from gpuscale.scaling.policy import Observation, TargetStatus
+
+
+def at(now, desired=1, healthy=True):
+    return Observation(now, TargetStatus(desired), healthy=healthy)
+
+
+def decisions(policy, until):
+    times = [policy.interval_s * i for i in range(int(until / policy.interval_s) + 1)]
+    return {t: policy.decide(at(t), {}).replicas for t in times}
+
+
+def test_step_up_is_requested_exactly_lead_s_ahead():
+    required = [2] * 100 + [6] * 100
+    policy = OraclePolicy(required, lead_s=30.0, interval_s=5.0)
+    out = decisions(policy, 150)
+    assert out[65.0] == 2
+    assert out[70.0] == 6  # 100 - 30: ready exactly when needed
+    assert min(t for t, r in out.items() if r == 6) == 70.0
+
+
+def test_step_up_with_one_second_decisions_lands_lead_s_ahead():
+    required = [1] * 50 + [4] * 50
+    policy = OraclePolicy(required, lead_s=12.0, interval_s=1.0)
+    out = decisions(policy, 60)
+    assert min(t for t, r in out.items() if r == 4) == 38.0  # 50 - 12
+
+
+def test_drop_scales_down_as_soon_as_no_need_remains_in_the_lead_window():
+    required = [6] * 200 + [1] * 200
+    policy = OraclePolicy(required, lead_s=30.0, interval_s=5.0)
+    out = decisions(policy, 300)
+    assert out[195.0] == 6
+    assert out[200.0] == 1
+
+
+def test_short_dip_is_bridged_when_the_need_returns_within_the_lead_window():
+    required = [5] * 100 + [1] * 10 + [5] * 100
+    policy = OraclePolicy(required, lead_s=30.0, interval_s=5.0)
+    out = decisions(policy, 200)
+    assert min(out.values()) == 5
+
+
+def test_clamps_and_holds_last_value_past_the_trace():
+    policy = OraclePolicy([0, 0, 9, 3], lead_s=1.0, min_replicas=1, max_replicas=5, interval_s=1.0)
+    assert policy.decide(at(0.0), {}).replicas == 1
+    assert policy.decide(at(1.0), {}).replicas == 5
+    assert policy.decide(at(100.0), {}).replicas == 3
+
+
+def test_reads_no_telemetry_and_keeps_no_state():
+    policy = OraclePolicy([2, 2, 2], lead_s=0.0)
+    decision = policy.decide(at(0.0, desired=7, healthy=False), {})
+    assert decision.replicas == 2
+    assert decision.state == {}
+    assert dict(policy.signals) == {}
+    assert dict(policy.pod_signals) == {}
+    assert policy.max_replicas == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"required_per_s": [], "lead_s": 1.0}, "OraclePolicy.required_per_s"),
+        ({"required_per_s": [1, -1], "lead_s": 1.0}, "OraclePolicy.required_per_s=-1"),
+        ({"required_per_s": [1], "lead_s": -1.0}, "OraclePolicy.lead_s=-1.0"),
+        ({"required_per_s": [1], "lead_s": 1.0, "interval_s": 0.0}, "OraclePolicy.interval_s"),
+    ],
+)
+def test_bad_input_raises_config_error_naming_it(kwargs, key):
+    with pytest.raises(ConfigError) as info:
+        OraclePolicy(**kwargs)
+    assert str(info.value).startswith(key)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=300),
+    st.floats(0.0, 120.0),
+    st.floats(-10.0, 400.0),
+)
+def test_never_short_over_the_lead_window_and_within_bounds(required, lead_s, now):
+    policy = OraclePolicy(required, lead_s=lead_s, min_replicas=0, max_replicas=60)
+    replicas = policy.decide(at(now), {}).replicas
+    assert 0 <= replicas <= 60
+    # every second from now until a replica requested at the next decision is Ready
+    start = max(0, math.floor(now))
+    end = math.ceil(now + lead_s + policy.interval_s)
+    assert replicas >= max(required[start:end], default=0)

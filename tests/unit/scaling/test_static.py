@@ -1,0 +1,29 @@
+"""The static baseline keeps one replica count whatever it sees."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling.policy import Observation, TargetStatus
+from gpuscale.scaling.static import StaticPolicy
+
+
+@given(st.integers(0, 1000), st.floats(0, 1e6), st.booleans())
+def test_always_the_same_count(desired, now, healthy):
+    policy = StaticPolicy(7)
+    decision = policy.decide(Observation(now, TargetStatus(desired), healthy=healthy), {})
+    assert decision.replicas == 7
+    assert decision.state == {}
+
+
+def test_bounds_are_the_count():
+    policy = StaticPolicy(3)
+    assert (policy.min_replicas, policy.max_replicas) == (3, 3)
+    assert dict(policy.signals) == {}
+
+
+def test_negative_count_is_a_config_error():
+    with pytest.raises(ConfigError) as info:
+        StaticPolicy(-1)
+    assert str(info.value).startswith("StaticPolicy.replicas=-1")
