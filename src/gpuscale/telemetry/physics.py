@@ -1,0 +1,399 @@
+"""Simulated GPU device physics, vectorised over a whole fleet.
+
+The sim telemetry source and the cluster simulator need GPU telemetry a GPU engineer
+would accept, for up to 10,000 GPUs at once: power between idle and TDP, a die
+temperature that lags power, clocks that fall when the card is too hot or at its power
+limit, DCGM's counters in DCGM's units. Every per-GPU quantity is a numpy array, so a
+step costs the same few dozen array operations whatever the fleet size.
+
+Per GPU, for a step of ``dt`` seconds with the load held over the step:
+
+* Dynamic power follows DVFS, ``P = idle + (TDP - idle) * d * c**3`` with ``c`` the
+  SM clock as a share of the maximum and ``d`` the demand (busy share times the
+  workload's power intensity, with 1 % deterministic jitter).
+* Power limit: ``c`` drops until ``P <= TDP``; DCGM_FI_DEV_POWER_VIOLATION counts that time.
+* Temperature: ``dT/dt = (T_eq - T) / tau`` with ``T_eq = ambient + extra + R * P``,
+  solved exactly, so a 15 s step lands where fifteen 1 s steps would.
+* Thermal limit: once ``T`` reaches the slowdown temperature, ``c`` drops so that
+  ``T_eq`` equals it; DCGM_FI_DEV_THERMAL_VIOLATION counts the time from the crossing.
+  A card that passes its shutdown temperature falls off the bus (XID 79).
+"""
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuscale.errors import ConfigError
+from gpuscale.fields import DCGM_FIELDS
+from gpuscale.telemetry.loads import LLM_SERVING, ActivityMix
+
+logger = logging.getLogger(__name__)
+
+MIB = 1 << 20
+_US = 1e6  # DCGM violation counters are in microseconds
+IDLE_BUSY = 0.01  # below this busy share the driver drops to the idle clock
+POWER_JITTER = 0.01  # relative standard deviation of dynamic power, step to step
+SBE_RATE_PER_S = 1e-7  # correctable ECC errors per GPU-second (rare, as in healthy fleets)
+XID_FELL_OFF_BUS, XID_DBE, XID_ROW_REMAP_FAILURE = 79, 48, 64
+_P = "DCGM_FI_DEV_"
+_ENERGY, _XID, _REMAP_FAILURE = (
+    f"{_P}{k}" for k in ("TOTAL_ENERGY_CONSUMPTION", "XID_ERRORS", "ROW_REMAP_FAILURE")
+)
+_POWER_V, _THERMAL_V, _IDLE_V = (f"{_P}{k}_VIOLATION" for k in ("POWER", "THERMAL", "LOW_UTIL"))
+_SBE = (f"{_P}ECC_SBE_VOL_TOTAL", f"{_P}ECC_SBE_AGG_TOTAL")
+_DBE = (f"{_P}ECC_DBE_VOL_TOTAL", f"{_P}ECC_DBE_AGG_TOTAL")
+# State kept per GPU: every DCGM counter (most stay 0 in a healthy fleet) plus two gauges
+# that faults set. Rates that NVML reports under counter names are computed in fields().
+_STATE = (*(f.name for f in DCGM_FIELDS.values() if f.type == "counter"), _XID, _REMAP_FAILURE)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """Published figures for one GPU product, and the thermal constants derived from them.
+
+    Attributes:
+        name: ``modelName`` as NVML reports it.
+        short: Catalogue key (``H100``).
+        tdp_w: Default power limit; idle_w: board power with no kernels running (W).
+        memory_bytes: Framebuffer size as NVML reports it (nvidia-smi's MiB total).
+        max_sm_clock_mhz: Boost SM clock; base_sm_clock_mhz: the power-limit floor.
+        mem_clock_mhz: Memory clock in P0; idle_sm_clock_mhz: SM clock when idle.
+        slowdown_temp_c: Die temperature where thermal throttling starts.
+        shutdown_temp_c: Die temperature where the card shuts down.
+        thermal_resistance_c_per_w: Steady-state die rise over inlet air per watt.
+        thermal_time_constant_s: First-order time constant of the die temperature.
+        pcie_bytes_per_s, nvlink_bytes_per_s: Per direction, all links; 0 without NVLink.
+        fb_reserved_mib: Framebuffer the driver reserves (nvidia-smi "Reserved"), approximate.
+        hbm: HBM memory, which has a temperature sensor (GDDR parts report none).
+        nvenc: The chip has video encoders (Hopper and A100 have none).
+        row_remapping: Ampere and later remap rows; Volta retires pages instead.
+    """
+
+    name: str
+    short: str
+    tdp_w: float
+    idle_w: float
+    memory_bytes: int
+    max_sm_clock_mhz: float
+    base_sm_clock_mhz: float
+    mem_clock_mhz: float
+    slowdown_temp_c: float
+    shutdown_temp_c: float
+    thermal_resistance_c_per_w: float
+    thermal_time_constant_s: float
+    pcie_bytes_per_s: float
+    nvlink_bytes_per_s: float
+    idle_sm_clock_mhz: float = 210.0
+    fb_reserved_mib: int = 0
+    hbm: bool = True
+    nvenc: bool = False
+    row_remapping: bool = True
+
+
+# Sources: TDP, clocks, memory and link bandwidths from NVIDIA's datasheets (H100 SXM5
+# datasheet 2023; H200 datasheet 2024; A100 datasheet 2021; L4 product brief 2023; A10
+# datasheet, A10G as AWS g5 reports it; V100 datasheet 2020). Memory totals (MiB) and
+# idle power are nvidia-smi readings of idle cards; reserved framebuffer is ~.
+# Thresholds are `nvidia-smi -q` "GPU Slowdown/Shutdown Temp" (H100 PCIe product brief
+# PB-11133: 89/92 C). Thermal resistance is an estimate, not a datasheet figure: (typical
+# full-load die temperature of an air-cooled server at 25 C inlet - 25) / TDP. Time
+# constants estimate heat-sink lag (minutes to settle). Values marked ~ are approximate.
+# fmt: off
+_CATALOGUE = (
+    # H100 SXM5: 700 W, 80 GB HBM3, 1980 MHz boost, PCIe Gen5 x16 (64 GB/s per direction),
+    # NVLink 4 at 900 GB/s total. Full load ~78 C.
+    GpuModel("NVIDIA H100 80GB HBM3", "H100", 700.0, 70.0, 81559 * MIB, 1980.0, 1590.0, 2619.0,
+             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 579, True, False, True),
+    # H200 SXM: 700 W, 141 GB HBM3e, the Hopper die and limits of the H100.
+    GpuModel("NVIDIA H200", "H200", 700.0, 75.0, 143771 * MIB, 1980.0, 1590.0, 3201.0,
+             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 1024, True, False, True),
+    # A100 SXM4 80GB: 400 W, HBM2e, 1410 MHz boost, PCIe Gen4 x16, NVLink 3 at 600 GB/s
+    # total; nvidia-smi slowdown 89 C, shutdown 92 C. Full load ~75 C.
+    GpuModel("NVIDIA A100-SXM4-80GB", "A100", 400.0, 55.0, 81920 * MIB, 1410.0, 1275.0, 1593.0,
+             89.0, 92.0, 0.125, 45.0, 32e9, 300e9, 210.0, 656, True, False, True),
+    # L4: 72 W passive low-profile card, 24 GB GDDR6, 795/2040 MHz, PCIe Gen4 x16, no
+    # NVLink, two NVENC. Full load ~73 C; thresholds ~.
+    GpuModel("NVIDIA L4", "L4", 72.0, 16.0, 23034 * MIB, 2040.0, 795.0, 6251.0,
+             92.0, 95.0, 0.68, 40.0, 32e9, 0.0, 210.0, 434, False, True, True),
+    # A10G (AWS g5): 300 W, 24 GB GDDR6, 1710 MHz boost, PCIe Gen4 x16, no NVLink.
+    # Full load ~76 C; thresholds ~.
+    GpuModel("NVIDIA A10G", "A10G", 300.0, 25.0, 23028 * MIB, 1710.0, 885.0, 6251.0,
+             93.0, 98.0, 0.17, 45.0, 32e9, 0.0, 210.0, 434, False, True, True),
+    # V100 SXM2 32GB: 300 W, HBM2, 1530 MHz boost, PCIe Gen3 x16, NVLink 2 at 300 GB/s
+    # total; Volta retires pages instead of remapping rows. Slowdown 87 C, shutdown 90 C.
+    GpuModel("Tesla V100-SXM2-32GB", "V100", 300.0, 40.0, 32510 * MIB, 1530.0, 1290.0, 877.0,
+             87.0, 90.0, 0.167, 45.0, 16e9, 150e9, 135.0, 0, True, True, False),
+)
+# fmt: on
+GPU_MODELS: dict[str, GpuModel] = {m.short: m for m in _CATALOGUE}
+
+
+def gpu_model(short: str) -> GpuModel:
+    """Look up a GPU model by its short name (``H100``), case-insensitively.
+
+    Raises:
+        ConfigError: The name is not in the catalogue.
+    """
+    found = GPU_MODELS.get(short) or GPU_MODELS.get(short.upper())
+    if found is None:
+        choices = ", ".join(GPU_MODELS)
+        raise ConfigError(f"GPU model {short!r} is unknown: choose one of {choices}")
+    return found
+
+
+class FleetPhysics:
+    """The physical state of ``n`` GPUs, advanced together.
+
+    Args:
+        models: One model per GPU.
+        ambient_c: Inlet air temperature.
+        seed: Seeds per-GPU silicon variation (±2 % dynamic power) and step jitter.
+        resident_bytes: Framebuffer held by the loaded model, per GPU or for all.
+        mix: How busy time maps to activity counters and power.
+        start_s: Clock value at construction; XID events are stamped on this clock.
+    """
+
+    def __init__(
+        self,
+        models: Sequence[GpuModel],
+        *,
+        ambient_c: float = 25.0,
+        seed: int = 0,
+        resident_bytes: float | np.ndarray = 0.0,
+        mix: ActivityMix = LLM_SERVING,
+        start_s: float = 0.0,
+    ) -> None:
+        if not models:
+            raise ConfigError("a simulated fleet needs at least one GPU model")
+        self.n = len(models)
+        self.ambient_c = float(ambient_c)
+        self.mix = mix
+        self.time_s = float(start_s)
+        self._rng = np.random.default_rng(seed)
+        kinds = list(dict.fromkeys(models))
+        which = np.fromiter((kinds.index(m) for m in models), dtype=np.intp, count=self.n)
+
+        def per_gpu(attr: str) -> np.ndarray:
+            return np.array([float(getattr(k, attr)) for k in kinds])[which]
+
+        self._tdp, self._idle = per_gpu("tdp_w"), per_gpu("idle_w")
+        self._max_mhz, self._idle_mhz = per_gpu("max_sm_clock_mhz"), per_gpu("idle_sm_clock_mhz")
+        self._base_frac = per_gpu("base_sm_clock_mhz") / self._max_mhz
+        self._floor_frac = self._idle_mhz / self._max_mhz
+        self._mem_mhz = per_gpu("mem_clock_mhz")
+        self._slowdown, self._shutdown = per_gpu("slowdown_temp_c"), per_gpu("shutdown_temp_c")
+        self._r = per_gpu("thermal_resistance_c_per_w")
+        self._tau = per_gpu("thermal_time_constant_s")
+        self._pcie, self._nvlink = per_gpu("pcie_bytes_per_s"), per_gpu("nvlink_bytes_per_s")
+        self._total_mib = np.floor(per_gpu("memory_bytes") / MIB)
+        self._reserved_mib = per_gpu("fb_reserved_mib")
+        self._remap = per_gpu("row_remapping") > 0
+        spread = np.clip(self._rng.standard_normal(self.n), -2.0, 2.0)
+        self._intensity = mix.power_intensity * (1.0 + 0.01 * spread)
+        self._resident = np.broadcast_to(np.asarray(resident_bytes, dtype=float), (self.n,)).copy()
+        self._working, self._extra_c = np.zeros(self.n), np.zeros(self.n)
+        # Dynamic state: idle steady state at ambient.
+        self.busy, self.lost = np.zeros(self.n), np.zeros(self.n, dtype=bool)
+        self.capacity_factor = np.ones(self.n)
+        self.power_w = self._idle.copy()
+        self.temperature_c = self.ambient_c + self._r * self.power_w
+        self._jitter = np.zeros(self.n)
+        self._counters = {k: np.zeros(self.n) for k in _STATE}
+        # Which GPUs have each field at all: NaN for the rest, whatever their state.
+        self._support = {
+            "DCGM_FI_DEV_MEMORY_TEMP": per_gpu("hbm") > 0,  # GDDR parts have no memory sensor
+            "DCGM_FI_DEV_ENC_UTIL": per_gpu("nvenc") > 0,
+            "DCGM_FI_DEV_VGPU_LICENSE_STATUS": np.zeros(self.n, dtype=bool),  # bare metal
+        }
+        for name in DCGM_FIELDS:
+            if "NVLINK" in name:
+                self._support[name] = self._nvlink > 0
+            elif "_RETIRED_" in name:  # page retirement: Volta and older
+                self._support[name] = ~self._remap
+            elif "REMAP" in name:  # row remapping: Ampere and later
+                self._support[name] = self._remap
+        self._events: list[tuple[int, float, int]] = []
+
+    def step(
+        self, dt: float, load: np.ndarray, working_set_bytes: np.ndarray | None = None
+    ) -> None:
+        """Advance every GPU by ``dt`` seconds at the given demanded busy share.
+
+        Args:
+            dt: Seconds to advance, >= 0.
+            load: Demanded busy share per GPU, 0 to 1 (NaN counts as 0).
+            working_set_bytes: Framebuffer used beyond the resident model, per GPU; None: 0.
+
+        Raises:
+            ValueError: ``dt`` is negative or ``load`` has the wrong shape.
+        """
+        if not dt >= 0.0:
+            raise ValueError(f"dt must be >= 0 seconds, got {dt}")
+        demanded = np.asarray(load, dtype=float)
+        if demanded.shape != (self.n,):
+            raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
+        alive = ~self.lost
+        busy = np.where(alive, np.clip(np.nan_to_num(demanded, nan=0.0), 0.0, 1.0), 0.0)
+        self._jitter = np.clip(self._rng.standard_normal(self.n), -3.0, 3.0)
+        demand = self._intensity * busy * (1.0 + POWER_JITTER * self._jitter)
+        head = self._tdp - self._idle
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # Power limit: the clock share where idle + head * demand * c**3 == TDP.
+            c_pow = np.maximum(np.minimum(1.0, np.cbrt(1.0 / demand)), self._base_frac)
+            p_free = np.minimum(self._idle + head * demand * c_pow**3, self._tdp)
+            t_amb = self.ambient_c + self._extra_c
+            t_eq_free = t_amb + self._r * p_free
+            # Thermal limit: the clock share whose power holds the die at slowdown.
+            p_hold = (self._slowdown - t_amb) / self._r
+            c_th = np.nan_to_num(np.cbrt((p_hold - self._idle) / (head * demand)), nan=1.0)
+            c_th = np.clip(c_th, self._floor_frac, c_pow)
+            p_held = np.minimum(self._idle + head * demand * c_th**3, self._tdp)
+            t_eq_held = t_amb + self._r * p_held
+            t0 = self.temperature_c
+            t_end_free = t_eq_free + (t0 - t_eq_free) * np.exp(-dt / self._tau)
+            hot = t_eq_free > self._slowdown
+            already = t0 >= self._slowdown
+            crosses = hot & ~already & (t_end_free >= self._slowdown)
+            to_cross = self._tau * np.log((t_eq_free - t0) / (t_eq_free - self._slowdown))
+        t_cross = np.clip(np.where(crosses, to_cross, np.where(already, 0.0, dt)), 0.0, dt)
+        throttled = hot & (already | crosses)
+        t_held = np.where(throttled, dt - t_cross, 0.0)
+        t_from = np.where(already, t0, self._slowdown)
+        t_end_held = t_eq_held + (t_from - t_eq_held) * np.exp(-t_held / self._tau)
+        self.temperature_c = np.where(throttled, t_end_held, t_end_free)
+        clock = np.where(throttled, c_th, c_pow)
+        self.power_w = np.where(throttled, p_held, p_free)
+        self.busy = busy
+        c, live = self._counters, alive.astype(float)
+        c[_ENERGY] += (p_free * (dt - t_held) + p_held * t_held) * 1e3 * live  # mJ
+        c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _US * live
+        c[_THERMAL_V] += t_held * _US * live
+        c[_IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _US * live
+        self._add_correctable_errors(dt, alive)
+        ws = 0.0 if working_set_bytes is None else working_set_bytes
+        self._working = np.broadcast_to(np.asarray(ws, dtype=float), (self.n,))
+        self.time_s += dt
+        self._check_shutdown(alive)
+        self.capacity_factor = np.where(self.lost, 0.0, clock)
+
+    def _add_correctable_errors(self, dt: float, alive: np.ndarray) -> None:
+        hits = self._rng.integers(0, self.n, self._rng.poisson(SBE_RATE_PER_S * dt * self.n))
+        for key in _SBE:
+            np.add.at(self._counters[key], hits[alive[hits]], 1.0)
+
+    def _check_shutdown(self, was_alive: np.ndarray) -> None:
+        for i in np.flatnonzero(was_alive & (self.temperature_c >= self._shutdown)):
+            logger.warning("GPU %d passed its shutdown temperature and fell off the bus", i)
+            self.inject_xid(int(i), XID_FELL_OFF_BUS, self.time_s)
+
+    def fields(self) -> dict[str, np.ndarray]:
+        """Every DCGM field this fleet reports, one value per GPU.
+
+        Returns:
+            DCGM field name to a float array of length ``n``, in the catalogue's units
+            (``%``, ratios 0 to 1, MiB, W, mJ, C, MHz, us, KB/s, MB/s, B/s). NaN where the
+            GPU cannot report the field: a lost GPU, or a field its model lacks.
+        """
+        b, m, c = self.busy, self.mix, self._counters
+        wiggle = 1.0 + POWER_JITTER * self._jitter
+
+        def ratio(share: float) -> np.ndarray:
+            return np.clip(b * share * wiggle, 0.0, 1.0)
+
+        boost = np.round(self.capacity_factor * self._max_mhz)
+        clock = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
+        used_b = np.clip(self._resident + self._working, 0.0, None)
+        used = np.minimum(np.round(used_b / MIB), self._total_mib - self._reserved_mib)
+        rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
+        tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
+        nvl = self._nvlink * m.nvlink_share * b * wiggle
+        dram = ratio(m.dram_active)
+        out = {k: np.floor(v) for k, v in c.items()}
+        out |= {
+            f"{_P}SM_CLOCK": clock,
+            f"{_P}MEM_CLOCK": self._mem_mhz.copy(),
+            f"{_P}MEMORY_TEMP": np.round(self.temperature_c + 3.0 + 10.0 * dram),
+            f"{_P}GPU_TEMP": np.round(self.temperature_c),
+            f"{_P}POWER_USAGE": np.round(self.power_w, 3),
+            f"{_P}PCIE_TX_THROUGHPUT": np.round(tx / 1024.0),  # KB/s, as NVML samples it
+            f"{_P}PCIE_RX_THROUGHPUT": np.round(rx / 1024.0),
+            f"{_P}GPU_UTIL": np.round(100.0 * b),
+            f"{_P}MEM_COPY_UTIL": np.round(100.0 * dram),
+            f"{_P}FB_TOTAL": self._total_mib.copy(),
+            f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
+            f"{_P}FB_USED": used,
+            f"{_P}FB_RESERVED": self._reserved_mib.copy(),
+            f"{_P}NVLINK_BANDWIDTH_TOTAL": np.round(2.0 * nvl / 1e6),  # MB/s, tx + rx, as DCGM
+            f"{_P}ENC_UTIL": np.zeros(self.n),
+            f"{_P}DEC_UTIL": np.zeros(self.n),
+            f"{_P}VGPU_LICENSE_STATUS": np.zeros(self.n),
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ratio(1.0),
+            "DCGM_FI_PROF_SM_ACTIVE": ratio(m.sm_active),
+            "DCGM_FI_PROF_SM_OCCUPANCY": ratio(m.sm_occupancy),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio(m.tensor_active),
+            "DCGM_FI_PROF_DRAM_ACTIVE": dram,
+            "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ratio(m.fp64_active),
+            "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ratio(m.fp32_active),
+            "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ratio(m.fp16_active),
+            "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
+            "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
+            "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
+            "DCGM_FI_PROF_NVLINK_RX_BYTES": nvl.copy(),
+        }
+        for name, arr in out.items():
+            mask = self._support.get(name)
+            arr[self.lost if mask is None else self.lost | ~mask] = np.nan
+        return out
+
+    def _check_index(self, i: int) -> None:
+        if not 0 <= i < self.n:
+            raise ValueError(f"GPU index {i} is out of range 0..{self.n - 1}")
+
+    def inject_xid(self, i: int, xid: int, at: float) -> None:
+        """Report XID ``xid`` on GPU ``i`` at time ``at``; XID 79 takes the GPU off the bus."""
+        self._check_index(i)
+        self._counters[_XID][i] = xid
+        self._events.append((i, float(at), int(xid)))
+        if xid == XID_FELL_OFF_BUS:
+            self.lost[i] = True
+            self.busy[i] = 0.0
+            self.capacity_factor[i] = 0.0
+
+    def inject_ecc_dbe(self, i: int, at: float) -> None:
+        """A double-bit ECC error on GPU ``i``: counters, a remapped row or retired page, XID 48."""
+        self._check_index(i)
+        c = self._counters
+        for key in _DBE:
+            c[key][i] += 1
+        c[f"{_P}UNCORRECTABLE_REMAPPED_ROWS" if self._remap[i] else f"{_P}RETIRED_DBE"][i] += 1
+        self.inject_xid(i, XID_DBE, at)
+
+    def inject_thermal(self, i: int, extra_c: float = 20.0) -> None:
+        """Cooling failure on GPU ``i``: equilibrium ``ambient + R * P + extra_c``.
+
+        It throttles once that passes slowdown: with 20 C, only when heavily loaded.
+        """
+        self._check_index(i)
+        self._extra_c[i] = extra_c
+
+    def clear_thermal(self, i: int) -> None:
+        """Cooling restored on GPU ``i``."""
+        self._check_index(i)
+        self._extra_c[i] = 0.0
+
+    def inject_row_remap_failure(self, i: int, at: float) -> None:
+        """Row remapping failed on GPU ``i``: ROW_REMAP_FAILURE=1 and XID 64."""
+        self._check_index(i)
+        self._counters[_REMAP_FAILURE][i] = 1.0
+        self.inject_xid(i, XID_ROW_REMAP_FAILURE, at)
+
+    def drain_xid_events(self) -> list[tuple[int, float, int]]:
+        """XID events since the last drain.
+
+        Returns:
+            ``(gpu index, timestamp in seconds on this fleet's clock, xid)`` tuples, oldest first.
+        """
+        events, self._events = self._events, []
+        return events
