@@ -1,0 +1,1 @@
+"""Fakes of the vendor GPU libraries (pynvml, amdsmi) for machines without a GPU."""

@@ -1,0 +1,377 @@
+# ruff: noqa: N818 - class names mirror amdsmi
+"""A fake of AMD's ``amdsmi`` Python package that behaves like it on a ROCm host.
+
+Tests install it with ``monkeypatch.setitem(sys.modules, "amdsmi", module)``.
+It follows amdsmi 6.x/7.x (``amdsmi_interface.py``): the same function names and
+argument order, the same enums and values (``AmdSmiInitFlags``,
+``AmdSmiClkType``, ``AmdSmiTemperatureType``, ``AmdSmiTemperatureMetric``), the
+exception classes with ``err_code``, dict answers with the real keys, and the
+string ``"N/A"`` where the library reports a sentinel (0xFFFF activity or power,
+max-uint clocks).
+
+Configure it with ``configure([FakeAmdGpu(...), ...])``. Per device you can
+make the GPU lost, make a function unsupported or fail with any status code.
+``calls`` counts every API call by name.
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+# --- status codes (amdsmi_wrapper.AMDSMI_STATUS_*) ------------------------------
+AMDSMI_STATUS_SUCCESS = 0
+AMDSMI_STATUS_INVAL = 1
+AMDSMI_STATUS_NOT_SUPPORTED = 2
+AMDSMI_STATUS_NOT_YET_IMPLEMENTED = 3
+AMDSMI_STATUS_FAIL_LOAD_MODULE = 4
+AMDSMI_STATUS_DRM_ERROR = 6
+AMDSMI_STATUS_API_FAILED = 7
+AMDSMI_STATUS_TIMEOUT = 8
+AMDSMI_STATUS_RETRY = 9
+AMDSMI_STATUS_NO_PERM = 10
+AMDSMI_STATUS_IO = 12
+AMDSMI_STATUS_INIT_ERROR = 18
+AMDSMI_STATUS_NOT_FOUND = 31
+AMDSMI_STATUS_NOT_INIT = 32
+AMDSMI_STATUS_DRIVER_NOT_LOADED = 34
+AMDSMI_STATUS_NO_DATA = 40
+AMDSMI_STATUS_AMDGPU_RESTART_ERR = 54
+
+_INFO = {
+    AMDSMI_STATUS_INVAL: "AMDSMI_STATUS_INVAL - Invalid parameters",
+    AMDSMI_STATUS_NOT_SUPPORTED: "AMDSMI_STATUS_NOT_SUPPORTED - Feature not supported",
+    AMDSMI_STATUS_TIMEOUT: "AMDSMI_STATUS_TIMEOUT - Timeout in API call",
+    AMDSMI_STATUS_NO_PERM: "AMDSMI_STATUS_NO_PERM - Permission Denied",
+    AMDSMI_STATUS_IO: "AMDSMI_STATUS_IO - I/O Error",
+    AMDSMI_STATUS_INIT_ERROR: "AMDSMI_STATUS_INIT_ERROR - Initialization error",
+    AMDSMI_STATUS_NOT_FOUND: "AMDSMI_STATUS_NOT_FOUND - Device Not found",
+    AMDSMI_STATUS_DRIVER_NOT_LOADED: "AMDSMI_STATUS_DRIVER_NOT_LOADED - Driver not loaded",
+}
+
+
+class AmdSmiException(Exception):
+    """Base smi exception class."""
+
+
+class AmdSmiLibraryException(AmdSmiException):
+    """A status code other than success from the C library."""
+
+    def __init__(self, err_code: int) -> None:
+        err_code = abs(err_code)
+        super().__init__(err_code)
+        self.err_code = err_code
+        self.err_info = _INFO.get(
+            err_code, "AMDSMI_STATUS_UNKNOWN_ERROR - An unknown error occurred"
+        )
+
+    def __str__(self) -> str:
+        return f"Error code:\n\t{self.err_code} | {self.err_info}"
+
+    def get_error_code(self) -> int:
+        return self.err_code
+
+
+class AmdSmiRetryException(AmdSmiLibraryException):
+    def __init__(self) -> None:
+        super().__init__(AMDSMI_STATUS_RETRY)
+
+
+class AmdSmiTimeoutException(AmdSmiLibraryException):
+    def __init__(self) -> None:
+        super().__init__(AMDSMI_STATUS_TIMEOUT)
+
+
+class AmdSmiParameterException(AmdSmiException):
+    def __init__(self, receivedValue: Any, expectedType: Any) -> None:  # noqa: N803
+        super().__init__(f"Invalid parameter: {type(receivedValue)}, expected {expectedType}")
+        self.err_code = None
+
+
+# --- enums (values from amdsmi_wrapper) -----------------------------------------
+class AmdSmiInitFlags(IntEnum):
+    INIT_ALL_PROCESSORS = 0xFFFFFFFF
+    INIT_AMD_CPUS = 1
+    INIT_AMD_GPUS = 2
+    INIT_AMD_APUS = 3
+    INIT_NON_AMD_CPUS = 4
+    INIT_NON_AMD_GPUS = 8
+
+
+class AmdSmiClkType(IntEnum):
+    SYS = 0
+    GFX = 0
+    DF = 1
+    DCEF = 2
+    SOC = 3
+    MEM = 4
+    PCIE = 5
+    VCLK0 = 6
+    VCLK1 = 7
+    DCLK0 = 8
+    DCLK1 = 9
+
+
+class AmdSmiTemperatureType(IntEnum):
+    EDGE = 0
+    HOTSPOT = 1
+    JUNCTION = 1
+    VRAM = 2
+    HBM_0 = 3
+    HBM_1 = 4
+    HBM_2 = 5
+    HBM_3 = 6
+    PLX = 7
+
+
+class AmdSmiTemperatureMetric(IntEnum):
+    CURRENT = 0
+    MAX = 1
+    MIN = 2
+    CRITICAL = 5
+    EMERGENCY = 7
+
+
+# --- configuration --------------------------------------------------------------
+@dataclass
+class FakeAmdGpu:
+    """One fake AMD GPU with the values amdsmi returns (in amdsmi's units)."""
+
+    uuid: str = "5fff74a1-0000-1000-80bd-4f2b5fcd1c5a"
+    market_name: str = "AMD Instinct MI300X"
+    asic_serial: str = "0x9F2A11B0C0DE0001"
+    product_serial: str = "692251001124"
+    bdf: str = "0000:0c:00.0"
+    drm_card: int | str = 1
+    driver_version: str = "6.8.5"
+    activity: dict[str, int | str] = field(
+        default_factory=lambda: {"gfx_activity": 76, "umc_activity": 33, "mm_activity": "N/A"}
+    )
+    vram_total_mb: int = 196592
+    vram_used_mb: int = 70000
+    current_socket_power: int | str = 612  # W
+    average_socket_power: int | str = "N/A"  # W; MI200 reports this one instead
+    energy_accumulator: int = 1_000_000
+    counter_resolution: float = 15.259  # uJ per tick
+    temps: dict[int, int] = field(default_factory=lambda: {0: 41, 1: 63, 2: 55})  # by sensor
+    clocks: dict[int, int | str] = field(default_factory=lambda: {0: 2100, 4: 1300})  # MHz
+    ecc: tuple[int, int, int] = (12, 1, 0)  # correctable, uncorrectable, deferred
+    pcie_speed: int = 32000  # MT/s
+    pcie_bandwidth: int = 9000  # Mb/s
+    pcie_replay_count: int = 5
+    lost: bool = False
+    unsupported: set[str] = field(default_factory=set)  # function names
+    failing: dict[str, int] = field(default_factory=dict)  # function name -> status code
+
+
+@dataclass(frozen=True)
+class _Handle:
+    index: int
+
+
+calls: Counter[str] = Counter()
+_gpus: list[FakeAmdGpu] = []
+_settings: dict[str, Any] = {"init_error": None, "initialized": False, "init_flag": None}
+
+
+def configure(gpus: list[FakeAmdGpu], *, init_error: int | None = None) -> None:
+    """Set the fake machine: its GPUs and a status code amdsmi_init fails with."""
+    _gpus[:] = gpus
+    calls.clear()
+    _settings.update(init_error=init_error, initialized=False, init_flag=None)
+
+
+def init_flag() -> Any:
+    """The flag amdsmi_init was called with."""
+    return _settings["init_flag"]
+
+
+def _gpu(fn: str, handle: _Handle) -> FakeAmdGpu:
+    calls[fn] += 1
+    if not _settings["initialized"]:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_INIT)
+    if not isinstance(handle, _Handle):
+        raise AmdSmiParameterException(handle, _Handle)
+    gpu = _gpus[handle.index]
+    if gpu.lost:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_FOUND)
+    if fn in gpu.failing:
+        code = gpu.failing[fn]
+        if code == AMDSMI_STATUS_TIMEOUT:
+            raise AmdSmiTimeoutException
+        raise AmdSmiLibraryException(code)
+    if fn in gpu.unsupported:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+    return gpu
+
+
+# --- library ---------------------------------------------------------------------
+def amdsmi_init(flag: AmdSmiInitFlags = AmdSmiInitFlags.INIT_AMD_GPUS) -> None:
+    calls["amdsmi_init"] += 1
+    if not isinstance(flag, AmdSmiInitFlags):
+        raise AmdSmiParameterException(flag, AmdSmiInitFlags)
+    if _settings["init_error"] is not None:
+        raise AmdSmiLibraryException(_settings["init_error"])
+    _settings.update(initialized=True, init_flag=flag)
+
+
+def amdsmi_shut_down() -> None:
+    calls["amdsmi_shut_down"] += 1
+    _settings["initialized"] = False
+
+
+def amdsmi_get_processor_handles() -> list[_Handle]:
+    calls["amdsmi_get_processor_handles"] += 1
+    if not _settings["initialized"]:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_INIT)
+    return [_Handle(i) for i in range(len(_gpus))]
+
+
+# --- identity --------------------------------------------------------------------
+def amdsmi_get_gpu_device_uuid(processor_handle: _Handle) -> str:
+    return _gpu("amdsmi_get_gpu_device_uuid", processor_handle).uuid
+
+
+def amdsmi_get_gpu_device_bdf(processor_handle: _Handle) -> str:
+    return _gpu("amdsmi_get_gpu_device_bdf", processor_handle).bdf
+
+
+def amdsmi_get_gpu_asic_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_asic_info", processor_handle)
+    return {
+        "market_name": gpu.market_name,
+        "vendor_id": "0x1002",
+        "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]",
+        "subvendor_id": "0x1002",
+        "device_id": "0x74a1",
+        "rev_id": "0x00",
+        "asic_serial": gpu.asic_serial,
+        "oam_id": 0,
+        "num_compute_units": 304,
+        "target_graphics_version": "gfx942",
+        "subsystem_id": "0x74a1",
+    }
+
+
+def amdsmi_get_gpu_board_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_board_info", processor_handle)
+    return {
+        "model_number": "102-G30211-00",
+        "product_serial": gpu.product_serial,
+        "fru_id": "N/A",
+        "product_name": gpu.market_name,
+        "manufacturer_name": "AMD",
+    }
+
+
+def amdsmi_get_gpu_driver_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_driver_info", processor_handle)
+    return {"driver_name": "amdgpu", "driver_version": gpu.driver_version, "driver_date": "N/A"}
+
+
+def amdsmi_get_gpu_enumeration_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_enumeration_info", processor_handle)
+    index = processor_handle.index
+    return {
+        "drm_render": 128 + index,
+        "drm_card": gpu.drm_card,
+        "hsa_id": index + 2,
+        "hip_id": index,
+        "hip_uuid": f"GPU-{gpu.uuid[:16]}",
+    }
+
+
+# --- telemetry ---------------------------------------------------------------------
+def amdsmi_get_gpu_activity(processor_handle: _Handle) -> dict[str, Any]:
+    return dict(_gpu("amdsmi_get_gpu_activity", processor_handle).activity)
+
+
+def amdsmi_get_gpu_vram_usage(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_vram_usage", processor_handle)
+    return {"vram_total": gpu.vram_total_mb, "vram_used": gpu.vram_used_mb}
+
+
+def amdsmi_get_power_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_power_info", processor_handle)
+    return {
+        "socket_power": gpu.current_socket_power,
+        "current_socket_power": gpu.current_socket_power,
+        "average_socket_power": gpu.average_socket_power,
+        "gfx_voltage": "N/A",
+        "soc_voltage": "N/A",
+        "mem_voltage": "N/A",
+        "power_limit": 750000000,
+    }
+
+
+def amdsmi_get_energy_count(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_energy_count", processor_handle)
+    return {
+        "energy_accumulator": gpu.energy_accumulator,
+        "counter_resolution": gpu.counter_resolution,
+        "timestamp": 1_700_000_000_000_000,
+    }
+
+
+def amdsmi_get_temp_metric(
+    processor_handle: _Handle,
+    sensor_type: AmdSmiTemperatureType,
+    metric: AmdSmiTemperatureMetric,
+) -> int:
+    gpu = _gpu("amdsmi_get_temp_metric", processor_handle)
+    if not isinstance(sensor_type, AmdSmiTemperatureType):
+        raise AmdSmiParameterException(sensor_type, AmdSmiTemperatureType)
+    if not isinstance(metric, AmdSmiTemperatureMetric):
+        raise AmdSmiParameterException(metric, AmdSmiTemperatureMetric)
+    if int(sensor_type) not in gpu.temps:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+    return gpu.temps[int(sensor_type)]
+
+
+def amdsmi_get_clock_info(processor_handle: _Handle, clock_type: AmdSmiClkType) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_clock_info", processor_handle)
+    if not isinstance(clock_type, AmdSmiClkType):
+        raise AmdSmiParameterException(clock_type, AmdSmiClkType)
+    if int(clock_type) not in gpu.clocks:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+    return {
+        "clk": gpu.clocks[int(clock_type)],
+        "min_clk": 500,
+        "max_clk": 2100,
+        "clk_locked": False,
+        "clk_deep_sleep": 0,
+    }
+
+
+def amdsmi_get_gpu_total_ecc_count(processor_handle: _Handle) -> dict[str, Any]:
+    correctable, uncorrectable, deferred = _gpu(
+        "amdsmi_get_gpu_total_ecc_count", processor_handle
+    ).ecc
+    return {
+        "correctable_count": correctable,
+        "uncorrectable_count": uncorrectable,
+        "deferred_count": deferred,
+    }
+
+
+def amdsmi_get_pcie_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_pcie_info", processor_handle)
+    return {
+        "pcie_static": {
+            "max_pcie_width": 16,
+            "max_pcie_speed": 32000,
+            "pcie_interface_version": 5,
+            "slot_type": "OAM",
+        },
+        "pcie_metric": {
+            "pcie_width": 16,
+            "pcie_speed": gpu.pcie_speed,
+            "pcie_bandwidth": gpu.pcie_bandwidth,
+            "pcie_replay_count": gpu.pcie_replay_count,
+            "pcie_l0_to_recovery_count": 0,
+            "pcie_replay_roll_over_count": 0,
+            "pcie_nak_sent_count": 0,
+            "pcie_nak_received_count": 0,
+            "pcie_lc_perf_other_end_recovery_count": 0,
+        },
+    }
