@@ -44,11 +44,11 @@ def _peak_rss_mb(pid: int) -> float:
 
 def serve_baseline(gpus: int, port: int) -> None:
     """The naive exporter: prometheus_client's server, families rebuilt on every scrape."""
-    from gpuscale.telemetry.sim import SimSource
     from prometheus_client import CollectorRegistry, start_http_server
 
     from gpuscale.exporter.collector import SnapshotFamilies
     from gpuscale.fields import default_counters
+    from gpuscale.telemetry.sim import SimSource
 
     source = SimSource(gpus)
     families = SnapshotFamilies(default_counters())
@@ -67,8 +67,8 @@ def serve_baseline(gpus: int, port: int) -> None:
 def _start(kind: str, gpus: int) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     if kind == "gpuscale":
-        args = [sys.executable, "-m", "gpuscale", "--log-level", "warning", "exporter",
-                "--source", "sim", "--gpus", str(gpus), "--address", f"127.0.0.1:{port}"]  # fmt: skip
+        args = [sys.executable, "-m", "gpuscale", "--log-level", "warning", "exporter"]
+        args += ["--source", "sim", "--gpus", str(gpus), "--address", f"127.0.0.1:{port}"]
     else:
         args = [sys.executable, __file__, "--serve-baseline", str(gpus), str(port)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -3,6 +3,7 @@
 import base64
 import datetime
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -17,6 +18,10 @@ from cryptography.x509.oid import NameOID
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import free_port, gpuscale_cmd, start_exporter, wait_http
+
+
+def _trust(cert) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cert))
 
 
 def _samples(body: str, name: str) -> dict[str, float]:
@@ -139,7 +144,7 @@ def tls_exporter(tmp_path_factory):
         tmp, "--source", "sim", "--gpus", "2", "--web-config-file", str(tmp / "web.yml")
     )
     try:
-        wait_http(f"https://127.0.0.1:{port}/metrics", 15, verify=str(cert))
+        wait_http(f"https://127.0.0.1:{port}/metrics", 15, verify=_trust(cert))
         yield port, cert
     finally:
         proc.stop()
@@ -147,23 +152,23 @@ def tls_exporter(tmp_path_factory):
 
 def test_right_password_over_tls_gets_metrics(tls_exporter):
     port, cert = tls_exporter
-    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "s3cret"), verify=str(cert))
+    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "s3cret"), verify=_trust(cert))
     assert r.status_code == 200
     assert r.text.count("DCGM_FI_DEV_GPU_UTIL{") == 2
 
 
 def test_wrong_password_gets_401(tls_exporter):
     port, cert = tls_exporter
-    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "wrong"), verify=str(cert))
+    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "wrong"), verify=_trust(cert))
     assert r.status_code == 401
     assert r.headers["WWW-Authenticate"].startswith("Basic")
-    no_auth = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=str(cert))
+    no_auth = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=_trust(cert))
     assert no_auth.status_code == 401
     token = base64.b64encode(b"nobody:s3cret").decode()
     other = httpx.get(
         f"https://127.0.0.1:{port}/metrics",
         headers={"Authorization": f"Basic {token}"},
-        verify=str(cert),
+        verify=_trust(cert),
     )
     assert other.status_code == 401
 
@@ -172,7 +177,7 @@ def test_plain_http_against_tls_listener_fails_and_tls_still_works(tls_exporter)
     port, cert = tls_exporter
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "s3cret"), verify=str(cert))
+    r = httpx.get(f"https://127.0.0.1:{port}/metrics", auth=("prom", "s3cret"), verify=_trust(cert))
     assert r.status_code == 200
 
 

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from prometheus_client.metrics_core import Metric
 
-from gpuscale.fields.amd import AMD_FIELDS
+from gpuscale.fields.amd import AMD_FIELDS, CLOCK_TYPE_LABEL, split_labelled_key
 from gpuscale.fields.counters import Counter
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot
 
@@ -101,9 +101,10 @@ class SnapshotFamilies:
     def _amd_labels(self, info: GpuInfo, hostname: str) -> dict[str, str]:
         labels = {
             "gpu_id": str(info.index),
-            "serial_number": info.serial or "",
             "card_model": info.model,
+            "serial_number": info.serial or "",
             "hostname": hostname,
+            "gpu_uuid": str(info.uuid),
             "driver_version": info.driver_version,
         }
         if info.mig_instance_id is not None:
@@ -179,13 +180,20 @@ class SnapshotFamilies:
 
 
 def _amd_families(entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> Iterable[Metric]:
-    for field in AMD_FIELDS.values():
-        family = Metric(field.name, field.help, field.type if field.type != "label" else "gauge")
+    families: dict[str, Metric] = {}
+    for key, field in AMD_FIELDS.items():
+        name, clock_type = split_labelled_key(key)
+        family = families.get(name)
+        if family is None:
+            family = families[name] = Metric(name, field.help, "gauge")
         for device, labels in entities:
-            value = device.values.get(field.name)
-            if value is not None:
-                family.add_sample(field.name, labels, value)
-        yield family
+            value = device.values.get(key)
+            if value is None:
+                continue
+            if clock_type is not None:
+                labels = {**labels, CLOCK_TYPE_LABEL: clock_type}
+            family.add_sample(name, labels, value)
+    return families.values()
 
 
 class SnapshotCollector:

@@ -29,6 +29,8 @@ def render(families: Iterable[Metric]) -> bytes:
         UTF-8 exposition text.
     """
     out: list[str] = []
+    # Every family of one GPU shares one label dict, so format each label set once.
+    label_text: dict[int, str] = {}
     for family in families:
         if not family.samples:
             continue
@@ -40,11 +42,13 @@ def render(families: Iterable[Metric]) -> bytes:
             ftype = "untyped"
         out.append(f"# HELP {name} {_escape_help(family.documentation)}\n# TYPE {name} {ftype}\n")
         for sample in family.samples:
-            if sample.labels:
-                labels = ",".join(
-                    f'{k}="{escape_label_value(v)}"' for k, v in sample.labels.items()
-                )
-                out.append(f"{sample.name}{{{labels}}} {floatToGoString(sample.value)}\n")
-            else:
-                out.append(f"{sample.name} {floatToGoString(sample.value)}\n")
+            value = floatToGoString(sample.value)  # type: ignore[no-untyped-call]
+            if not sample.labels:
+                out.append(f"{sample.name} {value}\n")
+                continue
+            text = label_text.get(id(sample.labels))
+            if text is None:
+                text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sample.labels.items())
+                label_text[id(sample.labels)] = text
+            out.append(f"{sample.name}{{{text}}} {value}\n")
     return "".join(out).encode("utf-8")

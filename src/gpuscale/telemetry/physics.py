@@ -202,10 +202,10 @@ class FleetPhysics:
         self._jitter = np.zeros(self.n)
         self._counters = {k: np.zeros(self.n) for k in _STATE}
         # Which GPUs have each field at all: NaN for the rest, whatever their state.
+        # ENC_UTIL and VGPU_LICENSE_STATUS stay supported everywhere: DCGM reports 0 for
+        # them on encoder-less chips (A100, H100) and on bare metal, as dcgm-exporter shows.
         self._support = {
             "DCGM_FI_DEV_MEMORY_TEMP": per_gpu("hbm") > 0,  # GDDR parts have no memory sensor
-            "DCGM_FI_DEV_ENC_UTIL": per_gpu("nvenc") > 0,
-            "DCGM_FI_DEV_VGPU_LICENSE_STATUS": np.zeros(self.n, dtype=bool),  # bare metal
         }
         for name in DCGM_FIELDS:
             if "NVLINK" in name:

@@ -125,3 +125,29 @@ def test_pod_labels_added_where_a_mapping_exists(source):
         "vllm",
     )
     assert "pod" not in by_gpu["1"]
+
+
+def test_amd_gpus_use_device_metrics_exporter_names_and_labels():
+    info = GpuInfo(
+        0,
+        GpuUuid("1fff74a1-0000-1000-80dc-f0a2c1b3d4e5"),
+        "AMD Instinct MI300X",
+        "0000:0c:00.0",
+        "card1",
+        "amd",
+        "6.8.5",
+        serial="692251001124",
+    )
+    values = {"gpu_gfx_activity": 87.0, "gpu_clock|system": 2100.0, "gpu_clock|memory": 1300.0}
+    snap = Snapshot(1.0, "node-b", (DeviceSample(info, values),))
+    samples = _parse(render(SnapshotFamilies(default_counters()).build(snap, {})))
+    (gfx,) = samples["gpu_gfx_activity"]
+    assert gfx.value == 87.0
+    assert gfx.labels["gpu_id"] == "0"
+    assert gfx.labels["card_model"] == "AMD Instinct MI300X"
+    assert gfx.labels["serial_number"] == "692251001124"
+    assert gfx.labels["hostname"] == "node-b"
+    clocks = {s.labels["clock_type"]: s.value for s in samples["gpu_clock"]}
+    assert clocks == {"system": 2100.0, "memory": 1300.0}
+    assert not any(name.startswith("DCGM_") for name in samples)
+    assert samples["gpuscale_gpu_up"][0].labels["gpu_id"] == "0"

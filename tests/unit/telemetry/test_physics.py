@@ -242,8 +242,10 @@ def test_fields_cover_the_catalogue_and_absent_features_are_nan():
     assert nvlink
     assert all(np.isnan(f[n][1]) and not np.isnan(f[n][0]) for n in nvlink)
     assert np.isnan(f["DCGM_FI_DEV_MEMORY_TEMP"][1])  # GDDR6 has no memory sensor
-    assert np.isnan(f["DCGM_FI_DEV_ENC_UTIL"][0])
-    assert f["DCGM_FI_DEV_ENC_UTIL"][1] == 0
+    # DCGM reports 0, not blank, for encoder use on encoder-less chips and for the vGPU
+    # licence on bare metal; dcgm-exporter serves those zeros.
+    assert f["DCGM_FI_DEV_ENC_UTIL"].tolist() == [0.0, 0.0, 0.0]
+    assert f["DCGM_FI_DEV_VGPU_LICENSE_STATUS"].tolist() == [0.0, 0.0, 0.0]
     assert f["DCGM_FI_DEV_GPU_UTIL"].tolist() == [60.0, 60.0, 60.0]
     for name in REPORTED:
         if name.startswith("DCGM_FI_PROF_") and "BYTES" not in name:
