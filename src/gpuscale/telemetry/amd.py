@@ -20,6 +20,8 @@ are keyed ``gpu_clock|system`` and ``gpu_clock|memory`` by ``clock_type``.
 ``GpuInfo.device`` is the DRM card (``card1``), the name ``/dev/dri`` uses.
 """
 
+import contextlib
+import io
 import logging
 import socket
 import time
@@ -43,7 +45,10 @@ _MIB = 1024 * 1024
 
 def _load() -> ModuleType:
     """Import amdsmi lazily. Raises ImportError, KeyError or OSError without ROCm."""
-    import amdsmi  # noqa: TID251 - the one sanctioned importer
+    # amdsmi prints its own loader complaints to stdout on import; the one-line
+    # error raised from here says the same thing once, on stderr.
+    with contextlib.redirect_stdout(io.StringIO()):
+        import amdsmi  # noqa: TID251 - the one sanctioned importer
 
     module: ModuleType = amdsmi
     return module
