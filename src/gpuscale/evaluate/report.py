@@ -1,0 +1,173 @@
+"""How an evaluation is shown: a terminal table, a Markdown table and an HTML report.
+
+The same ``Evaluation`` feeds all three, so the table printed by
+``gpuscale evaluate``, the one pasted into the README and the one in
+``report.html`` never disagree. The HTML file is self-contained: its figures
+are embedded PNGs, so it can be mailed or attached to a pull request.
+"""
+
+import html
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.table import Table
+
+from gpuscale.evaluate.plots import all_figures
+from gpuscale.evaluate.results import Evaluation, PolicySummary, write_results
+from gpuscale.sim.outcome import RunResult
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = (
+    "policy",
+    "GPU-h",
+    "x oracle",
+    "within SLO",
+    "GPU util",
+    "p50 s",
+    "p99 s",
+    "requests",
+    "dropped",
+    "scale events",
+)
+"""Table columns, in order."""
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100.0:.1f}%"
+
+
+def table_rows(evaluation: Evaluation) -> list[list[str]]:
+    """The comparison as rows of text, one per policy, in ``COLUMNS`` order.
+
+    Returns:
+        Rows of formatted cells.
+    """
+    ratios = evaluation.gpu_hours_vs("oracle")
+    rows = []
+    for name, s in evaluation.policies.items():
+        rows.append(_row(name, s, ratios.get(name)))
+    return rows
+
+
+def _row(name: str, s: PolicySummary, ratio: float | None) -> list[str]:
+    return [
+        name,
+        f"{s.gpu_hours:.2f}",
+        _number(ratio, ".2f"),
+        _percent(s.slo_attainment),
+        _percent(s.mean_gpu_utilization),
+        _number(s.p50_latency_s, ".2f"),
+        _number(s.p99_latency_s, ".2f"),
+        f"{s.requests:.0f}",
+        f"{s.dropped_requests:.0f}",
+        str(s.scale_events),
+    ]
+
+
+def _caption(evaluation: Evaluation) -> str:
+    faults = ", ".join(evaluation.faults) or "none"
+    return (
+        f"trace {evaluation.trace} x{evaluation.scale:g}, {evaluation.duration_s:.0f} s, "
+        f"seed {evaluation.seed}, SLO {evaluation.slo_latency_s:g} s, faults: {faults}"
+    )
+
+
+def comparison_table(evaluation: Evaluation) -> Table:
+    """The comparison as a rich table for the terminal.
+
+    Returns:
+        A table with one row per policy.
+    """
+    table = Table(title=_caption(evaluation))
+    for i, column in enumerate(COLUMNS):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    for row in table_rows(evaluation):
+        table.add_row(*row)
+    return table
+
+
+def markdown_table(evaluation: Evaluation) -> str:
+    """The comparison as a Markdown table, ready for the README.
+
+    Returns:
+        The table text, a caption line first.
+    """
+    lines = [
+        f"_{_caption(evaluation)}_",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(evaluation)]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(evaluation: Evaluation, results: Sequence[RunResult]) -> str:
+    """A self-contained HTML report: scenario, table, parameters and figures.
+
+    Args:
+        evaluation: The scores.
+        results: The runs behind them, for the timelines.
+
+    Returns:
+        The HTML document.
+    """
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+        for row in table_rows(evaluation)
+    )
+    params = "".join(
+        f"<tr><td>{html.escape(name)}</td>"
+        f"<td><code>{html.escape(json.dumps(s.parameters, sort_keys=True))}</code></td></tr>"
+        for name, s in evaluation.policies.items()
+    )
+    figures = "".join(
+        f'<h3>{html.escape(title)}</h3><img alt="{html.escape(title)}" '
+        f'src="data:image/png;base64,{png}">'
+        for title, png in all_figures(evaluation, results).items()
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>gpuscale evaluation: {html.escape(evaluation.trace)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin-bottom: 1em; }}
+td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
+td:first-child, th:first-child {{ text-align: left; }}
+img {{ max-width: 100%; }}
+</style></head><body>
+<h1>gpuscale evaluation</h1>
+<p>{html.escape(_caption(evaluation))}</p>
+<h2>Comparison</h2>
+<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<h2>Policy parameters</h2>
+<table><tbody>{params}</tbody></table>
+<h2>Timelines</h2>
+{figures}
+</body></html>
+"""
+
+
+def write_report(
+    evaluation: Evaluation, results: Sequence[RunResult], out_dir: Path
+) -> tuple[Path, Path]:
+    """Write ``results.json`` and ``report.html`` into ``out_dir`` (created if needed).
+
+    Returns:
+        The paths of the JSON and HTML files.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "results.json"
+    html_path = out_dir / "report.html"
+    write_results(evaluation, json_path)
+    html_path.write_text(render_html(evaluation, results))
+    logger.info("wrote %s and %s", json_path, html_path)
+    return json_path, html_path

@@ -1,0 +1,207 @@
+"""The numbers a comparison is judged on, computed from each run's ``RunResult``.
+
+Every policy is scored the same way here, so a table row means the same thing
+for a baseline, the oracle and our own policies: GPU-hours spent, the share of
+requests answered within the SLO, how busy the allocated GPUs were, latency
+percentiles, drops and scale events. ``results.json`` is this module's output.
+"""
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpuscale.sim.outcome import FloatArray, RunResult
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySummary:
+    """One policy's score on one scenario.
+
+    Attributes:
+        gpu_hours: Allocated GPU time, hours.
+        slo_attainment: Fraction (0-1) of arrived requests completed within the SLO;
+            dropped requests count against it. None when no request arrived.
+        mean_gpu_utilization: Busy fraction (0-1) averaged over allocated GPU time;
+            None when no GPU was allocated.
+        p50_latency_s: Median end-to-end latency of completed requests, seconds.
+        p99_latency_s: 99th percentile of the same, seconds.
+        requests: Requests that arrived.
+        dropped_requests: Requests dropped after waiting past the timeout.
+        scale_events: Changes of the desired replica count.
+        parameters: The parameters the harness gave the policy, for the record.
+    """
+
+    gpu_hours: float
+    slo_attainment: float | None
+    mean_gpu_utilization: float | None
+    p50_latency_s: float | None
+    p99_latency_s: float | None
+    requests: float
+    dropped_requests: float
+    scale_events: int
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+def histogram_quantile(edges: FloatArray, counts: FloatArray, q: float) -> float | None:
+    """Quantile of a latency histogram, interpolating linearly inside the bin.
+
+    Args:
+        edges: Bin edges, seconds (``len(counts) + 1`` of them, increasing).
+        counts: Observations per bin.
+        q: Quantile in [0, 1].
+
+    Returns:
+        The latency in seconds, or None when the histogram is empty.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    total = float(counts.sum())
+    if total <= 0:
+        return None
+    cumulative = np.cumsum(counts)
+    rank = q * total
+    index = int(np.searchsorted(cumulative, rank, side="left"))
+    index = min(index, len(counts) - 1)
+    below = float(cumulative[index] - counts[index])
+    within = (rank - below) / float(counts[index]) if counts[index] > 0 else 0.0
+    low, high = float(edges[index]), float(edges[index + 1])
+    if not math.isfinite(high):
+        return low
+    return low + (high - low) * min(max(within, 0.0), 1.0)
+
+
+def summarise(result: RunResult, parameters: Mapping[str, Any] | None = None) -> PolicySummary:
+    """Score one run.
+
+    Args:
+        result: What the simulator returned.
+        parameters: The policy's parameters, recorded alongside.
+
+    Returns:
+        The policy's summary.
+    """
+    requests = float(result.requests)
+    gpu_seconds = float(result.gpu_seconds)
+    return PolicySummary(
+        gpu_hours=gpu_seconds / 3600.0,
+        slo_attainment=float(result.within_slo) / requests if requests > 0 else None,
+        mean_gpu_utilization=(
+            float(result.busy_gpu_seconds) / gpu_seconds if gpu_seconds > 0 else None
+        ),
+        p50_latency_s=histogram_quantile(result.latency_edges_s, result.latency_counts, 0.5),
+        p99_latency_s=histogram_quantile(result.latency_edges_s, result.latency_counts, 0.99),
+        requests=requests,
+        dropped_requests=float(result.dropped),
+        scale_events=int(result.scale_events),
+        parameters=dict(parameters or {}),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """Every policy's score on one scenario, as written to ``results.json``.
+
+    Attributes:
+        trace: Trace name or path.
+        seed: Seed shared by every run.
+        duration_s: Simulated seconds.
+        scale: Request-rate multiplier applied to the trace.
+        slo_latency_s: End-to-end latency a request must meet, seconds.
+        timeout_s: Queueing time after which a request is dropped, seconds.
+        faults: Fault specs injected into every run.
+        policies: Policy name to its summary, in the order run.
+    """
+
+    trace: str
+    seed: int
+    duration_s: float
+    scale: float
+    slo_latency_s: float
+    timeout_s: float
+    faults: tuple[str, ...]
+    policies: Mapping[str, PolicySummary]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document: scenario keys at the top, one object per policy.
+
+        Returns:
+            A mapping ready for ``json.dumps``; missing values are null.
+        """
+        return {
+            "trace": self.trace,
+            "seed": self.seed,
+            "duration_s": self.duration_s,
+            "scale": self.scale,
+            "slo_latency_s": self.slo_latency_s,
+            "timeout_s": self.timeout_s,
+            "faults": list(self.faults),
+            "policies": {name: asdict(s) for name, s in self.policies.items()},
+        }
+
+    def gpu_hours_vs(self, reference: str = "oracle") -> dict[str, float | None]:
+        """Each policy's GPU-hours as a multiple of ``reference``'s.
+
+        Returns:
+            Policy name to the ratio; None when the reference is absent or spent nothing.
+        """
+        base = self.policies.get(reference)
+        if base is None or base.gpu_hours <= 0:
+            return {name: None for name in self.policies}
+        return {name: s.gpu_hours / base.gpu_hours for name, s in self.policies.items()}
+
+
+def write_results(evaluation: Evaluation, path: Path) -> None:
+    """Write ``results.json``."""
+    path.write_text(json.dumps(evaluation.to_json(), indent=2, allow_nan=False) + "\n")
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """Read a ``results.json`` back.
+
+    Returns:
+        The parsed document.
+    """
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def evaluation_from(
+    *,
+    trace: str,
+    seed: int,
+    duration_s: float,
+    scale: float,
+    slo_latency_s: float,
+    timeout_s: float,
+    faults: Sequence[str],
+    runs: Sequence[tuple[RunResult, Mapping[str, Any]]],
+) -> Evaluation:
+    """Score every run of one scenario.
+
+    Args:
+        trace: Trace name or path.
+        seed: Seed shared by the runs.
+        duration_s: Simulated seconds.
+        scale: Request-rate multiplier.
+        slo_latency_s: SLO latency, seconds.
+        timeout_s: Drop timeout, seconds.
+        faults: Fault specs.
+        runs: Each run's result with the parameters its policy was given.
+
+    Returns:
+        The evaluation, policies in the order of ``runs``.
+    """
+    return Evaluation(
+        trace=trace,
+        seed=seed,
+        duration_s=duration_s,
+        scale=scale,
+        slo_latency_s=slo_latency_s,
+        timeout_s=timeout_s,
+        faults=tuple(faults),
+        policies={r.policy: summarise(r, p) for r, p in runs},
+    )

@@ -1,0 +1,399 @@
+"""Run every policy on the same scenario, with parameters chosen the same fair way.
+
+A comparison is only as fair as the parameters each contender gets, so they
+are derived here, from the scenario alone, by one documented rule each:
+
+* Every policy shares the trace, scale, seed, faults, cluster, serving model,
+  SLO and bounds: ``min_replicas`` 1 (so no policy pays a cold start for the
+  first request after a lull; KEDA and KPA could scale to zero but do not
+  here) and ``max_replicas`` twice the oracle's peak requirement (at least the
+  static count + 1), a ceiling no sensible policy reaches.
+* The run starts warm with the replicas the oracle needs in the first minute.
+* ``static``: the 95th percentile of the per-second requirement
+  (``sim.serving.required_replicas``): provisioned for p95 demand, never moves.
+* ``hpa``: Kubernetes HPA on ``DCGM_FI_DEV_GPU_UTIL`` with a 70 % target and
+  the controller's defaults.
+* ``keda``: KEDA's Prometheus trigger on in-flight plus queued requests; its
+  threshold is what one replica holds at the same 70 % (0.7 x batch slots).
+* ``kpa``: Knative's KPA on concurrency with the same target per pod.
+* ``oracle``: the requirement itself, requested ``lead_s`` ahead: the 95th
+  percentile cold start, plus node provisioning when the run needs more nodes
+  than it starts with.
+
+Runs are independent, so they may go to a process pool (``jobs``, see
+``pool.RunPool``); policy objects are built inside each worker from plain
+parameters.
+"""
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpuscale.errors import ConfigError
+from gpuscale.evaluate.pool import RunPool
+from gpuscale.evaluate.results import Evaluation, evaluation_from
+from gpuscale.scaling.hpa import HpaConfig, HpaPolicy
+from gpuscale.scaling.keda import KedaConfig, KedaPolicy
+from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
+from gpuscale.scaling.oracle import OraclePolicy
+from gpuscale.scaling.policy import ScalingPolicy
+from gpuscale.scaling.static import StaticPolicy
+from gpuscale.sim.cluster import ClusterConfig
+from gpuscale.sim.engine import Scenario, simulate
+from gpuscale.sim.faults import SimFault, parse_sim_fault
+from gpuscale.sim.outcome import RunResult
+from gpuscale.sim.serving import ServingConfig, relative_speed, required_replicas
+from gpuscale.sim.traces import AZURE_FILES, load_trace
+from gpuscale.sim.workload import Workload
+
+logger = logging.getLogger(__name__)
+
+POLICY_NAMES = ("static", "hpa", "keda", "kpa", "oracle")
+"""Every policy the harness knows, in the order it reports them."""
+
+TARGET_UTILIZATION = 0.70
+"""The one utilisation target every reactive baseline is given (HPA's common 70 %)."""
+
+STATIC_QUANTILE = 0.95
+"""Static provisioning covers this quantile of the per-second requirement."""
+
+ORACLE_COLD_START_QUANTILE = 0.95
+"""The oracle plans for this quantile of the cold-start distribution."""
+
+SLO_SERVICE_MULTIPLE = 4.0
+"""Default SLO: this many times a request's service time on one batch slot."""
+
+TIMEOUT_SLO_MULTIPLE = 4.0
+"""Default drop timeout: this many times the SLO."""
+
+ProgressFn = Callable[[str, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationRequest:
+    """What the user asked for, before anything is loaded.
+
+    Attributes:
+        trace: Trace name or rate-file path.
+        policies: Policy names to run.
+        scale: Request-rate multiplier.
+        slo_latency_s: SLO latency, seconds; None derives it from the service time.
+        timeout_s: Drop timeout, seconds; None is ``TIMEOUT_SLO_MULTIPLE`` x SLO.
+        duration_s: Seconds to simulate; None for the whole trace.
+        seed: Seed of every run.
+        faults: Fault specs (``sim.faults.parse_sim_fault`` syntax).
+        traces_dir: Directory of the shared trace files.
+        service_s: GPU seconds per request for generators and rate files.
+        cluster: Cluster template; its node counts are sized to the trace.
+    """
+
+    trace: str
+    policies: tuple[str, ...] = POLICY_NAMES
+    scale: float = 1.0
+    slo_latency_s: float | None = None
+    timeout_s: float | None = None
+    duration_s: int | None = None
+    seed: int = 0
+    faults: tuple[str, ...] = ()
+    traces_dir: Path | None = None
+    service_s: float | None = None
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def prepare(self) -> "PreparedEvaluation":
+        """Load the trace, check every input and derive each policy's parameters.
+
+        Returns:
+            Everything the runs need.
+
+        Raises:
+            ConfigError: Any input is wrong (one line naming it).
+        """
+        unknown = [p for p in self.policies if p not in POLICY_NAMES]
+        if unknown or not self.policies:
+            raise ConfigError(
+                f"--policy {unknown[0] if unknown else '(none)'}: "
+                f"use one or more of {', '.join(POLICY_NAMES)}"
+            )
+        for flag, value in (("--slo-latency", self.slo_latency_s), ("--timeout", self.timeout_s)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{flag} {value}: must be a number of seconds > 0")
+        faults = tuple(parse_sim_fault(f) for f in self.faults)
+        workload = load_trace(
+            self.trace,
+            scale=self.scale,
+            duration_s=self.duration_s,
+            seed=self.seed,
+            traces_dir=self.traces_dir,
+            service_s=self.service_s,
+        )
+        if workload.arrivals.sum() <= 0:
+            raise ConfigError(f"--trace {self.trace}: no requests in the chosen span")
+        late = [f.spec() for f in faults if f.at_s >= workload.duration_s]
+        if late:
+            raise ConfigError(
+                f"--fault {late[0]}: falls after the run's {workload.duration_s} s; fault earlier"
+            )
+        serving = serving_for(self.trace)
+        slo = self.slo_latency_s or default_slo_s(workload, serving, self.cluster.gpu_model)
+        timeout = self.timeout_s or TIMEOUT_SLO_MULTIPLE * slo
+        return plan(
+            workload,
+            trace=self.trace,
+            policies=self.policies,
+            scale=self.scale,
+            slo_latency_s=slo,
+            timeout_s=timeout,
+            seed=self.seed,
+            faults=self.faults,
+            serving=serving,
+            cluster=self.cluster,
+            scenario_faults=faults,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvaluation:
+    """A scenario and the parameters of each policy, ready to run.
+
+    Attributes:
+        trace: Trace name or path, for the report.
+        scale: Request-rate multiplier, for the report.
+        fault_specs: Fault specs as given, for the report.
+        scenario: The scenario every policy runs on.
+        required: Fewest Ready replicas meeting the SLO, per second (the oracle's input).
+        parameters: Policy name to the parameters it is built from, in run order.
+    """
+
+    trace: str
+    scale: float
+    fault_specs: tuple[str, ...]
+    scenario: Scenario
+    required: np.ndarray
+    parameters: Mapping[str, Mapping[str, Any]]
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        """Policy names in run order."""
+        return tuple(self.parameters)
+
+
+def serving_for(trace: str) -> ServingConfig:
+    """The serving model a trace implies: LLM batching for Azure, one at a time otherwise.
+
+    Returns:
+        The serving config.
+    """
+    return ServingConfig.for_llm() if trace in AZURE_FILES else ServingConfig()
+
+
+def default_slo_s(workload: Workload, serving: ServingConfig, gpu_model: str) -> float:
+    """The default SLO: ``SLO_SERVICE_MULTIPLE`` x the mean latency of an unqueued request.
+
+    Returns:
+        Seconds, rounded up to 0.1 s.
+    """
+    speed = relative_speed(gpu_model, serving.reference_model)
+    service = workload.mean_service_s() * serving.slots_per_replica / speed
+    return math.ceil(SLO_SERVICE_MULTIPLE * service * 10.0) / 10.0
+
+
+def plan(
+    workload: Workload,
+    *,
+    trace: str,
+    policies: Sequence[str],
+    scale: float,
+    slo_latency_s: float,
+    timeout_s: float,
+    seed: int,
+    faults: Sequence[str] = (),
+    serving: ServingConfig | None = None,
+    cluster: ClusterConfig | None = None,
+    scenario_faults: Sequence[SimFault] | None = None,
+) -> PreparedEvaluation:
+    """Size the cluster to the workload and derive each policy's parameters.
+
+    Returns:
+        The prepared evaluation.
+    """
+    serving = serving or serving_for(trace)
+    template = cluster or ClusterConfig()
+    parsed = (
+        tuple(scenario_faults)
+        if scenario_faults is not None
+        else tuple(parse_sim_fault(f) for f in faults)
+    )
+    probe = Scenario(workload, template, serving, slo_latency_s, timeout_s, seed)
+    required = required_replicas(workload, probe)
+    peak = max(int(required.max()), 1)
+    static = max(math.ceil(float(np.quantile(required, STATIC_QUANTILE))), 1)
+    max_replicas = max(2 * peak, static + 1)
+    initial = max(int(required[:60].max()), 1)
+    per_node = template.gpus_per_node
+    initial_nodes = math.ceil(initial / per_node)
+    max_nodes = math.ceil((max_replicas + len(parsed)) / per_node)
+    cluster_cfg = ClusterConfig(
+        gpu_model=template.gpu_model,
+        gpus_per_node=per_node,
+        initial_nodes=initial_nodes,
+        max_nodes=max_nodes,
+        min_nodes=template.min_nodes,
+        node_provision_s=template.node_provision_s,
+        node_idle_remove_s=template.node_idle_remove_s,
+        termination_grace_s=template.termination_grace_s,
+        cold_start=template.cold_start,
+        namespace=template.namespace,
+        deployment=template.deployment,
+    )
+    scenario = Scenario(
+        workload,
+        cluster_cfg,
+        serving,
+        slo_latency_s,
+        timeout_s,
+        seed,
+        initial_replicas=initial,
+        faults=parsed,
+    )
+    grows = peak > initial_nodes * per_node
+    lead = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE) + (
+        cluster_cfg.node_provision_s if grows else 0.0
+    )
+    per_replica = TARGET_UTILIZATION * serving.slots_per_replica
+    bounds = {"min_replicas": 1, "max_replicas": max_replicas}
+    catalogue: dict[str, dict[str, Any]] = {
+        "static": {"replicas": static},
+        "hpa": {"target_average_value": TARGET_UTILIZATION * 100.0, **bounds},
+        "keda": {"threshold": per_replica, **bounds},
+        "kpa": {"target": per_replica, **bounds},
+        "oracle": {"lead_s": round(lead, 1), "peak_required": peak, **bounds},
+    }
+    logger.info(
+        "scenario %s: %d s, peak need %d replicas, static %d, max %d, initial %d, nodes %d-%d",
+        trace, workload.duration_s, peak, static, max_replicas, initial, initial_nodes, max_nodes,
+    )  # fmt: skip
+    return PreparedEvaluation(
+        trace=trace,
+        scale=scale,
+        fault_specs=tuple(faults),
+        scenario=scenario,
+        required=required,
+        parameters={name: catalogue[name] for name in policies},
+    )
+
+
+def build_policy(name: str, parameters: Mapping[str, Any], required: np.ndarray) -> ScalingPolicy:
+    """Construct a policy from its harness parameters.
+
+    Returns:
+        The policy object.
+
+    Raises:
+        ConfigError: Unknown policy name.
+    """
+    p = dict(parameters)
+    if name == "static":
+        return StaticPolicy(int(p["replicas"]))
+    if name == "hpa":
+        return HpaPolicy(HpaConfig(**p))
+    if name == "keda":
+        return KedaPolicy(KedaConfig(**p))
+    if name == "kpa":
+        return KpaPolicy(KpaConfig(**p))
+    if name == "oracle":
+        return OraclePolicy(
+            required.tolist(),
+            float(p["lead_s"]),
+            min_replicas=int(p["min_replicas"]),
+            max_replicas=int(p["max_replicas"]),
+        )
+    raise ConfigError(f"--policy {name}: unknown; use one of {', '.join(POLICY_NAMES)}")
+
+
+def run_one(
+    prepared: PreparedEvaluation, name: str, *, progress: Callable[[float], None] | None = None
+) -> RunResult:
+    """Simulate one policy on the prepared scenario.
+
+    Returns:
+        The run's result.
+    """
+    policy = build_policy(name, prepared.parameters[name], prepared.required)
+    logger.info("running %s on %s", name, prepared.trace)
+    # A simulated day holds tens of thousands of decisions; the policies log each at
+    # INFO, as a controller must. Here they show only at DEBUG.
+    decisions = logging.getLogger("gpuscale.scaling")
+    saved = decisions.level
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        decisions.setLevel(logging.WARNING)
+    try:
+        return simulate(prepared.scenario, policy, progress=progress)
+    finally:
+        decisions.setLevel(saved)
+
+
+def run_all(
+    prepared: PreparedEvaluation,
+    *,
+    jobs: int = 1,
+    pool: RunPool | None = None,
+    progress: ProgressFn | None = None,
+) -> list[RunResult]:
+    """Run every policy: in ``pool`` if given, in a new pool when ``jobs`` > 1, else here.
+
+    Args:
+        prepared: The scenario and parameters.
+        jobs: Worker processes when no pool is given; 1 runs in this process.
+        pool: Workers started earlier (before any thread, see ``RunPool``).
+        progress: Called with (policy, fraction done).
+
+    Returns:
+        One result per policy, in the order of ``prepared.policies``.
+    """
+    calls = [(name, (prepared, name)) for name in prepared.policies]
+    if pool is not None:
+        return pool.run(run_one, calls, progress)
+    if jobs > 1 and len(calls) > 1:
+        with RunPool(min(jobs, len(calls))) as own:
+            return own.run(run_one, calls, progress)
+    out = []
+    for name in prepared.policies:
+
+        def report(fraction: float, name: str = name) -> None:
+            if progress is not None:
+                progress(name, fraction)
+
+        out.append(run_one(prepared, name, progress=report))
+    return out
+
+
+def run_evaluation(
+    prepared: PreparedEvaluation,
+    *,
+    jobs: int = 1,
+    pool: RunPool | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[Evaluation, list[RunResult]]:
+    """Run and score every policy of a prepared evaluation (see ``run_all``).
+
+    Returns:
+        The scores and the runs behind them.
+    """
+    results = run_all(prepared, jobs=jobs, pool=pool, progress=progress)
+    sc = prepared.scenario
+    evaluation = evaluation_from(
+        trace=prepared.trace,
+        seed=sc.seed,
+        duration_s=float(sc.workload.duration_s),
+        scale=prepared.scale,
+        slo_latency_s=sc.slo_latency_s,
+        timeout_s=sc.timeout_s,
+        faults=prepared.fault_specs,
+        runs=[(r, prepared.parameters[r.policy]) for r in results],
+    )
+    return evaluation, results

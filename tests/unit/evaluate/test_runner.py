@@ -1,0 +1,143 @@
+import math
+
+import numpy as np
+import pytest
+
+from gpuscale.errors import ConfigError
+from gpuscale.evaluate.runner import (
+    POLICY_NAMES,
+    EvaluationRequest,
+    build_policy,
+    default_slo_s,
+    plan,
+    run_all,
+    run_evaluation,
+    serving_for,
+)
+from gpuscale.sim.generators import from_rate
+from gpuscale.sim.serving import ServingConfig, required_replicas
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    return EvaluationRequest("ramp", scale=2.0, duration_s=900, seed=5).prepare()
+
+
+@pytest.fixture(scope="module")
+def serial(prepared):
+    return run_evaluation(prepared, jobs=1)
+
+
+def test_parameters_follow_the_documented_fair_rules(prepared):
+    sc = prepared.scenario
+    required = required_replicas(sc.workload, sc)
+    assert np.array_equal(prepared.required, required)
+    peak = int(required.max())
+    p = prepared.parameters
+    assert list(p) == list(POLICY_NAMES)
+    assert p["static"] == {"replicas": math.ceil(np.quantile(required, 0.95))}
+    assert p["hpa"] == {"target_average_value": 70.0, "min_replicas": 1, "max_replicas": 2 * peak}
+    assert p["keda"]["threshold"] == pytest.approx(0.7)  # one slot per replica
+    assert p["kpa"]["target"] == pytest.approx(0.7)
+    cold = sc.cluster.cold_start.quantile(0.95)
+    grows = peak > sc.cluster.initial_nodes * sc.cluster.gpus_per_node
+    assert p["oracle"]["lead_s"] == pytest.approx(cold + (180.0 if grows else 0.0), abs=0.05)
+    assert sc.initial_replicas == max(int(required[:60].max()), 1)
+    assert sc.cluster.max_gpus >= 2 * peak
+
+
+def test_llm_traces_get_batched_serving_and_batch_sized_targets():
+    assert serving_for("azure-conv").slots_per_replica == ServingConfig.for_llm().slots_per_replica
+    assert serving_for("gentd26").slots_per_replica == 1
+    rate = np.full(600, 50.0)
+    workload = from_rate("llm", rate, service_s=0.05, seed=1)
+    prepared = plan(
+        workload,
+        trace="azure-conv",
+        policies=["keda", "kpa"],
+        scale=1.0,
+        slo_latency_s=15.0,
+        timeout_s=60.0,
+        seed=0,
+    )
+    slots = ServingConfig.for_llm().slots_per_replica
+    assert prepared.parameters["keda"]["threshold"] == pytest.approx(0.7 * slots)
+    assert prepared.parameters["kpa"]["target"] == pytest.approx(0.7 * slots)
+
+
+def test_default_slo_is_four_unqueued_service_times():
+    workload = from_rate("w", np.full(100, 3.0), service_s=0.5, seed=0)
+    assert default_slo_s(workload, ServingConfig(), "H100") == pytest.approx(2.0)
+    assert default_slo_s(workload, ServingConfig.for_llm(slots=8), "H100") == pytest.approx(16.0)
+
+
+def test_every_policy_runs_on_the_same_scenario(serial):
+    evaluation, results = serial
+    assert [r.policy for r in results] == list(POLICY_NAMES)
+    assert len({r.requests for r in results}) == 1
+    assert evaluation.duration_s == 900.0
+    assert evaluation.seed == 5
+    oracle = evaluation.policies["oracle"]
+    assert oracle.slo_attainment is not None
+    assert oracle.slo_attainment > 0.93
+    static = evaluation.policies["static"]
+    assert static.scale_events <= 1
+    assert static.parameters["replicas"] >= 1
+
+
+def test_static_policy_holds_its_count_after_the_first_decision(serial, prepared):
+    _, results = serial
+    static = next(r for r in results if r.policy == "static")
+    want = prepared.parameters["static"]["replicas"]
+    assert np.all(static.timeline.desired_replicas == want)
+
+
+def test_process_pool_gives_the_same_numbers_as_serial(prepared, serial):
+    _, serial_results = serial
+    seen: dict[str, float] = {}
+    pooled = run_all(prepared, jobs=2, progress=lambda name, f: seen.__setitem__(name, f))
+    assert [r.policy for r in pooled] == [r.policy for r in serial_results]
+    for a, b in zip(pooled, serial_results, strict=True):
+        assert a.gpu_seconds == b.gpu_seconds
+        assert a.within_slo == b.within_slo
+        assert a.scale_events == b.scale_events
+    assert seen == dict.fromkeys(POLICY_NAMES, 1.0)
+
+
+def test_oracle_is_built_from_the_requirement(prepared):
+    oracle = build_policy("oracle", prepared.parameters["oracle"], prepared.required)
+    assert oracle.min_replicas == 1
+    assert oracle.max_replicas == prepared.parameters["oracle"]["max_replicas"]
+    assert oracle.needed(0.0) == int(prepared.required[: math.ceil(oracle.lead_s + 5)].max())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"policies": ("hpa", "magic")}, r"--policy magic"),
+        ({"slo_latency_s": -1.0}, r"--slo-latency -1.0: must be"),
+        ({"timeout_s": math.inf}, r"--timeout inf"),
+        ({"faults": ("melt@10",)}, r"--fault 'melt@10': unknown fault kind"),
+        ({"faults": ("gpu-lost@5000",)}, r"--fault gpu-lost@5000: falls after the run's 600 s"),
+        ({"scale": -2.0}, r"--scale -2.0"),
+    ],
+)
+def test_bad_requests_are_config_errors_before_any_run(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        EvaluationRequest("ramp", duration_s=600, **kwargs).prepare()
+
+
+def test_a_trace_without_requests_is_rejected(tmp_path):
+    path = tmp_path / "idle.csv"
+    path.write_text("time_s,rps\n0,0\n100,0\n")
+    with pytest.raises(ConfigError, match=r"no requests"):
+        EvaluationRequest(str(path)).prepare()
+
+
+def test_faults_reach_every_run():
+    prepared = EvaluationRequest(
+        "ramp", duration_s=600, policies=("static",), faults=("gpu-lost@100",)
+    ).prepare()
+    assert [f.kind for f in prepared.scenario.faults] == ["gpu-lost"]
+    evaluation, _ = run_evaluation(prepared)
+    assert evaluation.faults == ("gpu-lost@100",)
