@@ -1,0 +1,371 @@
+"""An in-process metric store with Prometheus' query semantics, for the simulator.
+
+Policies read telemetry through ``MetricsSource``; in production that is
+Prometheus, in the simulator it is this store. Matching Prometheus where it
+matters keeps a policy's behaviour the same in both: an instant query returns the
+latest sample at or before the evaluation time within the 5-minute lookback; a
+series missing from a scrape gets a staleness marker and is absent from then on
+(never a fresh 0, never its old value); a window averages the samples in
+``(t - window, t]`` (``avg_over_time``); aggregations group by labels.
+
+Storage is numpy, one matrix per metric family: a row per scrape, a column per
+series, NaN where the series is absent. Rows older than the retention are
+dropped, and columns absent for the whole retained window with them, so a run
+with pods coming and going stays bounded.
+"""
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuscale.metrics.signal import LabelledValue, Signal
+
+FloatArray = npt.NDArray[np.float64]
+
+logger = logging.getLogger(__name__)
+
+LOOKBACK_S = 300.0
+"""Prometheus' default ``--query.lookback-delta``."""
+
+LabelKey = tuple[tuple[str, str], ...]
+
+
+def _key(labels: Mapping[str, str]) -> LabelKey:
+    return tuple(sorted(labels.items()))
+
+
+@dataclass(slots=True)
+class _Grouping:
+    version: int
+    columns: np.ndarray  # matched columns, sorted by group
+    starts: np.ndarray  # first position of each group in ``columns``
+    labels: list[Mapping[str, str]]
+    seen: int = 0  # columns examined so far (new ones are added incrementally)
+    members: dict[LabelKey, list[int]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Family:
+    times: FloatArray
+    values: FloatArray  # rows x column capacity
+    rows: int = 0
+    labels: list[Mapping[str, str]] = field(default_factory=list)
+    gids: list[int] = field(default_factory=list)  # store-wide series id of each column
+    col_of: np.ndarray = field(default_factory=lambda: np.full(64, -1, dtype=np.intp))
+    version: int = 0
+    last_labels: object = None
+    last_columns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    groups: dict[tuple[LabelKey, tuple[str, ...], bool], _Grouping] = field(default_factory=dict)
+
+
+class MetricStore:
+    """Append-only, numpy-backed series with Prometheus query semantics (a ``MetricsSource``).
+
+    Args:
+        retention_s: Keep samples this long behind the newest; older ones are dropped.
+        lookback_s: How far back an instant query looks for a sample.
+    """
+
+    def __init__(self, retention_s: float = 3600.0, lookback_s: float = LOOKBACK_S) -> None:
+        if retention_s <= 0:
+            raise ValueError(f"retention_s must be positive, got {retention_s}")
+        self.retention_s = float(retention_s)
+        self.lookback_s = float(lookback_s)
+        self._families: dict[str, _Family] = {}
+        self._latest: float | None = None
+        # Every label set ever seen gets a store-wide id; scrapes usually pass the same
+        # mapping objects again, so ids are looked up by identity first.
+        self._gid: dict[LabelKey, int] = {}
+        self._gid_labels: list[Mapping[str, str]] = []
+        self._id_cache: dict[int, tuple[Mapping[str, str], int]] = {}
+        self._recent_gids: dict[int, tuple[Sequence[Mapping[str, str]], np.ndarray]] = {}
+
+    # ----------------------------------------------------------------- writing
+    def ingest(
+        self, t: float, metric: str, labels: Sequence[Mapping[str, str]], values: np.ndarray
+    ) -> None:
+        """Record one scrape of one metric family.
+
+        Series of the family not in ``labels`` get a staleness marker at ``t``, as
+        Prometheus writes when a series disappears from a target.
+
+        Args:
+            t: Scrape time, seconds; not earlier than the family's previous scrape.
+            metric: Series name.
+            labels: One label set per series. Passing the same sequence object as the
+                previous scrape of this family skips re-indexing (the fast path).
+            values: One value per series; NaN means the series is absent this scrape.
+
+        Raises:
+            ValueError: Lengths differ or ``t`` goes back in time.
+        """
+        vals = np.asarray(values, dtype=float)
+        if vals.shape != (len(labels),):
+            raise ValueError(f"{metric}: {len(labels)} label sets but values of shape {vals.shape}")
+        fam = self._families.get(metric)
+        if fam is None:
+            fam = _Family(np.zeros(64), np.full((64, max(8, len(labels))), np.nan))
+            self._families[metric] = fam
+        if fam.rows and t < fam.times[fam.rows - 1]:
+            raise ValueError(f"{metric}: scrape at {t} is older than the previous one")
+        cols = self._columns(fam, labels)
+        if not (fam.rows and t == fam.times[fam.rows - 1]):
+            self._append_row(fam, t)
+        fam.values[fam.rows - 1, cols] = vals
+        self._latest = t if self._latest is None else max(self._latest, t)
+
+    def _gids(self, labels: Sequence[Mapping[str, str]]) -> np.ndarray:
+        """Store-wide series ids of a scrape's label sets, cached by object identity."""
+        recent = self._recent_gids.get(id(labels))
+        if recent is not None and recent[0] is labels:
+            return recent[1]
+        cache = self._id_cache
+        if len(cache) > 200_000:
+            cache.clear()
+        out = np.empty(len(labels), dtype=np.intp)
+        for i, lab in enumerate(labels):
+            hit = cache.get(id(lab))
+            if hit is None or hit[0] is not lab:
+                key = _key(lab)
+                gid = self._gid.get(key)
+                if gid is None:
+                    gid = self._gid[key] = len(self._gid_labels)
+                    self._gid_labels.append(dict(lab))
+                hit = cache[id(lab)] = (lab, gid)
+            out[i] = hit[1]
+        if len(self._recent_gids) > 16:
+            self._recent_gids.clear()
+        self._recent_gids[id(labels)] = (labels, out)
+        return out
+
+    def _columns(self, fam: _Family, labels: Sequence[Mapping[str, str]]) -> np.ndarray:
+        if labels is fam.last_labels:
+            return fam.last_columns
+        gids = self._gids(labels)
+        if gids.size and int(gids.max()) >= fam.col_of.size:
+            grown = np.full(max(2 * fam.col_of.size, int(gids.max()) + 1), -1, dtype=np.intp)
+            grown[: fam.col_of.size] = fam.col_of
+            fam.col_of = grown
+        cols: np.ndarray = fam.col_of[gids]
+        for i in np.flatnonzero(cols < 0).tolist():
+            gid = int(gids[i])
+            col = len(fam.labels)
+            fam.col_of[gid] = cols[i] = col
+            fam.labels.append(self._gid_labels[gid])
+            fam.gids.append(gid)
+            fam.version += 1
+            if col >= fam.values.shape[1]:
+                grown_v = np.full((fam.values.shape[0], 2 * fam.values.shape[1]), np.nan)
+                grown_v[:, : fam.values.shape[1]] = fam.values
+                fam.values = grown_v
+        fam.last_labels, fam.last_columns = labels, cols
+        return cols
+
+    def _append_row(self, fam: _Family, t: float) -> None:
+        if fam.rows == fam.times.size:
+            self._make_room(fam, t)
+        fam.times[fam.rows] = t
+        fam.values[fam.rows, :] = np.nan
+        fam.rows += 1
+
+    def _make_room(self, fam: _Family, t: float) -> None:
+        keep = int(np.searchsorted(fam.times[: fam.rows], t - self.retention_s, side="left"))
+        keep_rows = fam.rows - keep
+        if keep_rows > fam.times.size // 2:  # mostly retained: grow instead
+            fam.times = np.concatenate([fam.times, np.zeros(fam.times.size)])
+            extra = np.full(fam.values.shape, np.nan)
+            fam.values = np.concatenate([fam.values, extra], axis=0)
+            return
+        fam.times[:keep_rows] = fam.times[keep : fam.rows]
+        fam.values[:keep_rows] = fam.values[keep : fam.rows]
+        fam.rows = keep_rows
+        self._compact(fam)
+
+    def _compact(self, fam: _Family) -> None:
+        """Forget series absent throughout the retained rows."""
+        n = len(fam.labels)
+        live = ~np.all(np.isnan(fam.values[: fam.rows, :n]), axis=0) if fam.rows else np.zeros(n)
+        if live.all():
+            return
+        keep = np.flatnonzero(live)
+        fam.values[:, : keep.size] = fam.values[:, keep]
+        fam.values[:, keep.size :] = np.nan
+        fam.labels = [fam.labels[i] for i in keep]
+        fam.gids = [fam.gids[i] for i in keep]
+        fam.col_of[:] = -1
+        fam.col_of[np.asarray(fam.gids, dtype=np.intp)] = np.arange(keep.size)
+        fam.version += 1
+        fam.last_labels = None
+        fam.groups.clear()
+
+    # ----------------------------------------------------------------- reading
+    def latest_time(self) -> float | None:
+        """Time of the newest scrape of any family, seconds (None before the first)."""
+        return self._latest
+
+    def series_count(self, metric: str) -> int:
+        """Series of a family currently held (present or recently absent)."""
+        fam = self._families.get(metric)
+        return 0 if fam is None else len(fam.labels)
+
+    def instant(self, signal: Signal, at: float) -> list[LabelledValue]:
+        """Evaluate a signal at one time, as a Prometheus instant query would.
+
+        Returns:
+            One result per series (aggregation ``none``) or per group, each with one point.
+        """
+        return self._evaluate(signal, np.array([float(at)]))
+
+    def range(self, signal: Signal, start: float, end: float, step: float) -> list[LabelledValue]:
+        """Evaluate a signal at ``start, start + step, ...`` up to ``end``.
+
+        Returns:
+            One result per series or group, with a point at every time it had a value.
+        """
+        if step <= 0 or end < start:
+            raise ValueError(f"bad range: start={start} end={end} step={step}")
+        n = int(np.floor((end - start) / step + 1e-9)) + 1
+        return self._evaluate(signal, start + step * np.arange(n, dtype=np.float64))
+
+    def _evaluate(self, signal: Signal, times: FloatArray) -> list[LabelledValue]:
+        fam = self._families.get(signal.metric)
+        if fam is None or fam.rows == 0:
+            return []
+        grouping = self._grouping(fam, signal)
+        if grouping.columns.size == 0:
+            return []
+        matrix = self._sample(fam, grouping.columns, times, signal)
+        return self._aggregate(matrix, times, grouping, signal.aggregation)
+
+    def _grouping(self, fam: _Family, signal: Signal) -> _Grouping:
+        keep_apart = signal.aggregation == "none"
+        cache_key = (_key(signal.matchers), tuple(signal.by), keep_apart)
+        grouping = fam.groups.get(cache_key)
+        if grouping is not None and grouping.version == fam.version:
+            return grouping
+        if grouping is None:  # compaction clears the cache, so columns only ever append here
+            grouping = _Grouping(-1, np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp), [])
+            fam.groups[cache_key] = grouping
+        matchers = signal.matchers.items()
+        members = grouping.members
+        for col in range(grouping.seen, len(fam.labels)):
+            lab = fam.labels[col]
+            if all(lab.get(k, "") == v for k, v in matchers):
+                gkey = _key(lab) if keep_apart else tuple((k, lab.get(k, "")) for k in signal.by)
+                members.setdefault(gkey, []).append(col)
+        grouping.seen = len(fam.labels)
+        ordered = sorted(members.items())
+        grouping.columns = np.array([c for _, cols in ordered for c in cols], dtype=np.intp)
+        sizes = np.array([len(cols) for _, cols in ordered], dtype=np.intp)
+        grouping.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.intp)
+        if keep_apart:
+            grouping.labels = [fam.labels[cols[0]] for _, cols in ordered]
+        else:
+            grouping.labels = [{k: v for k, v in gkey if v != ""} for gkey, _ in ordered]
+        grouping.version = fam.version
+        return grouping
+
+    def _sample(
+        self, fam: _Family, columns: np.ndarray, times: FloatArray, signal: Signal
+    ) -> FloatArray:
+        """Per evaluation time and column: the value the query sees (NaN when absent)."""
+        ts = fam.times[: fam.rows]
+        if signal.window <= 0 and not getattr(signal, "rate", False):
+            row = np.searchsorted(ts, times, side="right") - 1
+            ok = (row >= 0) & (times - ts[np.maximum(row, 0)] <= self.lookback_s)
+            out = fam.values[np.maximum(row, 0)][:, columns]
+            out[~ok] = np.nan
+            return np.asarray(out, dtype=float)
+        window = max(float(signal.window), 1e-9)
+        hi = np.searchsorted(ts, times, side="right")
+        lo = np.searchsorted(ts, times - window, side="right")
+        first, last = int(lo.min()), int(hi.max())
+        block = fam.values[first:last][:, columns]
+        if getattr(signal, "rate", False):
+            return self._rate(block, ts[first:last], lo - first, hi - first)
+        present = ~np.isnan(block)
+        zero = np.zeros((1, block.shape[1]))
+        csum = np.concatenate([zero, np.cumsum(np.where(present, block, 0.0), axis=0)])
+        ccnt = np.concatenate([zero, np.cumsum(present, axis=0)])
+        total = csum[hi - first] - csum[lo - first]
+        count = ccnt[hi - first] - ccnt[lo - first]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.asarray(np.where(count > 0, total / count, np.nan), dtype=float)
+
+    @staticmethod
+    def _rate(block: FloatArray, ts: FloatArray, lo: np.ndarray, hi: np.ndarray) -> FloatArray:
+        """Per-second increase of counters over each window, with counter resets handled.
+
+        Unlike Prometheus' ``rate`` this does not extrapolate to the window edges: it is
+        the increase between the first and last samples in the window over their spacing.
+        """
+        present = ~np.isnan(block)
+        both = present[1:] & present[:-1]
+        step = np.diff(np.where(present, block, 0.0), axis=0)
+        inc = np.where(both, np.where(step >= 0, step, block[1:]), 0.0)
+        cum = np.concatenate([np.zeros((1, block.shape[1])), np.cumsum(inc, axis=0)])
+        out = np.full((lo.size, block.shape[1]), np.nan)
+        cols = np.arange(block.shape[1])
+        for i, (a, b) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
+            sub = present[a:b]
+            if sub.shape[0] < 2:
+                continue
+            first = a + np.argmax(sub, axis=0)
+            last = b - 1 - np.argmax(sub[::-1], axis=0)
+            ok = (sub.sum(axis=0) >= 2) & (ts[last] > ts[first])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = (cum[last, cols] - cum[first, cols]) / (ts[last] - ts[first])
+            out[i] = np.where(ok, rate, np.nan)
+        return out
+
+    @staticmethod
+    def _aggregate(
+        matrix: FloatArray, times: FloatArray, grouping: _Grouping, aggregation: str
+    ) -> list[LabelledValue]:
+        present = ~np.isnan(matrix)
+        have: np.ndarray
+        agg: np.ndarray
+        if aggregation == "none":
+            agg = matrix[:, grouping.starts]
+            have = present[:, grouping.starts]
+        else:
+            zeroed = np.where(present, matrix, 0.0)
+            count = np.add.reduceat(present, grouping.starts, axis=1).astype(float)
+            have = count > 0
+            if aggregation == "sum":
+                agg = np.add.reduceat(zeroed, grouping.starts, axis=1)
+            elif aggregation == "avg":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    agg = np.add.reduceat(zeroed, grouping.starts, axis=1) / count
+            elif aggregation == "max":
+                agg = np.fmax.reduceat(matrix, grouping.starts, axis=1)
+            elif aggregation == "min":
+                agg = np.fmin.reduceat(matrix, grouping.starts, axis=1)
+            elif aggregation == "count":
+                agg = count
+            else:
+                raise ValueError(f"unknown aggregation {aggregation!r}")
+        time_list = times.tolist()
+        if len(time_list) == 1:  # instant query: one point per result
+            t0 = time_list[0]
+            row_vals: list[float] = agg[0].tolist()
+            row_have: list[bool] = have[0].tolist()
+            return [
+                LabelledValue(lab, ((t0, v),))
+                for lab, v, h in zip(grouping.labels, row_vals, row_have, strict=True)
+                if h
+            ]
+        any_have: list[bool] = np.asarray(have.any(axis=0)).tolist()
+        vals_t: list[list[float]] = agg.T.tolist()
+        have_t: list[list[bool]] = have.T.tolist()
+        results = []
+        for g, labels in enumerate(grouping.labels):
+            if not any_have[g]:
+                continue
+            vals, hv = vals_t[g], have_t[g]
+            points = tuple((tt, v) for tt, v, h in zip(time_list, vals, hv, strict=True) if h)
+            results.append(LabelledValue(labels, points))
+        return results

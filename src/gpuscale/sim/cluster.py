@@ -1,0 +1,393 @@
+"""The simulated Kubernetes cluster: GPU nodes, and the life of an inference pod.
+
+A scaling policy only ever changes ``spec.replicas``; what that buys, and when,
+is the cluster's business, and it is most of what separates a good policy from a
+bad one. This module reproduces the delays a GPU deployment sees:
+
+* A pod needs one free GPU; without one it stays Pending.
+* Pending pods make the cluster autoscaler add nodes (up to ``max_nodes``), which
+  join after ``node_provision_s``; nodes empty for ``node_idle_remove_s`` are
+  removed again (cluster-autoscaler's scale-down-unneeded-time, default 10 min),
+  down to ``min_nodes``.
+* A scheduled pod cold-starts (image pull, model load) for a time drawn from
+  ``ColdStart`` before it is Ready and takes traffic.
+* A deleted pod stops taking traffic at once and frees its GPU after the
+  termination grace. The ReplicaSet deletes pods in Kubernetes' order: unscheduled,
+  then not Ready, then the most recently Ready.
+
+All randomness comes from one seeded generator, so a seed fixes the pod timeline.
+"""
+
+import heapq
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling.policy import PodStatus, TargetStatus
+from gpuscale.sim.coldstart import ColdStart
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Cluster", "ClusterConfig", "ColdStart", "Pod"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """The GPU node pool and pod lifecycle timings.
+
+    Attributes:
+        gpu_model: GPU short name of every node (``H100``).
+        gpus_per_node: GPUs per node.
+        initial_nodes: Nodes up at the start.
+        max_nodes: The node pool's upper bound.
+        min_nodes: Nodes never removed below this; None means ``initial_nodes``.
+        node_provision_s: Time from the scale-up decision to a schedulable node, seconds.
+        node_idle_remove_s: An empty node is removed after this long, seconds.
+        termination_grace_s: A deleted pod holds its GPU this long, seconds.
+        cold_start: Time from scheduling to Ready.
+        namespace: Namespace of the deployment (a label on its series).
+        deployment: Deployment name; pods are named after it.
+    """
+
+    gpu_model: str = "H100"
+    gpus_per_node: int = 8
+    initial_nodes: int = 2
+    max_nodes: int = 16
+    min_nodes: int | None = None
+    node_provision_s: float = 180.0
+    node_idle_remove_s: float = 600.0
+    termination_grace_s: float = 30.0
+    cold_start: ColdStart = field(default_factory=ColdStart.from_gentd26)
+    namespace: str = "default"
+    deployment: str = "inference"
+
+    def __post_init__(self) -> None:
+        floor = self.initial_nodes if self.min_nodes is None else self.min_nodes
+        checks = {
+            "max_nodes": self.max_nodes >= 1,
+            "gpus_per_node": self.gpus_per_node >= 1,
+            "initial_nodes": 0 <= self.initial_nodes <= self.max_nodes,
+            "min_nodes": 0 <= floor <= self.max_nodes,
+            "node_provision_s": self.node_provision_s >= 0,
+            "node_idle_remove_s": self.node_idle_remove_s >= 0,
+            "termination_grace_s": self.termination_grace_s >= 0,
+        }
+        for key, ok in checks.items():
+            if not ok:
+                raise ConfigError(
+                    f"cluster.{key}={getattr(self, key)!r} is out of range: "
+                    "need 0 <= min_nodes, initial_nodes <= max_nodes and non-negative times"
+                )
+
+    @property
+    def floor_nodes(self) -> int:
+        """Nodes the pool never shrinks below."""
+        return self.initial_nodes if self.min_nodes is None else self.min_nodes
+
+    @property
+    def max_gpus(self) -> int:
+        """GPUs in the pool at its largest."""
+        return self.max_nodes * self.gpus_per_node
+
+
+PENDING, STARTING, READY, TERMINATING, GONE = range(5)
+_NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY = range(3)
+
+
+@dataclass(slots=True)
+class Pod:
+    """One replica (mutable simulator state).
+
+    Attributes:
+        uid: Creation sequence number.
+        name: Pod name.
+        created_at: Creation time, seconds.
+        state: PENDING, STARTING, READY, TERMINATING or GONE.
+        slot: GPU slot it holds, -1 while unscheduled.
+        ready_at: When it became Ready (None before).
+        due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
+        speed: Work multiplier (below 1 for a straggler).
+    """
+
+    uid: int
+    name: str
+    created_at: float
+    state: int = PENDING
+    slot: int = -1
+    ready_at: float | None = None
+    due: float = math.inf
+    speed: float = 1.0
+
+
+class Cluster:
+    """Nodes, GPU slots and the deployment's pods, advanced by events.
+
+    Slots are numbered ``node * gpus_per_node + gpu``. ``slot_phys`` maps each slot to
+    a device index of the simulated fleet; a replaced GPU gets a fresh spare index.
+
+    Args:
+        config: The node pool.
+        seed: Seeds cold-start draws.
+        spare_gpus: Extra device indices reserved for replaced GPUs.
+    """
+
+    def __init__(self, config: ClusterConfig, *, seed: int = 0, spare_gpus: int = 0) -> None:
+        self.config = config
+        self._rng = np.random.default_rng(seed)
+        g = config.gpus_per_node
+        self.n_slots = config.max_gpus
+        self.slot_pod = np.full(self.n_slots, -1, dtype=np.int64)
+        self.slot_broken = np.zeros(self.n_slots, dtype=bool)
+        self.slot_phys = np.arange(self.n_slots, dtype=np.int64)
+        self.n_devices = self.n_slots + spare_gpus
+        self._next_spare = self.n_slots
+        self.node_state = np.full(config.max_nodes, _NODE_ABSENT, dtype=np.int8)
+        self.node_state[: config.initial_nodes] = _NODE_READY
+        self._node_gpus = g
+        self.pods: dict[int, Pod] = {}
+        self.desired = 0
+        self.version = 0
+        self._uid = 0
+        self._events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, id)
+        self._seq = 0
+        self._status: tuple[int, TargetStatus] | None = None
+
+    # ----------------------------------------------------------------- queries
+    def node_name(self, node: int) -> str:
+        """Name of node ``node``."""
+        return f"gpu-node-{node:04d}"
+
+    def live_pods(self) -> list[Pod]:
+        """Pods counted against ``spec.replicas`` (not terminating), oldest first."""
+        return [p for p in self.pods.values() if p.state in (PENDING, STARTING, READY)]
+
+    def ready_pods(self) -> list[Pod]:
+        """Ready pods, oldest first."""
+        return [p for p in self.pods.values() if p.state == READY]
+
+    def held_pods(self) -> list[Pod]:
+        """Pods holding a GPU (starting, Ready or terminating), oldest first."""
+        return [p for p in self.pods.values() if p.slot >= 0]
+
+    def status(self) -> TargetStatus:
+        """The deployment's status as the API server reports it."""
+        if self._status is None or self._status[0] != self.version:
+            pods = tuple(
+                PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
+                for p in self.live_pods()
+            )
+            self._status = (self.version, TargetStatus(self.desired, pods))
+        return self._status[1]
+
+    def nodes_up(self) -> int:
+        """Nodes Ready or being provisioned."""
+        return int(np.count_nonzero(self.node_state != _NODE_ABSENT))
+
+    # ----------------------------------------------------------------- changes
+    def _push(self, when: float, kind: int, ident: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, self._seq, kind, ident))
+
+    def start(self, replicas: int, now: float = 0.0) -> None:
+        """Create ``replicas`` pods already Ready at ``now`` (a warmed-up deployment)."""
+        self.desired = replicas
+        for _ in range(replicas):
+            pod = self._new_pod(now)
+            slot = self._free_slot()
+            if slot < 0:
+                raise ConfigError(
+                    f"initial replicas {replicas} exceed the {self.config.initial_nodes} "
+                    "initial nodes' GPUs: raise cluster.initial_nodes"
+                )
+            self._bind(pod, slot)
+            pod.state, pod.ready_at = READY, now
+        self.version += 1
+
+    def scale(self, replicas: int, now: float) -> None:
+        """Set ``spec.replicas``; the ReplicaSet creates or deletes pods at once."""
+        self.desired = max(int(replicas), 0)
+        self._reconcile(now)
+
+    def _new_pod(self, now: float) -> Pod:
+        self._uid += 1
+        pod = Pod(self._uid, f"{self.config.deployment}-{self._uid:05d}", now)
+        self.pods[pod.uid] = pod
+        return pod
+
+    def _reconcile(self, now: float) -> None:
+        live = self.live_pods()
+        if len(live) < self.desired:
+            for _ in range(self.desired - len(live)):
+                self._new_pod(now)
+        elif len(live) > self.desired:
+
+            def rank(p: Pod) -> tuple[int, int, float, float]:
+                ready_since = -(p.ready_at if p.ready_at is not None else math.inf)
+                return (p.slot >= 0, p.state == READY, ready_since, -p.created_at)
+
+            for pod in sorted(live, key=rank)[: len(live) - self.desired]:
+                self._delete(pod, now)
+        self._schedule(now)
+        self.version += 1
+
+    def _delete(self, pod: Pod, now: float) -> None:
+        if pod.slot < 0:
+            pod.state = GONE
+            del self.pods[pod.uid]
+            return
+        pod.state, pod.due = TERMINATING, now + self.config.termination_grace_s
+        self._push(pod.due, 1, pod.uid)
+
+    def _free_slot(self) -> int:
+        ready_nodes = self.node_state == _NODE_READY
+        free = (self.slot_pod < 0) & ~self.slot_broken & np.repeat(ready_nodes, self._node_gpus)
+        idx = np.flatnonzero(free)
+        return int(idx[0]) if idx.size else -1
+
+    def _bind(self, pod: Pod, slot: int) -> None:
+        pod.slot = slot
+        self.slot_pod[slot] = pod.uid
+
+    def _schedule(self, now: float) -> None:
+        pending = [p for p in self.pods.values() if p.state == PENDING]
+        started = []
+        for pod in pending:
+            slot = self._free_slot()
+            if slot < 0:
+                break
+            self._bind(pod, slot)
+            pod.state = STARTING
+            started.append(pod)
+        if started:
+            draws = self.config.cold_start.sample(self._rng, len(started))
+            for pod, cold in zip(started, draws, strict=True):
+                pod.due = now + float(cold)
+                self._push(pod.due, 0, pod.uid)
+        waiting = len(pending) - len(started)
+        if waiting > 0:
+            self._provision(waiting, now)
+
+    def _provision(self, waiting: int, now: float) -> None:
+        g = self._node_gpus
+        coming = np.flatnonzero(self.node_state == _NODE_PROVISIONING)
+        incoming = sum(
+            int(np.count_nonzero(~self.slot_broken[n * g : (n + 1) * g])) for n in coming
+        )
+        need = math.ceil(max(waiting - incoming, 0) / g)
+        absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
+        for node in absent:
+            self.node_state[node] = _NODE_PROVISIONING
+            self._push(now + self.config.node_provision_s, 2, int(node))
+            logger.debug("t=%.0f: provisioning node %d", now, node)
+        if need > absent.size:
+            logger.debug("t=%.0f: node pool at max_nodes; %d pods stay Pending", now, waiting)
+
+    def fail_gpu(self, slot: int, now: float, replace_after: float | None = None) -> Pod | None:
+        """The GPU in ``slot`` fell off the bus: its pod fails and is replaced elsewhere.
+
+        Args:
+            slot: GPU slot.
+            now: Time of the failure, seconds.
+            replace_after: Seconds until a technician swaps the GPU; None for never.
+
+        Returns:
+            The pod that held the GPU, if any.
+        """
+        self.slot_broken[slot] = True
+        pod = self._evict(slot)
+        if replace_after is not None:
+            self._push(now + replace_after, 3, slot)
+        self._reconcile(now)
+        self._schedule_node_removal(slot // self._node_gpus, now)
+        return pod
+
+    def _evict(self, slot: int) -> Pod | None:
+        uid = int(self.slot_pod[slot])
+        if uid < 0:
+            return None
+        pod = self.pods.pop(uid)
+        pod.state, pod.slot = GONE, -1
+        self.slot_pod[slot] = -1
+        return pod
+
+    def restart_pod(self, pod: Pod, now: float) -> None:
+        """The pod's container crashed (e.g. an ECC error): it cold-starts again in place."""
+        if pod.state not in (STARTING, READY):
+            return
+        pod.state, pod.ready_at = STARTING, None
+        pod.due = now + float(self.config.cold_start.sample(self._rng, 1)[0])
+        self._push(pod.due, 0, pod.uid)
+        self.version += 1
+
+    def set_speed(self, pod: Pod, speed: float) -> None:
+        """Make ``pod`` serve at ``speed`` times its GPU's rate (a straggler below 1)."""
+        pod.speed = float(speed)
+        self.version += 1
+
+    def _schedule_node_removal(self, node: int, now: float) -> None:
+        g = self._node_gpus
+        if self.node_state[node] == _NODE_READY and np.all(
+            self.slot_pod[node * g : (node + 1) * g] < 0
+        ):
+            self._push(now + self.config.node_idle_remove_s, 4, node)
+
+    def next_event(self) -> float:
+        """Time of the next pending event, seconds (inf when none)."""
+        return self._events[0][0] if self._events else math.inf
+
+    def advance(self, now: float) -> bool:
+        """Apply every event due at or before ``now``.
+
+        Returns:
+            Whether anything changed.
+        """
+        changed = False
+        while self._events and self._events[0][0] <= now:
+            when, _, kind, ident = heapq.heappop(self._events)
+            changed |= self._apply(when, kind, ident)
+        if changed:
+            self.version += 1
+        return changed
+
+    def _apply(self, when: float, kind: int, ident: int) -> bool:
+        g = self._node_gpus
+        if kind == 0:  # cold start done
+            pod = self.pods.get(ident)
+            if pod is None or pod.state != STARTING or pod.due != when:
+                return False
+            pod.state, pod.ready_at, pod.due = READY, when, math.inf
+            return True
+        if kind == 1:  # termination grace over
+            pod = self.pods.get(ident)
+            if pod is None or pod.state != TERMINATING:
+                return False
+            slot = pod.slot
+            self._evict(slot)
+            self._schedule(when)
+            self._schedule_node_removal(slot // g, when)
+            return True
+        if kind == 2:  # node joined
+            self.node_state[ident] = _NODE_READY
+            self._schedule(when)
+            self._schedule_node_removal(ident, when)
+            return True
+        if kind == 3:  # GPU replaced
+            self.slot_broken[ident] = False
+            self.slot_phys[ident] = self._next_spare if self._next_spare < self.n_devices else ident
+            self._next_spare += 1
+            self._schedule(when)
+            return True
+        # kind 4: remove an idle node, if it is still idle and above the floor
+        empty = bool(np.all(self.slot_pod[ident * g : (ident + 1) * g] < 0))
+        if (
+            self.node_state[ident] == _NODE_READY
+            and empty
+            and self.nodes_up() > self.config.floor_nodes
+        ):
+            self.node_state[ident] = _NODE_ABSENT
+            logger.debug("t=%.0f: removed idle node %d", when, ident)
+            return True
+        return False

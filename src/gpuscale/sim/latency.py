@@ -1,0 +1,222 @@
+"""From the fluid queue's records to what a run reports: latency totals and percentiles.
+
+The fluid queue (``fluid.py``) records, for each portion of requests entering
+service, how long it waited and how big its requests were. This module turns
+those records, after the run and vectorised over all of them, into the latency
+histogram, SLO attainment, stochastic timeouts and per-row p50/p99 that
+``RunResult`` carries.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuscale.sim.queueing import erlang_c, latency_cdf, service_phases
+from gpuscale.sim.workload import FloatArray
+
+LATENCY_EDGES_S: FloatArray = np.concatenate([[0.0], np.geomspace(1e-3, 1e5, 161)])
+"""Latency histogram edges: 0, then 20 bins per decade from 1 ms to 1e5 s (tail in the last)."""
+
+SPREAD_RHO_CAP = 0.95
+"""Utilisation cap for the stationary wait spread: a queue past it is a backlog, not noise."""
+
+
+@dataclass(slots=True)
+class LatencyRecords:
+    """Portions of requests entering service in a fluid queue, and its state each second.
+
+    Attributes:
+        step: Second each portion entered service, per portion (non-decreasing).
+        count: Requests in the portion.
+        wait_s: Their mean wait from arrival to entering service, seconds.
+        size_s: Their work per request, reference-GPU seconds.
+        per_size_s: Service seconds per reference-GPU second of work, per second.
+        offered_s: Service seconds that arrived, per second.
+        servers: Ready slots, per second.
+    """
+
+    step: list[int] = field(default_factory=list)
+    count: list[float] = field(default_factory=list)
+    wait_s: list[float] = field(default_factory=list)
+    size_s: list[float] = field(default_factory=list)
+    per_size_s: list[float] = field(default_factory=list)
+    offered_s: list[float] = field(default_factory=list)
+    servers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """Latency outcome of the served requests.
+
+    Attributes:
+        completed: Requests served (after the timeout tail is removed).
+        within_slo: Of those, requests with latency at most the SLO.
+        dropped: Requests of the stationary wait's tail past the timeout, dropped.
+        mean_latency_s: Mean end-to-end latency, seconds (NaN when none served).
+        counts: Served requests per ``LATENCY_EDGES_S`` bin.
+        p50_s: Median latency per row, seconds (NaN for rows with none).
+        p99_s: 99th percentile per row, seconds.
+    """
+
+    completed: float
+    within_slo: float
+    dropped: float
+    mean_latency_s: float
+    counts: FloatArray
+    p50_s: FloatArray
+    p99_s: FloatArray
+
+
+def centred_mean(x: FloatArray, window: int) -> FloatArray:
+    """Moving average over a centred window of ``window`` samples (shrunk at the ends).
+
+    Returns:
+        The averaged series, same length.
+    """
+    x = np.asarray(x, dtype=float)
+    if window <= 1 or x.size == 0:
+        return x.copy()
+    c = np.concatenate([[0.0], np.cumsum(x)])
+    n = x.size
+    lo = np.clip(np.arange(n) - window // 2, 0, n)
+    hi = np.clip(lo + window, 0, n)
+    lo = np.clip(hi - window, 0, n)
+    return np.asarray((c[hi] - c[lo]) / np.maximum(hi - lo, 1), dtype=float)
+
+
+def summarise_latency(
+    records: LatencyRecords,
+    *,
+    slo_s: float,
+    timeout_s: float,
+    row_steps: int,
+    n_rows: int,
+    rate_window_s: int = 60,
+    service_scv: float = 1.0,
+    chunk: int = 4096,
+) -> LatencySummary:
+    """Turn portions entering service into latency distributions, totals and percentiles.
+
+    A portion that entered service after a mean wait ``D`` is served in a mean ``m``
+    (its work at that second's slot speed). The stationary M/M/k queue at the offered
+    load of the surrounding ``rate_window_s`` seconds (capped at ``SPREAD_RHO_CAP``)
+    says a request waits with probability ``P``, exponentially with mean ``theta``
+    (Allen-Cunneen scaled for ``service_scv``).
+    Up to ``P * theta`` of ``D`` is taken to be that spread; the rest is a
+    deterministic backlog delay. Latency is the wait plus an exponential service
+    time. Without a backlog, the spread's tail past the timeout is dropped; with one,
+    the FIFO has already dropped what waited too long and the tail is cut instead.
+
+    Returns:
+        The summary; percentiles per row of ``row_steps`` seconds.
+    """
+    edges = LATENCY_EDGES_S
+    row_cdf = np.zeros((n_rows, edges.size))
+    if not records.count:
+        counts = np.zeros(edges.size - 1)
+        nan = np.full(n_rows, np.nan)
+        return LatencySummary(0.0, 0.0, 0.0, float("nan"), counts, nan, nan.copy())
+    step = np.asarray(records.step, dtype=np.int64)
+    n = np.asarray(records.count, dtype=float)
+    servers = np.maximum(np.asarray(records.servers, dtype=float), 1.0)
+    offered = centred_mean(np.asarray(records.offered_s), rate_window_s)
+    rho = np.minimum(offered / servers, SPREAD_RHO_CAP)
+    k = servers[step]
+    m = np.asarray(records.size_s) * np.asarray(records.per_size_s)[step]
+    p = erlang_c(k, rho[step] * k)
+    theta = 0.5 * (1.0 + service_scv) * np.maximum(m, 1e-12) / (k * (1.0 - rho[step]))
+    delay = np.asarray(records.wait_s, dtype=float)
+    pe = np.minimum(p, delay / theta)
+    d0 = delay - pe * theta
+    tail = pe * np.exp(-np.maximum(timeout_s - d0, 0.0) / theta)
+    backlog = d0 > 1e-9
+    p_drop = np.where(backlog, 0.0, tail)
+    scale = np.where(backlog, 1.0 / np.maximum(1.0 - tail, 1e-12), 1.0)
+    keep = n * (1.0 - p_drop)
+    shift, phases = service_phases(service_scv)
+    start = d0 + shift * m  # the fixed part of the service time, if any
+    f_slo = np.zeros(n.size)
+    for weight, mean in phases:
+        f_slo += weight * latency_cdf(np.asarray(slo_s), start, pe, theta, mean * m)
+    f_slo = np.minimum(f_slo * scale, 1.0)
+    if slo_s > timeout_s:
+        f_slo = np.maximum(f_slo - p_drop, 0.0)
+    rows = np.minimum(step // max(row_steps, 1), n_rows - 1)
+    coefficients = [(w, _cdf_coefficients(pe, theta, mean * m)) for w, mean in phases]
+    for lo in range(0, n.size, chunk):
+        sl = slice(lo, lo + chunk)
+        cdf = np.zeros((start[sl].size, LATENCY_EDGES_S.size))
+        for weight, (a, b, inv_m, inv_t) in coefficients:
+            part = _cdf_on_edges(start[sl], a[sl], b[sl], inv_m[sl], inv_t[sl])
+            cdf += part if weight == 1.0 else weight * part
+        np.minimum(cdf * scale[sl, None], 1.0, out=cdf)
+        cdf[:, -1] = 1.0
+        cdf *= keep[sl, None]
+        r = rows[sl]
+        starts = np.concatenate([[0], np.flatnonzero(r[1:] != r[:-1]) + 1])
+        row_cdf[r[starts]] += np.add.reduceat(cdf, starts, axis=0)
+    counts = np.diff(row_cdf.sum(axis=0))
+    completed = float(keep.sum())
+    mean = float((keep * (delay + m)).sum() / completed) if completed > 0 else float("nan")
+    return LatencySummary(
+        completed,
+        float((n * f_slo).sum()),
+        float((n * p_drop).sum()),
+        mean,
+        counts,
+        _row_quantile(row_cdf, 0.5),
+        _row_quantile(row_cdf, 0.99),
+    )
+
+
+def _cdf_coefficients(
+    pe: FloatArray, theta: FloatArray, m: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Write ``latency_cdf`` as ``1 - a * exp(-tau / m) - b * exp(-tau / theta)``.
+
+    Returns:
+        ``a``, ``b``, ``1 / m`` and ``1 / theta`` per portion (``b`` is 0 with no wait).
+    """
+    m = np.maximum(m, 1e-12)
+    th = np.where(np.isfinite(theta), np.maximum(theta, 1e-12), 1e300)
+    th = np.where(np.abs(th - m) < 1e-3 * m, m * 1.001, th)  # the formula's removable pole
+    wait = pe > 0
+    a = np.where(wait, 1.0 - pe - pe * m / (th - m), 1.0)
+    b = np.where(wait, pe * th / (th - m), 0.0)
+    return a, b, 1.0 / m, np.where(wait, 1.0 / th, 0.0)
+
+
+def _cdf_on_edges(
+    d0: FloatArray, a: FloatArray, b: FloatArray, inv_m: FloatArray, inv_t: FloatArray
+) -> FloatArray:
+    """CDF of each portion's latency at every ``LATENCY_EDGES_S`` edge, in place."""
+    tau = LATENCY_EDGES_S[None, :] - d0[:, None]
+    np.maximum(tau, 0.0, out=tau)
+    out = np.multiply(tau, -inv_m[:, None])
+    np.exp(out, out=out)
+    out *= a[:, None]
+    waits = np.flatnonzero(inv_t > 0)
+    if waits.size:
+        ew = np.exp(tau[waits] * -inv_t[waits, None])
+        out[waits] += b[waits, None] * ew
+    np.subtract(1.0, out, out=out)
+    return np.clip(out, 0.0, 1.0, out=out)
+
+
+def _row_quantile(row_cdf: FloatArray, q: float) -> FloatArray:
+    """Invert each row's cumulative counts at ``LATENCY_EDGES_S``, log-linear within bins."""
+    edges = LATENCY_EDGES_S
+    total = row_cdf[:, -1]
+    out = np.full(row_cdf.shape[0], np.nan)
+    have = total > 0
+    if not have.any():
+        return out
+    frac = row_cdf[have] / total[have, None]
+    j = np.clip(np.argmax(frac >= q - 1e-12, axis=1), 1, edges.size - 1)
+    rows = np.arange(frac.shape[0])
+    f0, f1 = frac[rows, j - 1], frac[rows, j]
+    w = np.clip((q - f0) / np.maximum(f1 - f0, 1e-300), 0.0, 1.0)
+    x0, x1 = edges[j - 1], edges[j]
+    log_interp = np.exp(np.log(np.maximum(x0, 1e-300)) * (1 - w) + np.log(x1) * w)
+    out[have] = np.where(x0 > 0, log_interp, x1 * w)
+    return out

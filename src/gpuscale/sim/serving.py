@@ -1,0 +1,231 @@
+"""What one replica can serve: LLM cost figures, the serving config, the oracle's need.
+
+Demand arrives as reference-GPU seconds of work (``Workload.work_s``). This module
+says what a request costs (``llm_work_seconds``, from published per-GPU
+throughput), how a replica serves (``ServingConfig``: batch slots, service-time
+variability, memory footprint), how fast other GPU models are than the reference,
+and how many Ready replicas each second needs to keep the SLO
+(``required_replicas``, the oracle's input). The queue itself is ``fluid.py``.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpuscale.errors import ConfigError
+from gpuscale.sim.latency import centred_mean
+from gpuscale.sim.queueing import stationary_attainment
+from gpuscale.sim.workload import FloatArray, Workload
+
+if TYPE_CHECKING:
+    from gpuscale.sim.engine import Scenario
+
+logger = logging.getLogger(__name__)
+
+_MAX_REPLICAS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LlmThroughput:
+    """Batched LLM serving cost on one GPU: ``ctx/prefill + gen/decode + gen*(ctx+gen/2)*kv``.
+
+    Attributes:
+        prefill_tokens_per_s: Prompt tokens processed per second at full batch.
+        decode_tokens_per_s: Generated tokens per second at full batch, short contexts.
+        kv_s_per_token2: Extra seconds per generated token per token of context it
+            attends to (KV-cache reads grow with context).
+    """
+
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    kv_s_per_token2: float
+
+
+# Source: NVIDIA TensorRT-LLM "Performance of TensorRT-LLM" (docs/source/performance.md,
+# v0.6.1 tables), LLaMA 7B on one GPU, peak-throughput output tokens/s at the listed
+# batch sizes for (input, output) lengths (128,128), (128,2048), (2048,128), (2048,2048):
+# H100 SXM FP8: 19,694 / 6,818 / 2,244 / 2,740; A100 FP16: 5,586 / 1,928 / 591.
+# The three constants are the least-squares fit of time per request
+# (out_len / throughput) to the cost model above; it reproduces the H100 figures within
+# 8 % (the 128/128 point at batch 768 is the outlier) and the A100 ones exactly. The
+# H100 batch-1 first-token latency of 36 ms at 2,048 tokens in the same document
+# agrees with the fitted prefill rate. H200 shares the H100's compute with 4.8 vs
+# 3.35 TB/s of HBM (datasheets), so its decode and KV terms scale by bandwidth; L4 is
+# the H100 fit scaled by FP8 dense TFLOPS (242 vs 1,979) for prefill and by memory
+# bandwidth (300 GB/s vs 3.35 TB/s) for the rest; A10G (600 GB/s, FP16) is the A100
+# fit scaled by bandwidth. The last three are estimates, not measurements.
+LLM_THROUGHPUT: dict[str, LlmThroughput] = {
+    "H100": LlmThroughput(81_644.0, 45_918.0, 1.077e-7),
+    "H200": LlmThroughput(81_644.0, 45_918.0 * 4.8 / 3.35, 1.077e-7 * 3.35 / 4.8),
+    "A100": LlmThroughput(20_241.0, 19_077.0, 4.021e-7),
+    "L4": LlmThroughput(81_644.0 * 242 / 1979, 45_918.0 * 0.3 / 3.35, 1.077e-7 * 3.35 / 0.3),
+    "A10G": LlmThroughput(20_241.0 * 0.6 / 2.04, 19_077.0 * 0.6 / 2.04, 4.021e-7 * 2.04 / 0.6),
+}
+LLM_BATCH_SLOTS = 64
+"""Concurrent sequences per replica the throughput figures above were measured near (48-112)."""
+_TYPICAL_REQUEST = (1024.0, 256.0)  # context, generated tokens: sets relative GPU speeds
+
+
+def llm_throughput(gpu_model: str) -> LlmThroughput:
+    """The LLM cost constants of a GPU model.
+
+    Raises:
+        ConfigError: No figures for that model.
+
+    Returns:
+        Its throughput constants.
+    """
+    found = LLM_THROUGHPUT.get(gpu_model) or LLM_THROUGHPUT.get(gpu_model.upper())
+    if found is None:
+        raise ConfigError(
+            f"gpu model {gpu_model!r}: no LLM throughput figures; "
+            f"choose one of {', '.join(LLM_THROUGHPUT)}"
+        )
+    return found
+
+
+def llm_work_seconds(
+    context_tokens: np.ndarray, generated_tokens: np.ndarray, gpu_model: str = "H100"
+) -> FloatArray:
+    """GPU time an LLM request costs on one GPU of ``gpu_model`` serving at full batch.
+
+    Args:
+        context_tokens: Prompt tokens per request.
+        generated_tokens: Output tokens per request.
+        gpu_model: GPU short name (``H100``).
+
+    Returns:
+        Seconds of that GPU per request (amortised over the batch).
+    """
+    t = llm_throughput(gpu_model)
+    ctx = np.asarray(context_tokens, dtype=float)
+    gen = np.asarray(generated_tokens, dtype=float)
+    return np.asarray(
+        ctx / t.prefill_tokens_per_s
+        + gen / t.decode_tokens_per_s
+        + gen * (ctx + 0.5 * gen) * t.kv_s_per_token2,
+        dtype=float,
+    )
+
+
+def relative_speed(gpu_model: str, reference_model: str = "H100") -> float:
+    """How much work of the reference GPU one ``gpu_model`` GPU does per second.
+
+    Returns:
+        Speed ratio for a typical request (1,024 prompt and 256 output tokens).
+    """
+    ctx, gen = np.array([_TYPICAL_REQUEST[0]]), np.array([_TYPICAL_REQUEST[1]])
+    ref = float(llm_work_seconds(ctx, gen, reference_model)[0])
+    return ref / float(llm_work_seconds(ctx, gen, gpu_model)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ServingConfig:
+    """How one replica serves.
+
+    Attributes:
+        reference_model: GPU whose seconds ``Workload.work_s`` counts.
+        slots_per_replica: Requests a replica serves at once (continuous batching); each
+            slot runs at 1/slots of the GPU, so a request takes ``work * slots`` seconds.
+            1 suits one-at-a-time models (diffusion); ``for_llm()`` sets LLM batching.
+        service_scv: Squared coefficient of variation of per-request work (1: exponential).
+        model_bytes: Framebuffer the loaded model holds, bytes.
+        kv_bytes_per_request: Framebuffer per request in flight (KV cache), bytes.
+        slo_quantile: For ``required_replicas``: waiting may cost at most ``1 - slo_quantile``
+            of the requests that would meet the SLO with no waiting at all.
+        rate_window_s: ``required_replicas`` plans for the arrival rate averaged over a
+            centred window of this many seconds.
+    """
+
+    reference_model: str = "H100"
+    slots_per_replica: int = 1
+    service_scv: float = 1.0
+    model_bytes: float = 16e9
+    kv_bytes_per_request: float = 1e9
+    slo_quantile: float = 0.99
+    rate_window_s: int = 60
+
+    def __post_init__(self) -> None:
+        llm_throughput(self.reference_model)
+        checks = {
+            "slots_per_replica": self.slots_per_replica >= 1,
+            "service_scv": self.service_scv >= 0.0,
+            "slo_quantile": 0.0 < self.slo_quantile < 1.0,
+            "rate_window_s": self.rate_window_s >= 1,
+        }
+        for key, ok in checks.items():
+            if not ok:
+                value = getattr(self, key)
+                raise ConfigError(f"serving.{key}={value!r} is out of range: see ServingConfig")
+
+    @classmethod
+    def for_llm(cls, slots: int = LLM_BATCH_SLOTS, **kwargs: float | str) -> "ServingConfig":
+        """An LLM server batching ``slots`` sequences, with a 7B model's memory footprint.
+
+        Returns:
+            The config.
+        """
+        defaults: dict[str, float | str] = {"model_bytes": 14e9, "kv_bytes_per_request": 0.5e9}
+        defaults.update(kwargs)
+        return cls(slots_per_replica=slots, **defaults)  # type: ignore[arg-type]
+
+
+def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
+    """Per second, the fewest Ready replicas that keep the SLO, as the oracle needs.
+
+    The arrival rate and work per request are averaged over a centred window of
+    ``serving.rate_window_s`` seconds (the oracle plans for the rate, not the noise).
+    For each second the answer is the fewest replicas whose stationary M/G/k queue
+    (replicas x slots servers at the cluster GPU's speed, no throttling) serves at
+    least ``slo_quantile`` of the share of requests that would meet the SLO with no
+    waiting, ``1 - exp(-slo / service)``. Seconds without demand need 0.
+
+    Returns:
+        Integer replica counts, one per second of the workload.
+    """
+    serving = scenario.serving
+    slots = serving.slots_per_replica
+    speed = relative_speed(scenario.cluster.gpu_model, serving.reference_model)
+    rate = centred_mean(workload.arrivals, serving.rate_window_s)
+    work = centred_mean(workload.work_s, serving.rate_window_s)
+    need = np.zeros(workload.duration_s, dtype=np.int64)
+    active = np.flatnonzero(rate > 1e-9)
+    if active.size == 0:
+        return need
+    lam = rate[active]
+    service = work[active] / lam * slots / speed  # seconds per request on one slot
+    best = 1.0 - np.exp(-scenario.slo_latency_s / np.maximum(service, 1e-12))
+    goal = serving.slo_quantile * best
+
+    def meets(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        got = stationary_attainment(
+            r * slots, lam[idx], service[idx], scenario.slo_latency_s, serving.service_scv
+        )
+        return np.asarray(got >= goal[idx] - 1e-12)
+
+    # Fewer than the offered load in replicas is unstable, so ``fail`` never meets the SLO.
+    fail = np.floor(lam * service / slots).astype(np.int64)
+    step = np.ones_like(fail)
+    ok_r = fail + step
+    todo = np.flatnonzero(~meets(ok_r, np.arange(active.size)))
+    while todo.size:  # gallop up to a count that meets it
+        fail[todo] = ok_r[todo]
+        step[todo] *= 2
+        ok_r[todo] = fail[todo] + step[todo]
+        if int(ok_r[todo].max()) > _MAX_REPLICAS:
+            raise ConfigError(
+                f"slo_latency_s={scenario.slo_latency_s}: no replica count meets it; raise it"
+            )
+        todo = todo[~meets(ok_r[todo], todo)]
+    todo = np.flatnonzero(ok_r - fail > 1)
+    while todo.size:  # bisect between a failing and a passing count
+        mid = (fail[todo] + ok_r[todo]) // 2
+        good = meets(mid, todo)
+        ok_r[todo[good]] = mid[good]
+        fail[todo[~good]] = mid[~good]
+        todo = todo[ok_r[todo] - fail[todo] > 1]
+    r = np.maximum(ok_r, 1)
+    need[active] = r
+    return need

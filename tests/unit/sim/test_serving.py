@@ -1,0 +1,204 @@
+"""Serving: LLM cost figures, capacity, latency under and over load, the oracle's need."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.errors import ConfigError
+from gpuscale.sim.cluster import ClusterConfig, ColdStart
+from gpuscale.sim.engine import Scenario
+from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv, serve_fixed
+from gpuscale.sim.queueing import erlang_c, stationary_attainment
+from gpuscale.sim.serving import (
+    ServingConfig,
+    llm_work_seconds,
+    relative_speed,
+    required_replicas,
+)
+from gpuscale.sim.workload import Workload
+
+
+def poisson(rate: np.ndarray | float, seconds: int, service_s: float, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    a = rng.poisson(np.broadcast_to(rate, (seconds,))).astype(float)
+    return Workload("poisson", a, a * service_s)
+
+
+def exact_erlang_c(k: int, a: float) -> float:
+    b = 1.0
+    for n in range(1, k + 1):
+        b = a * b / (n + a * b)
+    rho = a / k
+    return b / (1 - rho * (1 - b)) if rho < 1 else 1.0
+
+
+# TensorRT-LLM v0.6.1, LLaMA 7B, H100 FP8: (input, output) -> output tokens/s per GPU.
+H100_FIGURES = {(128, 2048): 6_818, (2048, 128): 2_244, (2048, 2048): 2_740}
+
+
+@pytest.mark.parametrize(("lengths", "tokens_per_s"), H100_FIGURES.items())
+def test_llm_cost_reproduces_published_h100_throughput(lengths, tokens_per_s):
+    ctx, gen = lengths
+    work = llm_work_seconds(np.array([ctx]), np.array([gen]), "H100")[0]
+    assert gen / work == pytest.approx(tokens_per_s, rel=0.10)
+
+
+def test_llm_cost_grows_with_tokens_and_differs_by_gpu():
+    ctx = np.array([100, 1000, 1000])
+    gen = np.array([10, 10, 500])
+    h100 = llm_work_seconds(ctx, gen, "H100")
+    assert np.all(np.diff(h100) > 0)
+    assert np.all(llm_work_seconds(ctx, gen, "A100") > h100)
+    assert relative_speed("H100") == 1.0
+    assert relative_speed("A100") < 0.5 < 1.0 < relative_speed("H200")
+    assert relative_speed("L4") < relative_speed("A100")
+
+
+def test_unknown_gpu_model_is_a_config_error_listing_choices():
+    with pytest.raises(ConfigError, match="choose one of H100"):
+        llm_work_seconds(np.array([1]), np.array([1]), "B300")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [({"slots_per_replica": 0}, "slots_per_replica"), ({"slo_quantile": 1.0}, "slo_quantile")],
+)
+def test_bad_serving_config_is_a_config_error(kwargs, key):
+    with pytest.raises(ConfigError, match=f"serving.{key}"):
+        ServingConfig(**kwargs)
+
+
+def test_llm_config_batches_requests():
+    cfg = ServingConfig.for_llm()
+    assert cfg.slots_per_replica == 64
+    assert ServingConfig.for_llm(slots=8, model_bytes=1e9).model_bytes == 1e9
+
+
+def test_served_throughput_scales_with_ready_replicas():
+    wl = poisson(20.0, 600, 1.0)  # 20 requests/s, 1 GPU-second each: needs 20 replicas
+    done = {}
+    for replicas in (4, 8):
+        q = FluidQueue(timeout_s=1e6)
+        for t in range(wl.duration_s):
+            q.step(t, wl.arrivals[t], wl.work_s[t], replicas, float(replicas))
+        done[replicas] = q.departed / wl.duration_s
+    assert done[4] == pytest.approx(4.0, rel=0.02)
+    assert done[8] == pytest.approx(8.0, rel=0.02)
+
+
+def test_throttled_capacity_serves_slower():
+    wl = poisson(3.0, 3600, 1.0)
+    full = serve_fixed(wl, replicas=4, slo_s=3.0, timeout_s=600.0, speed=1.0)
+    slow = serve_fixed(wl, replicas=4, slo_s=3.0, timeout_s=600.0, speed=0.85)
+    assert slow.mean_latency_s > full.mean_latency_s * 1.5
+    assert slow.attainment < full.attainment - 0.1
+
+
+def test_underloaded_requests_meet_the_slo():
+    wl = poisson(2.0, 3600, 0.2)  # 10 % load on 4 replicas
+    run = serve_fixed(wl, replicas=4, slo_s=2.0, timeout_s=30.0)
+    assert run.dropped == pytest.approx(0.0, abs=1e-6)
+    assert run.mean_latency_s == pytest.approx(0.2, rel=0.05)
+    assert run.attainment == pytest.approx(1 - math.exp(-2.0 / 0.2), abs=0.01)
+
+
+def test_overload_grows_the_queue_and_times_requests_out():
+    wl = poisson(10.0, 1200, 1.0)  # 10 requests/s on 5 replicas: twice the capacity
+    q = FluidQueue(timeout_s=20.0)
+    waiting = []
+    for t in range(wl.duration_s):
+        q.step(t, wl.arrivals[t], wl.work_s[t], 5, 5.0)
+        waiting.append(q.waiting)
+    assert waiting[10] < waiting[19]
+    # The queue fills up to a timeout's worth of arrivals and stays there.
+    assert np.mean(waiting[100:]) == pytest.approx(10.0 * 20.0, rel=0.05)
+    arrived = float(wl.arrivals.sum())
+    assert q.dropped / arrived == pytest.approx(0.5, abs=0.03)
+    run = serve_fixed(wl, replicas=5, slo_s=5.0, timeout_s=20.0)
+    assert run.dropped / run.requests == pytest.approx(0.5, abs=0.03)
+    assert run.attainment < 0.05
+    assert 15.0 < run.mean_latency_s < 22.0
+
+
+def test_no_replicas_means_requests_wait_then_drop():
+    wl = Workload("w", np.full(100, 2.0), np.full(100, 2.0))
+    q = FluidQueue(timeout_s=10.0)
+    for t in range(100):
+        q.step(t, 2.0, 2.0, 0, 0.0)
+    assert q.departed == 0.0
+    assert q.waiting == pytest.approx(20.0, abs=2.0)
+    assert q.dropped == pytest.approx(200.0 - q.waiting, abs=1e-6)
+    assert serve_fixed(wl, replicas=0, slo_s=1.0, timeout_s=10.0).within_slo == 0.0
+
+
+def test_constant_rate_gives_the_exact_mmk_mean_wait():
+    k, lam, s = 4, 3.6, 1.0
+    q = FluidQueue(timeout_s=1e6, arrival_scv=1.0)
+    for t in range(3000):
+        q.step(t, lam, lam * s, k, float(k))
+    expected_wait = exact_erlang_c(k, lam * s) / (k / s - lam)
+    assert q.records.wait_s[-1] == pytest.approx(expected_wait, rel=1e-3)
+    assert q.busy == pytest.approx(lam * s, rel=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 4, 64, 65, 200, 2000])
+@pytest.mark.parametrize("rho", [0.3, 0.8, 0.95, 0.999])
+def test_erlang_c_matches_the_exact_recursion(k, rho):
+    assert float(erlang_c(k, rho * k)) == pytest.approx(exact_erlang_c(k, rho * k), rel=1e-3)
+
+
+def test_residual_arrival_variability_tells_counts_from_rates():
+    assert residual_arrival_scv(poisson(20.0, 3600, 1.0)) < 0.1
+    smooth = Workload("s", np.full(3600, 20.0), np.full(3600, 20.0))
+    assert residual_arrival_scv(smooth) == 1.0
+
+
+def scenario(wl: Workload, **kw) -> Scenario:
+    return Scenario(
+        workload=wl,
+        cluster=ClusterConfig(cold_start=ColdStart.fixed(30.0)),
+        serving=ServingConfig(**kw),
+        slo_latency_s=4.0,
+        timeout_s=60.0,
+    )
+
+
+def test_required_replicas_is_the_fewest_that_keep_the_slo():
+    rate = np.repeat([2.0, 10.0, 40.0, 0.0], 600)
+    wl = Workload("steps", rate, rate * 1.0)
+    sc = scenario(wl)
+    need = required_replicas(wl, sc)
+    assert need.shape == (2400,)
+    assert need[-100:].tolist() == [0] * 100
+    for t in (300, 900, 1500):
+        r = int(need[t])
+        goal = sc.serving.slo_quantile * (1 - math.exp(-sc.slo_latency_s / 1.0))
+        assert stationary_attainment(r, rate[t], 1.0, sc.slo_latency_s) >= goal
+        assert stationary_attainment(r - 1, rate[t], 1.0, sc.slo_latency_s) < goal
+    assert need[300] < need[900] < need[1500]
+
+
+def test_required_replicas_counts_batch_slots_and_gpu_speed():
+    rate = np.full(600, 40.0)
+    wl = Workload("llm", rate, rate * 0.05)
+    batched = required_replicas(wl, scenario(wl, slots_per_replica=16))
+    single = required_replicas(wl, scenario(wl))
+    assert batched[300] <= single[300]
+    slow = Scenario(
+        wl, ClusterConfig(gpu_model="A100"), ServingConfig(), slo_latency_s=4.0, timeout_s=60.0
+    )
+    assert required_replicas(wl, slow)[300] > single[300]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.5, 200.0), st.floats(0.05, 2.0))
+def test_required_replicas_never_fall_as_demand_rises(rate, service):
+    base = np.full(120, rate)
+    wl_lo = Workload("lo", base, base * service)
+    wl_hi = Workload("hi", base * 1.5, base * 1.5 * service)
+    lo = required_replicas(wl_lo, scenario(wl_lo))[60]
+    hi = required_replicas(wl_hi, scenario(wl_hi))[60]
+    assert hi >= lo >= math.ceil(rate * service)
