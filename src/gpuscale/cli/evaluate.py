@@ -97,7 +97,7 @@ def evaluate(
         typer.Option(
             help="Inject a fault into every run, e.g. gpu-lost@600, thermal@300:duration=600, "
             "ecc-dbe@900, straggler@120:factor=0.3; repeatable \\[default: none].",
-            envvar="GPUSCALE_FAULTS",
+            envvar="GPUSCALE_SIM_FAULTS",
             show_default=False,
         ),
     ] = None,

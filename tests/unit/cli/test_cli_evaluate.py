@@ -39,7 +39,7 @@ def test_help_documents_every_option_with_env_var_and_default(app, runner):
         ("--timeout", "GPUSCALE_TIMEOUT"),
         ("--duration", "GPUSCALE_DURATION"),
         ("--seed", "GPUSCALE_SEED"),
-        ("--fault", "GPUSCALE_FAULTS"),
+        ("--fault", "GPUSCALE_SIM_FAULTS"),
         ("--out", "GPUSCALE_OUT"),
         ("--jobs", "GPUSCALE_JOBS"),
         ("--traces-dir", "GPUSCALE_TRACES_DIR"),
