@@ -19,7 +19,6 @@ from gpuscale.errors import ConfigError
 from gpuscale.exporter.collector import PodLookup, SnapshotFamilies
 from gpuscale.exporter.sampler import Sampler
 from gpuscale.exporter.server import ExporterServer, parse_address
-from gpuscale.exporter.webconfig import WebConfig, load_web_config
 from gpuscale.fields.counters import default_counters, read_counters
 from gpuscale.telemetry.base import GpuSource
 
@@ -171,11 +170,11 @@ def exporter(
     # Everything a user can get wrong is checked before anything is served.
     host, port = parse_address(address)
     counters = read_counters(collectors) if collectors else default_counters()
-    web = (
-        load_web_config(web_config_file)
-        if web_config_file
-        else WebConfig(ssl_context=None, users={}, headers={})
-    )
+    web = None
+    if web_config_file is not None:
+        from gpuscale.exporter.webconfig import load_web_config
+
+        web = load_web_config(web_config_file)
     gpu_source = _open_source(source, gpus, gpu_models, load, seed, fault or [])
 
     pods: PodLookup | None = None
@@ -184,9 +183,7 @@ def exporter(
         from gpuscale.exporter.pods import PodMapper
 
         names = ("nvidia.com/gpu", "amd.com/gpu", *(resource_names or []))
-        mapper = PodMapper(
-            pod_resources_socket, resource_names=names, devices=gpu_source.devices()
-        )
+        mapper = PodMapper(pod_resources_socket, resource_names=names, devices=gpu_source.devices())
         mapper.start()
         pods = mapper
 
@@ -204,7 +201,7 @@ def exporter(
     except OSError as exc:
         raise ConfigError(f"--address {address!r}: cannot listen ({exc.strerror})") from exc
     sampler.start()
-    scheme = "https" if web.ssl_context else "http"
+    scheme = "https" if web is not None and web.ssl_context else "http"
     logger.info(
         "serving %d GPUs from %s on %s://%s:%d/metrics",
         len(gpu_source.devices()),

@@ -28,7 +28,10 @@ def render(families: Iterable[Metric]) -> bytes:
     Returns:
         UTF-8 exposition text.
     """
-    out: list[str] = []
+    # Each family is encoded as soon as it is written, so the peak is about twice the
+    # body (the chunks and the joined result) rather than four times (lines, joined
+    # text, its encoding and the copy).
+    chunks: list[bytes] = []
     # Every family of one GPU shares one label dict, so format each label set once.
     label_text: dict[int, str] = {}
     for family in families:
@@ -40,7 +43,7 @@ def render(families: Iterable[Metric]) -> bytes:
             name += "_total"
         elif ftype not in ("counter", "gauge", "histogram", "summary"):
             ftype = "untyped"
-        out.append(f"# HELP {name} {_escape_help(family.documentation)}\n# TYPE {name} {ftype}\n")
+        out = [f"# HELP {name} {_escape_help(family.documentation)}\n# TYPE {name} {ftype}\n"]
         for sample in family.samples:
             value = floatToGoString(sample.value)  # type: ignore[no-untyped-call]
             if not sample.labels:
@@ -51,4 +54,5 @@ def render(families: Iterable[Metric]) -> bytes:
                 text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sample.labels.items())
                 label_text[id(sample.labels)] = text
             out.append(f"{sample.name}{{{text}}} {value}\n")
-    return "".join(out).encode("utf-8")
+        chunks.append("".join(out).encode("utf-8"))
+    return b"".join(chunks)

@@ -11,11 +11,13 @@ import ssl
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuscale.errors import ConfigError
 from gpuscale.exporter.sampler import Sampler
-from gpuscale.exporter.webconfig import WebConfig
+
+if TYPE_CHECKING:  # pydantic and bcrypt load only when a web-config file is given
+    from gpuscale.exporter.webconfig import WebConfig
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +59,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if gzipped:
             self.send_header("Content-Encoding", "gzip")
-        for name, value in self.server.web.headers.items():
-            self.send_header(name, value)
+        if self.server.web is not None:
+            for name, value in self.server.web.headers.items():
+                self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -67,7 +70,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:
-        if not self.server.web.authenticate(self.headers.get("Authorization")):
+        web = self.server.web
+        if web is not None and not web.authenticate(self.headers.get("Authorization")):
             self.send_response(HTTPStatus.UNAUTHORIZED)
             self.send_header("WWW-Authenticate", 'Basic realm="gpuscale"')
             self.send_header("Content-Length", "13")
@@ -95,13 +99,15 @@ class ExporterServer(ThreadingHTTPServer):
     Args:
         address: (host, port); port 0 picks a free one.
         sampler: Where /metrics and /health read from.
-        web: TLS and basic-auth settings (an empty WebConfig for plain HTTP).
+        web: TLS, basic-auth and header settings; None serves plain HTTP to anyone.
     """
 
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], sampler: Sampler, web: WebConfig) -> None:
+    def __init__(
+        self, address: tuple[str, int], sampler: Sampler, web: "WebConfig | None" = None
+    ) -> None:
         self.sampler = sampler
         self.web = web
         if ":" in address[0]:
@@ -115,7 +121,7 @@ class ExporterServer(ThreadingHTTPServer):
 
     def finish_request(self, request: Any, client_address: Any) -> None:  # noqa: ANN401
         """Negotiate TLS on this connection's thread, then serve it."""
-        context: ssl.SSLContext | None = self.web.ssl_context
+        context: ssl.SSLContext | None = None if self.web is None else self.web.ssl_context
         if context is not None:
             request.settimeout(10.0)
             try:

@@ -1,4 +1,4 @@
-"""Scaling policies: pure decisions from observations, the same objects in simulation and production."""
+"""Scaling policies: pure decisions from observations, the same in simulation and production."""
 
 from gpuscale.scaling.policy import (
     Decision,

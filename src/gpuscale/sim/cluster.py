@@ -110,6 +110,7 @@ class Pod:
         ready_at: When it became Ready (None before).
         due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
         speed: Work multiplier (below 1 for a straggler).
+        status: Cached API view of the pod (rebuilt when it changes).
     """
 
     uid: int
@@ -120,6 +121,7 @@ class Pod:
     ready_at: float | None = None
     due: float = math.inf
     speed: float = 1.0
+    status: PodStatus | None = None
 
 
 class Cluster:
@@ -148,6 +150,8 @@ class Cluster:
         self.node_state[: config.initial_nodes] = _NODE_READY
         self._node_gpus = g
         self.pods: dict[int, Pod] = {}
+        self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
+        self._terminating = 0
         self.desired = 0
         self.version = 0
         self._uid = 0
@@ -172,14 +176,21 @@ class Cluster:
         """Pods holding a GPU (starting, Ready or terminating), oldest first."""
         return [p for p in self.pods.values() if p.slot >= 0]
 
+    def held_count(self) -> int:
+        """GPUs held by the deployment's pods."""
+        return int(np.count_nonzero(self.slot_pod >= 0))
+
     def status(self) -> TargetStatus:
         """The deployment's status as the API server reports it."""
         if self._status is None or self._status[0] != self.version:
-            pods = tuple(
-                PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
-                for p in self.live_pods()
-            )
-            self._status = (self.version, TargetStatus(self.desired, pods))
+            pods = []
+            for p in self.live_pods():
+                ready = p.state == READY
+                st = p.status
+                if st is None or st.ready != ready or st.ready_at != p.ready_at:
+                    st = p.status = PodStatus(p.name, ready, p.created_at, p.ready_at)
+                pods.append(st)
+            self._status = (self.version, TargetStatus(self.desired, tuple(pods)))
         return self._status[1]
 
     def nodes_up(self) -> int:
@@ -215,14 +226,16 @@ class Cluster:
         self._uid += 1
         pod = Pod(self._uid, f"{self.config.deployment}-{self._uid:05d}", now)
         self.pods[pod.uid] = pod
+        self._pending[pod.uid] = pod
         return pod
 
     def _reconcile(self, now: float) -> None:
-        live = self.live_pods()
-        if len(live) < self.desired:
-            for _ in range(self.desired - len(live)):
+        n_live = len(self.pods) - self._terminating
+        if n_live < self.desired:
+            for _ in range(self.desired - n_live):
                 self._new_pod(now)
-        elif len(live) > self.desired:
+        elif n_live > self.desired:
+            live = self.live_pods()
 
             def rank(p: Pod) -> tuple[int, int, float, float]:
                 ready_since = -(p.ready_at if p.ready_at is not None else math.inf)
@@ -237,30 +250,35 @@ class Cluster:
         if pod.slot < 0:
             pod.state = GONE
             del self.pods[pod.uid]
+            del self._pending[pod.uid]
             return
+        self._terminating += 1
         pod.state, pod.due = TERMINATING, now + self.config.termination_grace_s
         self._push(pod.due, 1, pod.uid)
 
+    def _free_slots(self) -> np.ndarray:
+        """Free, working GPU slots on Ready nodes, lowest first (pods pack onto nodes)."""
+        ready_nodes = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
+        return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & ready_nodes)
+
     def _free_slot(self) -> int:
-        ready_nodes = self.node_state == _NODE_READY
-        free = (self.slot_pod < 0) & ~self.slot_broken & np.repeat(ready_nodes, self._node_gpus)
-        idx = np.flatnonzero(free)
+        idx = self._free_slots()
         return int(idx[0]) if idx.size else -1
 
     def _bind(self, pod: Pod, slot: int) -> None:
         pod.slot = slot
         self.slot_pod[slot] = pod.uid
+        self._pending.pop(pod.uid, None)
 
     def _schedule(self, now: float) -> None:
-        pending = [p for p in self.pods.values() if p.state == PENDING]
-        started = []
-        for pod in pending:
-            slot = self._free_slot()
-            if slot < 0:
-                break
+        if not self._pending:
+            return
+        pending = list(self._pending.values())
+        free = self._free_slots().tolist()
+        started = pending[: len(free)]
+        for pod, slot in zip(started, free, strict=False):
             self._bind(pod, slot)
             pod.state = STARTING
-            started.append(pod)
         if started:
             draws = self.config.cold_start.sample(self._rng, len(started))
             for pod, cold in zip(started, draws, strict=True):
@@ -272,10 +290,8 @@ class Cluster:
 
     def _provision(self, waiting: int, now: float) -> None:
         g = self._node_gpus
-        coming = np.flatnonzero(self.node_state == _NODE_PROVISIONING)
-        incoming = sum(
-            int(np.count_nonzero(~self.slot_broken[n * g : (n + 1) * g])) for n in coming
-        )
+        coming = np.repeat(self.node_state == _NODE_PROVISIONING, g)
+        incoming = int(np.count_nonzero(coming & ~self.slot_broken))
         need = math.ceil(max(waiting - incoming, 0) / g)
         absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
         for node in absent:
@@ -309,6 +325,8 @@ class Cluster:
         if uid < 0:
             return None
         pod = self.pods.pop(uid)
+        if pod.state == TERMINATING:
+            self._terminating -= 1
         pod.state, pod.slot = GONE, -1
         self.slot_pod[slot] = -1
         return pod

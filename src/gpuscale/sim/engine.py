@@ -127,6 +127,7 @@ class _Run:
         self.model_speed = relative_speed(cfg.gpu_model, serving.reference_model)
         self.slots = serving.slots_per_replica
         self.state: dict[str, Any] = {}
+        self._names: tuple[int, set[str]] = (-1, set())
         self.scale_events = 0
         self._cap_version = -1
         self._cap_dirty = True
@@ -155,7 +156,7 @@ class _Run:
         self._flush()
         c = self.cluster
         self.ready = c.ready_pods()
-        self.n_held = sum(1 for p in c.pods.values() if p.slot >= 0)
+        self.n_held = c.held_count()
         devs = np.array([c.slot_phys[p.slot] for p in self.ready], dtype=np.int64)
         factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
         speed = np.array([p.speed for p in self.ready]) * factor * self.model_speed
@@ -208,7 +209,9 @@ class _Run:
     def _observe(self, t: float) -> Observation:
         at = t - self.sc.rule_delay_s
         target = self.cluster.status()
-        names = {p.name for p in target.pods}
+        if self.policy.pod_signals and self._names[0] != self.cluster.version:
+            self._names = (self.cluster.version, {p.name for p in target.pods})
+        names = self._names[1]
         pod_metrics: dict[str, dict[str, float]] = {}
         for key, sig in self.policy.pod_signals.items():
             values = pod_metrics.setdefault(key, {})
