@@ -16,9 +16,10 @@ are derived here, from the scenario alone, by one documented rule each:
 * ``keda``: KEDA's Prometheus trigger on in-flight plus queued requests; its
   threshold is what one replica holds at the same 70 % (0.7 x batch slots).
 * ``kpa``: Knative's KPA on concurrency with the same target per pod.
-* ``oracle``: the requirement itself, requested ``lead_s`` ahead: the 95th
-  percentile cold start, plus node provisioning when the run needs more nodes
-  than it starts with.
+* ``oracle``: the requirement itself, requested ``lead_s`` ahead (the 95th
+  percentile cold start), and ``node_lead_s`` earlier still for replicas beyond
+  the nodes that are always up; it keeps replicas across dips shorter than a
+  termination grace plus a cold start, since churning would cost more.
 
 Runs are independent, so they may go to a process pool (``jobs``, see
 ``pool.RunPool``); policy objects are built inside each worker from plain
@@ -261,9 +262,8 @@ def plan(
         faults=parsed,
     )
     grows = peak > initial_nodes * per_node
-    lead = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE) + (
-        cluster_cfg.node_provision_s if grows else 0.0
-    )
+    cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)
+    node_lead = cluster_cfg.node_provision_s if grows else 0.0
     per_replica = TARGET_UTILIZATION * serving.slots_per_replica
     bounds = {"min_replicas": 1, "max_replicas": max_replicas}
     catalogue: dict[str, dict[str, Any]] = {
@@ -271,7 +271,16 @@ def plan(
         "hpa": {"target_average_value": TARGET_UTILIZATION * 100.0, **bounds},
         "keda": {"threshold": per_replica, **bounds},
         "kpa": {"target": per_replica, **bounds},
-        "oracle": {"lead_s": round(lead, 1), "peak_required": peak, **bounds},
+        "oracle": {
+            "lead_s": round(cold, 1),
+            "node_lead_s": node_lead,
+            "fast_capacity": cluster_cfg.floor_nodes * per_node,
+            "node_size": per_node,
+            "node_keep_s": cluster_cfg.node_idle_remove_s,
+            "hold_s": round(cluster_cfg.termination_grace_s + cold, 1),
+            "peak_required": peak,
+            **bounds,
+        },
     }
     logger.info(
         "scenario %s: %d s, peak need %d replicas, static %d, max %d, initial %d, nodes %d-%d",
@@ -309,6 +318,11 @@ def build_policy(name: str, parameters: Mapping[str, Any], required: np.ndarray)
         return OraclePolicy(
             required.tolist(),
             float(p["lead_s"]),
+            hold_s=float(p.get("hold_s", 0.0)),
+            node_lead_s=float(p.get("node_lead_s", 0.0)),
+            fast_capacity=p.get("fast_capacity"),
+            node_size=int(p.get("node_size", 1)),
+            node_keep_s=float(p.get("node_keep_s", 0.0)),
             min_replicas=int(p["min_replicas"]),
             max_replicas=int(p["max_replicas"]),
         )

@@ -41,7 +41,10 @@ def test_parameters_follow_the_documented_fair_rules(prepared):
     assert p["kpa"]["target"] == pytest.approx(0.7)
     cold = sc.cluster.cold_start.quantile(0.95)
     grows = peak > sc.cluster.initial_nodes * sc.cluster.gpus_per_node
-    assert p["oracle"]["lead_s"] == pytest.approx(cold + (180.0 if grows else 0.0), abs=0.05)
+    assert p["oracle"]["lead_s"] == pytest.approx(cold, abs=0.05)
+    assert p["oracle"]["node_lead_s"] == (180.0 if grows else 0.0)
+    assert p["oracle"]["fast_capacity"] == sc.cluster.floor_nodes * sc.cluster.gpus_per_node
+    assert p["oracle"]["hold_s"] == pytest.approx(30.0 + cold, abs=0.05)
     assert sc.initial_replicas == max(int(required[:60].max()), 1)
     assert sc.cluster.max_gpus >= 2 * peak
 

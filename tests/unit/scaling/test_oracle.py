@@ -97,3 +97,47 @@ def test_never_short_over_the_lead_window_and_within_bounds(required, lead_s, no
     start = max(0, math.floor(now))
     end = math.ceil(now + lead_s + policy.interval_s)
     assert replicas >= max(required[start:end], default=0)
+
+
+def test_dip_shorter_than_grace_plus_cold_start_keeps_replicas_longer_one_releases():
+    required = [5] * 100 + [1] * 60 + [5] * 100
+    policy = OraclePolicy(required, lead_s=10.0, interval_s=5.0, hold_s=80.0)
+    # At t=100 with 5 running, the need returns at t=160, within the 80 s break-even.
+    assert policy.decide(at(100.0, desired=5), {}).replicas == 5
+    long_dip = [5] * 100 + [1] * 200 + [5] * 100
+    policy = OraclePolicy(long_dip, lead_s=10.0, interval_s=5.0, hold_s=80.0)
+    assert policy.decide(at(100.0, desired=5), {}).replicas == 1
+    # The hold never grows the fleet: from 1 it asks only for the short-horizon need.
+    assert policy.decide(at(100.0, desired=1), {}).replicas == 1
+
+
+def test_replicas_beyond_standing_nodes_are_requested_a_node_provisioning_earlier():
+    required = [4] * 300 + [12] * 300
+    policy = OraclePolicy(
+        required, lead_s=20.0, interval_s=5.0, node_lead_s=180.0, fast_capacity=8,
+        node_size=8, node_keep_s=600.0,
+    )  # fmt: skip
+    state: dict = {}
+    first = None
+    for t in range(0, 300, 5):
+        decision = policy.decide(at(float(t), desired=4), state)
+        state = decision.state
+        if decision.replicas == 12 and first is None:
+            first = t
+    assert first == 100  # the first t whose window [t, t + 20 + 5 + 180) reaches t=300
+
+
+def test_a_node_still_up_needs_no_provisioning_lead():
+    required = [12] * 100 + [4] * 100 + [12] * 100
+    policy = OraclePolicy(
+        required, lead_s=20.0, interval_s=5.0, node_lead_s=180.0, fast_capacity=8,
+        node_size=8, node_keep_s=600.0,
+    )  # fmt: skip
+    state = policy.decide(at(0.0, desired=12), {}).state  # the second node is up
+    # At t=150 the return to 12 at t=200 is 50 s away: beyond the cold-start lead but
+    # the node is still there, so the oracle waits for the short lead.
+    assert policy.decide(at(150.0, desired=4), state).replicas == 4
+    assert policy.decide(at(175.0, desired=4), state).replicas == 4
+    assert policy.decide(at(180.0, desired=4), state).replicas == 12  # [180, 205) has t=200
+    # Without that memory it would have asked a node-provisioning earlier.
+    assert policy.decide(at(150.0, desired=4), {}).replicas == 12
