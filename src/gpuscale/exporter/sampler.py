@@ -11,6 +11,7 @@ import gzip
 import logging
 import threading
 import time
+import zlib
 from collections import Counter as TallyCounter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,12 +34,21 @@ class _Published:
     xid_counts: Mapping[str, TallyCounter[int]]
     at: float  # monotonic time of the collect
     text: bytes
-    _gzipped: bytes | None = field(default=None)
+    _gz: tuple[bytes, "zlib._Compress"] | None = field(default=None)
 
-    def gzipped(self) -> bytes:
-        if self._gzipped is None:
-            self._gzipped = gzip.compress(self.text, compresslevel=1)
-        return self._gzipped
+    def gzipped(self, tail: bytes) -> bytes:
+        """One gzip stream of ``text + tail``; the GPU part is compressed once per collect.
+
+        Many HTTP clients read only the first member of a multi-member gzip body, so the
+        per-scrape tail continues the stream from a saved compressor state instead.
+        """
+        if self._gz is None:
+            compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # 31: gzip container
+            head = compressor.compress(self.text) + compressor.flush(zlib.Z_SYNC_FLUSH)
+            self._gz = (head, compressor)
+        head, compressor = self._gz
+        rest = compressor.copy()
+        return head + rest.compress(tail) + rest.flush()
 
 
 class _Worker:
@@ -208,7 +218,7 @@ class Sampler:
             body = own
             return gzip.compress(body, compresslevel=1) if gzipped else body
         if gzipped:
-            return published.gzipped() + gzip.compress(own, compresslevel=1)
+            return published.gzipped(own)
         return published.text + own
 
     def health(self) -> tuple[bool, str]:
