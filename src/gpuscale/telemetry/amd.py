@@ -26,7 +26,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -34,6 +34,7 @@ from gpuscale.errors import SourceUnavailableError
 from gpuscale.fields.amd import labelled_key
 from gpuscale.ids import GpuUuid
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor
+from gpuscale.telemetry.batch import DeviceLostError, FieldBatch, FieldError
 
 logger = logging.getLogger(__name__)
 
@@ -72,32 +73,9 @@ def _num(value: object) -> float | None:
     return float(value)
 
 
-class _DeviceLostError(Exception):
-    """The device stopped answering."""
-
-
-class _FieldError(Exception):
-    """One amdsmi call failed; only the fields it feeds are affected."""
-
-
 @dataclass(slots=True)
-class _Batch:
-    """One pass over one GPU: values read so far and the fields that failed."""
-
-    call: Callable[..., Any]
-    handle: object
-    values: dict[str, float] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-
-    def get(self, fields: tuple[str, ...], fn: str, *args: object) -> Any:  # noqa: ANN401
-        """Call ``fn(handle, *args)``; on a per-field failure record ``fields`` and answer None."""
-        try:
-            return self.call(fn, self.handle, *args)
-        except _FieldError as err:
-            self.failed.extend(fields)
-            self.reasons.append(str(err))
-            return None
+class _Batch(FieldBatch):
+    """One pass over one AMD GPU; amdsmi answers dicts and ``"N/A"`` for unknowns."""
 
     def put(self, name: str, value: object) -> None:
         """Store a numeric value; ``"N/A"`` and None leave the field absent."""
@@ -147,7 +125,7 @@ class AmdSource:
             raise SourceUnavailableError(_unavailable(err)) from err
         try:
             self._gpus = self._discover()
-        except (_DeviceLostError, _FieldError) as err:
+        except (DeviceLostError, FieldError) as err:
             self._amd.amdsmi_shut_down()
             raise SourceUnavailableError(_unavailable(err)) from err
 
@@ -165,14 +143,14 @@ class AmdSource:
             if code in _ABSENT:
                 return None
             if code in _LOST:
-                raise _DeviceLostError(where) from err
-            raise _FieldError(where) from err
+                raise DeviceLostError(where) from err
+            raise FieldError(where) from err
 
     def _optional(self, fn: str, *args: object) -> Any:  # noqa: ANN401 - amdsmi answers are untyped
         """A start-up call whose failure only leaves a detail unknown."""
         try:
             return self._call(fn, *args)
-        except _FieldError as err:
+        except FieldError as err:
             logger.debug("amdsmi: %s", err)
             return None
 
@@ -182,7 +160,7 @@ class AmdSource:
         for index, handle in enumerate(self._call("amdsmi_get_processor_handles") or []):
             try:
                 gpus.append((self._describe(index, handle), handle))
-            except (_DeviceLostError, _FieldError) as err:
+            except (DeviceLostError, FieldError) as err:
                 logger.warning("amdsmi: GPU %d skipped at start-up: %s", index, err)
         logger.info("amdsmi: %d GPUs", len(gpus))
         return gpus
@@ -190,7 +168,7 @@ class AmdSource:
     def _describe(self, index: int, handle: object) -> GpuInfo:
         uuid = self._call("amdsmi_get_gpu_device_uuid", handle)
         if not uuid:
-            raise _FieldError(f"amdsmi_get_gpu_device_uuid answered {uuid!r}")
+            raise FieldError(f"amdsmi_get_gpu_device_uuid answered {uuid!r}")
         asic = self._optional("amdsmi_get_gpu_asic_info", handle) or {}
         board = self._optional("amdsmi_get_gpu_board_info", handle) or {}
         driver = self._optional("amdsmi_get_gpu_driver_info", handle) or {}
@@ -245,7 +223,7 @@ class AmdSource:
         b = _Batch(self._call, handle)
         try:
             self._read(b)
-        except _DeviceLostError as err:
+        except DeviceLostError as err:
             logger.warning("amdsmi: GPU %s is lost: %s", info.key, err)
             return DeviceSample(info, {}, up=False, error=f"GPU is lost: {err}")
         return DeviceSample(

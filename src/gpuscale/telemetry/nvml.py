@@ -40,10 +40,9 @@ from typing import Any
 from gpuscale.errors import SourceUnavailableError
 from gpuscale.ids import GpuUuid
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor, XidEvent
+from gpuscale.telemetry.batch import DeviceLostError, FieldError
 from gpuscale.telemetry.nvml_reads import (
     Batch,
-    DeviceLostError,
-    FieldError,
     read_gpu,
     read_memory,
     read_processes,
@@ -323,7 +322,7 @@ class NvmlSource:
     def _sample(self, entity: _Entity, xids: tuple[XidEvent, ...]) -> DeviceSample:
         if xids:
             entity.last_xid = xids[-1].xid
-        b = Batch(self._call, self._classify, entity.handle)
+        b = Batch(self._call, entity.handle, classify=self._classify)
         try:
             if not entity.is_mig:
                 read_gpu(b, self._nv, entity.nvlinks)

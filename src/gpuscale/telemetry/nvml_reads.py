@@ -14,28 +14,12 @@ from types import ModuleType
 from typing import Any
 
 from gpuscale.telemetry.base import ProcessUsage
+from gpuscale.telemetry.batch import FieldBatch, FieldError
 
 logger = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
 _FV_ATTRS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by valueType
-
-
-class DeviceLostError(Exception):
-    """The device stopped answering (GPU is lost, unknown error, timeout).
-
-    Args:
-        message: Which call, and NVML's words.
-        code: The NVML error code.
-    """
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class FieldError(Exception):
-    """One NVML call failed; only the fields it feeds are affected."""
 
 
 def _ident(v: Any) -> float:  # noqa: ANN401 - NVML answers are untyped ctypes values
@@ -127,45 +111,14 @@ MEMORY_TEMP = "DCGM_FI_DEV_MEMORY_TEMP"
 
 
 @dataclass(slots=True)
-class Batch:
-    """One pass over one entity: values read so far and the fields that failed.
+class Batch(FieldBatch):
+    """One pass over one NVML entity.
 
     Attributes:
-        call: The source's chokepoint, ``call(fn_name, *args)``; answers None when unsupported.
         classify: Sorts a raw NVML return code the way the chokepoint sorts exceptions.
-        handle: The entity's NVML handle.
-        values: DCGM field name to value, in the catalogue's unit.
-        failed: Fields whose call failed this time.
-        reasons: What failed, for ``DeviceSample.error``.
     """
 
-    call: Callable[..., Any]
-    classify: Callable[[int, str], None]
-    handle: object
-    values: dict[str, float] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-
-    def get(self, fields: tuple[str, ...], fn: str, *args: object) -> Any:  # noqa: ANN401
-        """Call ``fn(handle, *args)``; on a per-field failure record ``fields`` and answer None."""
-        try:
-            return self.call(fn, self.handle, *args)
-        except FieldError as err:
-            self.fail(fields, str(err))
-            return None
-
-    def fail(self, fields: tuple[str, ...], reason: str) -> None:
-        """Record fields that failed; a failure that feeds no field is only logged."""
-        if fields:
-            self.failed.extend(fields)
-            self.reasons.append(reason)
-        else:
-            logger.debug("NVML: %s", reason)
-
-    def put(self, name: str, value: float | None) -> None:
-        """Store a value unless it is absent."""
-        if value is not None:
-            self.values[name] = float(value)
+    classify: Callable[[int, str], None] = field(kw_only=True)
 
 
 def read_gpu(b: Batch, nv: ModuleType, nvlinks: tuple[int, ...]) -> None:
