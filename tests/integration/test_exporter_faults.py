@@ -208,3 +208,32 @@ def test_fifty_concurrent_scrapers_for_ten_seconds_never_fail(sim_exporter):
     assert failures == []
     assert all(n > 0 for n in ok), ok
     assert sum(ok) >= 100
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("nvml", "install the NVIDIA driver or use --source sim"),
+        ("amd", "install ROCm and the amdsmi package or use --source sim"),
+    ],
+)
+def test_missing_gpu_driver_exits_1_with_one_line_and_a_hint(source, message):
+    from gpuscale.errors import SourceUnavailableError
+    from gpuscale.telemetry.amd import AmdSource
+    from gpuscale.telemetry.nvml import NvmlSource
+
+    try:
+        (NvmlSource if source == "nvml" else AmdSource)().close()
+    except SourceUnavailableError:
+        pass
+    else:
+        pytest.skip(f"this machine has a working {source} driver")
+    port = free_port()
+    result = _run_cli("exporter", "--source", source, "--address", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gpuscale: error: ")
+    assert lines[0].endswith(message)
+    assert result.stdout == ""
+    assert not _listening(port)
