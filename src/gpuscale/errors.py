@@ -6,6 +6,8 @@ message, while a transient one (a device that did not answer this time) is
 counted and retried on the next cycle.
 """
 
+from collections.abc import Mapping
+
 
 class GpuscaleError(Exception):
     """Root of every error gpuscale raises on purpose."""
@@ -38,3 +40,20 @@ class ConfigError(PermanentError):
 
 class SourceUnavailableError(PermanentError):
     """A telemetry backend (NVML, amdsmi) cannot start on this machine. Exit status 1."""
+
+
+def check_ranges(owner: str, config: object, checks: Mapping[str, bool], fix: str) -> None:
+    """Raise a one-line ConfigError for the first setting whose check failed.
+
+    Args:
+        owner: Prefix of the key in the message, e.g. ``cluster``.
+        config: The object holding the settings (for their values).
+        checks: Attribute name to whether its value is acceptable.
+        fix: What the user should do instead.
+
+    Raises:
+        ConfigError: Naming ``owner.key=value`` and ``fix``.
+    """
+    for key, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"{owner}.{key}={getattr(config, key)!r} is out of range: {fix}")

@@ -2,6 +2,7 @@
 
 import base64
 import datetime
+import ipaddress
 import socket
 import ssl
 import subprocess
@@ -113,9 +114,7 @@ def _self_signed(tmp_path):
         .not_valid_before(now - datetime.timedelta(minutes=1))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
-            ),
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False,
         )
         .sign(key, hashes.SHA256())
@@ -237,3 +236,11 @@ def test_missing_gpu_driver_exits_1_with_one_line_and_a_hint(source, message):
     assert lines[0].endswith(message)
     assert result.stdout == ""
     assert not _listening(port)
+
+
+def test_sim_only_options_with_a_real_source_exit_2_even_at_their_default_values():
+    result = _run_cli("exporter", "--source", "nvml", "--gpus", "8", "--fault", "xid:79:gpu=0")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "gpuscale: error: --gpus, --fault only apply to --source sim: remove them"
+    )

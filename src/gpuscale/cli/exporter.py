@@ -48,10 +48,6 @@ def _open_source(
         return SimSource(
             gpus, names, load=parse_load_spec(load, seed), seed=seed, faults=fault_specs
         )
-    sim_only = {"--gpus": gpus != 8, "--fault": bool(faults), "--load": load != "sine"}
-    wrong = [flag for flag, given in sim_only.items() if given]
-    if wrong:
-        raise ConfigError(f"{', '.join(wrong)} only apply to --source sim: remove them")
     if source is SourceName.nvml:
         from gpuscale.telemetry.nvml import NvmlSource
 
@@ -61,7 +57,27 @@ def _open_source(
     return AmdSource()
 
 
+_SIM_ONLY = {"gpus": "--gpus", "gpu_models": "--gpu-models", "load": "--load", "fault": "--fault"}
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set an option (command line or environment), not its default."""
+    source = ctx.get_parameter_source(name)
+    # Typer bundles its own click, so compare the enum by name, not by class.
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _reject_sim_only_options(ctx: typer.Context, source: SourceName) -> None:
+    """Options of the simulated fleet are a mistake with a real source, even at their defaults."""
+    if source is SourceName.sim:
+        return
+    given = [flag for name, flag in _SIM_ONLY.items() if _given(ctx, name)]
+    if given:
+        raise ConfigError(f"{', '.join(given)} only apply to --source sim: remove them")
+
+
 def exporter(
+    ctx: typer.Context,
     source: Annotated[
         SourceName, typer.Option(help="Telemetry backend.", envvar="GPUSCALE_SOURCE")
     ] = SourceName.sim,
@@ -168,6 +184,7 @@ def exporter(
 ) -> None:
     """Serve GPU telemetry on /metrics with dcgm-exporter's metric names and labels."""
     # Everything a user can get wrong is checked before anything is served.
+    _reject_sim_only_options(ctx, source)
     host, port = parse_address(address)
     counters = read_counters(collectors) if collectors else default_counters()
     web = None

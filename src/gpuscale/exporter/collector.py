@@ -197,12 +197,11 @@ def _amd_families(entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> It
 
 
 class SnapshotCollector:
-    """prometheus_client collector over whatever snapshot the sampler last published.
+    """prometheus_client collector over the snapshot the sampler last collected.
 
     Args:
         families: Builds families from a snapshot.
-        latest: Returns the current (snapshot, xid counts), or None before the first
-            collect or while the snapshot is stale.
+        latest: Returns the current (snapshot, xid counts), or None before the first collect.
     """
 
     def __init__(
@@ -214,7 +213,7 @@ class SnapshotCollector:
         self._latest = latest
 
     def collect(self) -> Iterable[Metric]:
-        """Families of the latest fresh snapshot (none when stale)."""
+        """Families of the latest snapshot (none before the first collect)."""
         current = self._latest()
         if current is None:
             return []

@@ -16,7 +16,7 @@ from collections import Counter as TallyCounter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gpuscale.exporter.collector import SnapshotCollector, SnapshotFamilies
 from gpuscale.exporter.exposition import render
@@ -111,7 +111,6 @@ class Sampler:
         self.source = source
         self.interval_s = interval_s
         self.timeout_s = timeout_s if timeout_s is not None else max(interval_s, 1.0)
-        self._families = families
         self._xids = XidWindow(xid_window_ms)
         self._monotonic = monotonic
         self._published: _Published | None = None
@@ -151,7 +150,12 @@ class Sampler:
             registry=r,
         )
         age.set_function(self._age)
-        self.collector = SnapshotCollector(families, self._fresh)
+        # The GPU families go through a registry of their own, rendered once per collect
+        # (with dcgm-exporter's counter names) instead of once per scrape.
+        self._rendering: tuple[Snapshot, Mapping[str, TallyCounter[int]]] | None = None
+        self.collector = SnapshotCollector(families, lambda: self._rendering)
+        self.gpu_registry = CollectorRegistry(auto_describe=False)
+        self.gpu_registry.register(self.collector)
 
     def _age(self) -> float:
         published = self._published
@@ -189,7 +193,8 @@ class Sampler:
         self._duration.observe(self._monotonic() - started)
         self._account(snapshot)
         counts = self._xids.counts(snapshot.timestamp)
-        text = render(self._families.build(snapshot, counts))
+        self._rendering = (snapshot, counts)
+        text = render(self.gpu_registry.collect())
         self._published = _Published(snapshot, counts, self._monotonic(), text)
         self._collects.inc()
         self._last_success.set(time.time())
@@ -210,8 +215,6 @@ class Sampler:
 
     def exposition(self, *, gzipped: bool = False) -> bytes:
         """The /metrics body: the latest fresh GPU families, then the exporter's own."""
-        from prometheus_client import generate_latest
-
         own = generate_latest(self.registry)
         published = self._published
         if published is None or self._fresh() is None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import ConfigError, check_ranges
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.sim.coldstart import ColdStart
 
@@ -75,12 +75,12 @@ class ClusterConfig:
             "node_idle_remove_s": self.node_idle_remove_s >= 0,
             "termination_grace_s": self.termination_grace_s >= 0,
         }
-        for key, ok in checks.items():
-            if not ok:
-                raise ConfigError(
-                    f"cluster.{key}={getattr(self, key)!r} is out of range: "
-                    "need 0 <= min_nodes, initial_nodes <= max_nodes and non-negative times"
-                )
+        check_ranges(
+            "cluster",
+            self,
+            checks,
+            "need 0 <= min_nodes, initial_nodes <= max_nodes and non-negative times",
+        )
 
     @property
     def floor_nodes(self) -> int:

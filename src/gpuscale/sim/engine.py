@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import ConfigError, check_ranges
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
 from gpuscale.scaling.policy import Observation, ScalingPolicy, Series
 from gpuscale.sim.cluster import STARTING, TERMINATING, Cluster, ClusterConfig, Pod
@@ -77,12 +77,12 @@ class Scenario:
             "rule_delay_s": self.rule_delay_s >= 0,
             "record_interval_s": self.record_interval_s >= 1,
         }
-        for key, ok in checks.items():
-            if not ok:
-                raise ConfigError(
-                    f"scenario.{key}={getattr(self, key)!r} is out of range: "
-                    "times must be positive (intervals >= 1 s) and replicas fit the cluster"
-                )
+        check_ranges(
+            "scenario",
+            self,
+            checks,
+            "times must be positive (intervals >= 1 s) and replicas fit the cluster",
+        )
 
 
 def _merge(results: list[Any]) -> Series:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import ConfigError, check_ranges
 from gpuscale.sim.latency import centred_mean
 from gpuscale.sim.queueing import stationary_attainment
 from gpuscale.sim.workload import FloatArray, Workload
@@ -155,10 +155,7 @@ class ServingConfig:
             "slo_quantile": 0.0 < self.slo_quantile < 1.0,
             "rate_window_s": self.rate_window_s >= 1,
         }
-        for key, ok in checks.items():
-            if not ok:
-                value = getattr(self, key)
-                raise ConfigError(f"serving.{key}={value!r} is out of range: see ServingConfig")
+        check_ranges("serving", self, checks, "see ServingConfig")
 
     @classmethod
     def for_llm(cls, slots: int = LLM_BATCH_SLOTS, **kwargs: float | str) -> "ServingConfig":
