@@ -42,6 +42,34 @@ class SourceUnavailableError(PermanentError):
     """A telemetry backend (NVML, amdsmi) cannot start on this machine. Exit status 1."""
 
 
+def config_error(where: str, problem: str, fix: str) -> ConfigError:
+    """Build the one-line error every user mistake gets: where, what is wrong, what to do.
+
+    This is the only place a ConfigError message is shaped, so every input
+    (flag, file line, config key) reads the same way.
+
+    Args:
+        where: The input and place, e.g. ``--gpus``, ``web.yml:4 tls_server_config.cert_file``
+            or ``HpaConfig.tolerance=-1``.
+        problem: What is wrong with it.
+        fix: What the user should do instead.
+
+    Returns:
+        The error, to raise.
+    """
+    return ConfigError(f"{where}: {problem}; {fix}")
+
+
+def require(ok: bool, where: str, problem: str, fix: str) -> None:
+    """Raise ``config_error(where, problem, fix)`` unless ``ok``.
+
+    Raises:
+        ConfigError: When ``ok`` is false.
+    """
+    if not ok:
+        raise config_error(where, problem, fix)
+
+
 def check_ranges(owner: str, config: object, checks: Mapping[str, bool], fix: str) -> None:
     """Raise a one-line ConfigError for the first setting whose check failed.
 
@@ -55,5 +83,4 @@ def check_ranges(owner: str, config: object, checks: Mapping[str, bool], fix: st
         ConfigError: Naming ``owner.key=value`` and ``fix``.
     """
     for key, ok in checks.items():
-        if not ok:
-            raise ConfigError(f"{owner}.{key}={getattr(config, key)!r} is out of range: {fix}")
+        require(ok, f"{owner}.{key}={getattr(config, key)!r}", "out of range", fix)
