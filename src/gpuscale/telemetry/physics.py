@@ -8,9 +8,13 @@ step costs the same few dozen array operations whatever the fleet size.
 
 Per GPU, for a step of ``dt`` seconds with the load held over the step:
 
-* Dynamic power follows DVFS, ``P = idle + (TDP - idle) * d * c**3`` with ``c`` the
-  SM clock as a share of the maximum and ``d`` the demand (busy share times the
-  workload's power intensity, with 1 % deterministic jitter).
+* Activity (``activity.py``): GPU_UTIL is the busy share, the time a kernel runs; the
+  profiling ratios are the busy share times their level while busy, which follows the
+  batch fill and the prefill/decode mix when the caller gives them.
+* Dynamic power follows activity and DVFS, ``P = idle + (TDP - idle) * d * c**3`` with
+  ``c`` the SM clock as a share of the maximum and ``d`` the demand: the workload's
+  power intensity times the activity index (SM, tensor and DRAM activity weighted)
+  relative to the mix's at full busy, with 1 % deterministic jitter.
 * Power limit: ``c`` drops until ``P <= TDP``; DCGM_FI_DEV_POWER_VIOLATION counts that time.
 * Temperature: ``dT/dt = (T_eq - T) / tau`` with ``T_eq = ambient + extra + R * P``,
   solved exactly, so a 15 s step lands where fifteen 1 s steps would.
@@ -21,17 +25,38 @@ Per GPU, for a step of ``dt`` seconds with the load held over the step:
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscale.errors import ConfigError
 from gpuscale.fields import DCGM_FIELDS
+from gpuscale.telemetry.activity import (
+    LLM_PHASES,
+    ServingActivity,
+    activity_index,
+    mix_levels,
+    phase_levels,
+)
+from gpuscale.telemetry.gpus import GPU_MODELS, MIB, GpuModel, gpu_model
 from gpuscale.telemetry.loads import LLM_SERVING, ActivityMix
+
+# The catalogue moved to gpus.py; importers of these names from here keep working.
+__all__ = [
+    "GPU_MODELS",
+    "IDLE_BUSY",
+    "MIB",
+    "POWER_JITTER",
+    "SBE_RATE_PER_S",
+    "XID_DBE",
+    "XID_FELL_OFF_BUS",
+    "XID_ROW_REMAP_FAILURE",
+    "FleetPhysics",
+    "GpuModel",
+    "gpu_model",
+]
 
 logger = logging.getLogger(__name__)
 
-MIB = 1 << 20
 _US = 1e6  # DCGM violation counters are in microseconds
 IDLE_BUSY = 0.01  # below this busy share the driver drops to the idle clock
 POWER_JITTER = 0.01  # relative standard deviation of dynamic power, step to step
@@ -49,100 +74,6 @@ _DBE = (f"{_P}ECC_DBE_VOL_TOTAL", f"{_P}ECC_DBE_AGG_TOTAL")
 _STATE = (*(f.name for f in DCGM_FIELDS.values() if f.type == "counter"), _XID, _REMAP_FAILURE)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuModel:
-    """Published figures for one GPU product, and the thermal constants derived from them.
-
-    Attributes:
-        name: ``modelName`` as NVML reports it.
-        short: Catalogue key (``H100``).
-        tdp_w: Default power limit; idle_w: board power with no kernels running (W).
-        memory_bytes: Framebuffer size as NVML reports it (nvidia-smi's MiB total).
-        max_sm_clock_mhz: Boost SM clock; base_sm_clock_mhz: the power-limit floor.
-        mem_clock_mhz: Memory clock in P0; idle_sm_clock_mhz: SM clock when idle.
-        slowdown_temp_c: Die temperature where thermal throttling starts.
-        shutdown_temp_c: Die temperature where the card shuts down.
-        thermal_resistance_c_per_w: Steady-state die rise over inlet air per watt.
-        thermal_time_constant_s: First-order time constant of the die temperature.
-        pcie_bytes_per_s, nvlink_bytes_per_s: Per direction, all links; 0 without NVLink.
-        fb_reserved_mib: Framebuffer the driver reserves (nvidia-smi "Reserved"), approximate.
-        hbm: HBM memory, which has a temperature sensor (GDDR parts report none).
-        nvenc: The chip has video encoders (Hopper and A100 have none).
-        row_remapping: Ampere and later remap rows; Volta retires pages instead.
-    """
-
-    name: str
-    short: str
-    tdp_w: float
-    idle_w: float
-    memory_bytes: int
-    max_sm_clock_mhz: float
-    base_sm_clock_mhz: float
-    mem_clock_mhz: float
-    slowdown_temp_c: float
-    shutdown_temp_c: float
-    thermal_resistance_c_per_w: float
-    thermal_time_constant_s: float
-    pcie_bytes_per_s: float
-    nvlink_bytes_per_s: float
-    idle_sm_clock_mhz: float = 210.0
-    fb_reserved_mib: int = 0
-    hbm: bool = True
-    nvenc: bool = False
-    row_remapping: bool = True
-
-
-# Sources: TDP, clocks, memory and link bandwidths from NVIDIA's datasheets (H100 SXM5
-# datasheet 2023; H200 datasheet 2024; A100 datasheet 2021; L4 product brief 2023; A10
-# datasheet, A10G as AWS g5 reports it; V100 datasheet 2020). Memory totals (MiB) and
-# idle power are nvidia-smi readings of idle cards; reserved framebuffer is ~.
-# Thresholds are `nvidia-smi -q` "GPU Slowdown/Shutdown Temp" (H100 PCIe product brief
-# PB-11133: 89/92 C). Thermal resistance is an estimate, not a datasheet figure: (typical
-# full-load die temperature of an air-cooled server at 25 C inlet - 25) / TDP. Time
-# constants estimate heat-sink lag (minutes to settle). Values marked ~ are approximate.
-# fmt: off
-_CATALOGUE = (
-    # H100 SXM5: 700 W, 80 GB HBM3, 1980 MHz boost, PCIe Gen5 x16 (64 GB/s per direction),
-    # NVLink 4 at 900 GB/s total. Full load ~78 C.
-    GpuModel("NVIDIA H100 80GB HBM3", "H100", 700.0, 70.0, 81559 * MIB, 1980.0, 1590.0, 2619.0,
-             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 579, True, False, True),
-    # H200 SXM: 700 W, 141 GB HBM3e, the Hopper die and limits of the H100.
-    GpuModel("NVIDIA H200", "H200", 700.0, 75.0, 143771 * MIB, 1980.0, 1590.0, 3201.0,
-             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 1024, True, False, True),
-    # A100 SXM4 80GB: 400 W, HBM2e, 1410 MHz boost, PCIe Gen4 x16, NVLink 3 at 600 GB/s
-    # total; nvidia-smi slowdown 89 C, shutdown 92 C. Full load ~75 C.
-    GpuModel("NVIDIA A100-SXM4-80GB", "A100", 400.0, 55.0, 81920 * MIB, 1410.0, 1275.0, 1593.0,
-             89.0, 92.0, 0.125, 45.0, 32e9, 300e9, 210.0, 656, True, False, True),
-    # L4: 72 W passive low-profile card, 24 GB GDDR6, 795/2040 MHz, PCIe Gen4 x16, no
-    # NVLink, two NVENC. Full load ~73 C; thresholds ~.
-    GpuModel("NVIDIA L4", "L4", 72.0, 16.0, 23034 * MIB, 2040.0, 795.0, 6251.0,
-             92.0, 95.0, 0.68, 40.0, 32e9, 0.0, 210.0, 434, False, True, True),
-    # A10G (AWS g5): 300 W, 24 GB GDDR6, 1710 MHz boost, PCIe Gen4 x16, no NVLink.
-    # Full load ~76 C; thresholds ~.
-    GpuModel("NVIDIA A10G", "A10G", 300.0, 25.0, 23028 * MIB, 1710.0, 885.0, 6251.0,
-             93.0, 98.0, 0.17, 45.0, 32e9, 0.0, 210.0, 434, False, True, True),
-    # V100 SXM2 32GB: 300 W, HBM2, 1530 MHz boost, PCIe Gen3 x16, NVLink 2 at 300 GB/s
-    # total; Volta retires pages instead of remapping rows. Slowdown 87 C, shutdown 90 C.
-    GpuModel("Tesla V100-SXM2-32GB", "V100", 300.0, 40.0, 32510 * MIB, 1530.0, 1290.0, 877.0,
-             87.0, 90.0, 0.167, 45.0, 16e9, 150e9, 135.0, 0, True, True, False),
-)
-# fmt: on
-GPU_MODELS: dict[str, GpuModel] = {m.short: m for m in _CATALOGUE}
-
-
-def gpu_model(short: str) -> GpuModel:
-    """Look up a GPU model by its short name (``H100``), case-insensitively.
-
-    Raises:
-        ConfigError: The name is not in the catalogue.
-    """
-    found = GPU_MODELS.get(short) or GPU_MODELS.get(short.upper())
-    if found is None:
-        choices = ", ".join(GPU_MODELS)
-        raise ConfigError(f"GPU model {short!r} is unknown: choose one of {choices}")
-    return found
-
-
 class FleetPhysics:
     """The physical state of ``n`` GPUs, advanced together.
 
@@ -151,8 +82,12 @@ class FleetPhysics:
         ambient_c: Inlet air temperature.
         seed: Seeds per-GPU silicon variation (±2 % dynamic power) and step jitter.
         resident_bytes: Framebuffer held by the loaded model, per GPU or for all.
-        mix: How busy time maps to activity counters and power.
+        mix: Power intensity, and the activity levels while busy when a step gives
+            neither batch fill nor phase.
         start_s: Clock value at construction; XID events are stamped on this clock.
+        activity: Profiling levels by phase and batch fill, and the power weights.
+        kv_pool_bytes: KV cache the server allocates up front (vLLM's pool), per GPU or
+            for all; FB_USED counts the larger of it and the KV cache in use. 0: on demand.
     """
 
     def __init__(
@@ -164,12 +99,14 @@ class FleetPhysics:
         resident_bytes: float | np.ndarray = 0.0,
         mix: ActivityMix = LLM_SERVING,
         start_s: float = 0.0,
+        activity: ServingActivity = LLM_PHASES,
+        kv_pool_bytes: float | np.ndarray = 0.0,
     ) -> None:
         if not models:
             raise ConfigError("a simulated fleet needs at least one GPU model")
         self.n = len(models)
         self.ambient_c = float(ambient_c)
-        self.mix = mix
+        self.mix, self.activity = mix, activity
         self.time_s = float(start_s)
         self._rng = np.random.default_rng(seed)
         kinds = list(dict.fromkeys(models))
@@ -193,9 +130,15 @@ class FleetPhysics:
         spread = np.clip(self._rng.standard_normal(self.n), -2.0, 2.0)
         self._intensity = mix.power_intensity * (1.0 + 0.01 * spread)
         self._resident = np.broadcast_to(np.asarray(resident_bytes, dtype=float), (self.n,)).copy()
+        self._kv_pool = self._per_gpu(kv_pool_bytes, "kv_pool_bytes")
         self._working, self._extra_c = np.zeros(self.n), np.zeros(self.n)
+        self._kv = np.zeros(self.n)
+        self._mix_levels = mix_levels(mix, self.n)
+        self._levels = self._mix_levels  # profiling ratios while busy
+        self._mix_index = float(activity_index(mix_levels(mix, 1), activity.power_weights)[0])
         # Dynamic state: idle steady state at ambient.
         self.busy, self.lost = np.zeros(self.n), np.zeros(self.n, dtype=bool)
+        self._sampled = np.zeros(self.n)  # busy share over NVML's last utilisation sample
         self.capacity_factor = np.ones(self.n)
         self.power_w = self._idle.copy()
         self.temperature_c = self.ambient_c + self._r * self.power_w
@@ -217,17 +160,39 @@ class FleetPhysics:
         self._events: list[tuple[int, float, int]] = []
 
     def step(
-        self, dt: float, load: np.ndarray, working_set_bytes: np.ndarray | None = None
+        self,
+        dt: float,
+        load: np.ndarray,
+        working_set_bytes: np.ndarray | None = None,
+        *,
+        batch_fill: np.ndarray | float | None = None,
+        prefill_share: np.ndarray | float | None = None,
+        kv_cache_bytes: np.ndarray | float | None = None,
+        sampled_busy: np.ndarray | float | None = None,
     ) -> None:
-        """Advance every GPU by ``dt`` seconds at the given demanded busy share.
+        """Advance every GPU by ``dt`` seconds at the given busy share, batch and phase.
+
+        The keyword arguments take one value per GPU or one for all.
 
         Args:
             dt: Seconds to advance, >= 0.
-            load: Demanded busy share per GPU, 0 to 1 (NaN counts as 0).
-            working_set_bytes: Framebuffer used beyond the resident model, per GPU; None: 0.
+            load: Busy share per GPU: the share of ``dt`` in which one or more kernels
+                ran, 0 to 1 (NaN counts as 0).
+            working_set_bytes: Framebuffer used beyond the resident model and the KV
+                cache, per GPU; None: 0.
+            batch_fill: Mean sequences in the batch while busy over the batch limit, 0
+                to 1. It and ``prefill_share`` set the profiling levels while busy;
+                both None: the mix's levels. None with a ``prefill_share``: 1.
+            prefill_share: Share of busy time spent in prefill (compute-bound) rather
+                than decode (memory-bound), 0 to 1; one-at-a-time compute-bound work
+                such as diffusion is 1. None with a ``batch_fill``: the activity's
+                typical share.
+            kv_cache_bytes: KV cache in use (bytes); None: 0.
+            sampled_busy: Busy share over NVML's last utilisation sample (1/6 to 1 s
+                before the read), which GPU_UTIL reports; None: ``load``.
 
         Raises:
-            ValueError: ``dt`` is negative or ``load`` has the wrong shape.
+            ValueError: ``dt`` is negative or an array has the wrong shape.
         """
         if not dt >= 0.0:
             raise ValueError(f"dt must be >= 0 seconds, got {dt}")
@@ -236,8 +201,18 @@ class FleetPhysics:
             raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
         alive = ~self.lost
         busy = np.where(alive, np.clip(np.nan_to_num(demanded, nan=0.0), 0.0, 1.0), 0.0)
+        if batch_fill is None and prefill_share is None:
+            self._levels, scale = self._mix_levels, busy
+        else:
+            fill = self._per_gpu(1.0 if batch_fill is None else batch_fill, "batch_fill")
+            share = self.activity.typical_prefill_share if prefill_share is None else prefill_share
+            self._levels = phase_levels(self.activity, fill, self._per_gpu(share, "prefill_share"))
+            index = activity_index(self._levels, self.activity.power_weights)
+            scale = busy * index / self._mix_index if self._mix_index > 0 else busy
+        sampled = busy if sampled_busy is None else self._per_gpu(sampled_busy, "sampled_busy")
+        self._sampled = np.where(alive, np.clip(sampled, 0.0, 1.0), 0.0)
         self._jitter = np.clip(self._rng.standard_normal(self.n), -3.0, 3.0)
-        demand = self._intensity * busy * (1.0 + POWER_JITTER * self._jitter)
+        demand = self._intensity * scale * (1.0 + POWER_JITTER * self._jitter)
         head = self._tdp - self._idle
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # Power limit: the clock share where idle + head * demand * c**3 == TDP.
@@ -274,9 +249,21 @@ class FleetPhysics:
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
         self._working = np.broadcast_to(np.asarray(ws, dtype=float), (self.n,))
+        self._kv = self._per_gpu(
+            0.0 if kv_cache_bytes is None else kv_cache_bytes, "kv_cache_bytes"
+        )
         self.time_s += dt
         self._check_shutdown(alive)
         self.capacity_factor = np.where(self.lost, 0.0, clock)
+
+    def _per_gpu(self, value: np.ndarray | float, name: str) -> np.ndarray:
+        arr = np.asarray(value, dtype=float)
+        try:
+            return np.asarray(np.nan_to_num(np.broadcast_to(arr, (self.n,)), nan=0.0), dtype=float)
+        except ValueError:
+            raise ValueError(
+                f"{name} must be one value or shape ({self.n},), got {arr.shape}"
+            ) from None
 
     def _add_correctable_errors(self, dt: float, alive: np.ndarray) -> None:
         hits = self._rng.integers(0, self.n, self._rng.poisson(SBE_RATE_PER_S * dt * self.n))
@@ -296,20 +283,23 @@ class FleetPhysics:
             (``%``, ratios 0 to 1, MiB, W, mJ, C, MHz, us, KB/s, MB/s, B/s). NaN where the
             GPU cannot report the field: a lost GPU, or a field its model lacks.
         """
-        b, m, c = self.busy, self.mix, self._counters
+        b, m, c, lv = self.busy, self.mix, self._counters, self._levels
         wiggle = 1.0 + POWER_JITTER * self._jitter
 
-        def ratio(share: float) -> np.ndarray:
-            return np.clip(b * share * wiggle, 0.0, 1.0)
+        def ratio(level: np.ndarray | float) -> np.ndarray:  # averaged over the step, idle included
+            return np.clip(b * level * wiggle, 0.0, 1.0)
+
+        pipes = lv["sm_active"] / m.sm_active if m.sm_active > 0 else 1.0  # FP pipes follow SMs
 
         boost = np.round(self.capacity_factor * self._max_mhz)
         clock = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
-        used_b = np.clip(self._resident + self._working, 0.0, None)
+        kv = np.maximum(self._kv, self._kv_pool)
+        used_b = np.clip(self._resident + self._working + kv, 0.0, None)
         used = np.minimum(np.round(used_b / MIB), self._total_mib - self._reserved_mib)
         rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
         tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
         nvl = self._nvlink * m.nvlink_share * b * wiggle
-        dram = ratio(m.dram_active)
+        dram = ratio(lv["dram_active"])
         out = {k: np.floor(v) for k, v in c.items()}
         out |= {
             f"{_P}SM_CLOCK": clock,
@@ -319,7 +309,7 @@ class FleetPhysics:
             f"{_P}POWER_USAGE": np.round(self.power_w, 3),
             f"{_P}PCIE_TX_THROUGHPUT": np.round(tx / 1024.0),  # KB/s, as NVML samples it
             f"{_P}PCIE_RX_THROUGHPUT": np.round(rx / 1024.0),
-            f"{_P}GPU_UTIL": np.round(100.0 * b),
+            f"{_P}GPU_UTIL": np.round(100.0 * self._sampled),
             f"{_P}MEM_COPY_UTIL": np.round(100.0 * dram),
             f"{_P}FB_TOTAL": self._total_mib.copy(),
             f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
@@ -330,13 +320,13 @@ class FleetPhysics:
             f"{_P}DEC_UTIL": np.zeros(self.n),
             f"{_P}VGPU_LICENSE_STATUS": np.zeros(self.n),
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ratio(1.0),
-            "DCGM_FI_PROF_SM_ACTIVE": ratio(m.sm_active),
-            "DCGM_FI_PROF_SM_OCCUPANCY": ratio(m.sm_occupancy),
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio(m.tensor_active),
+            "DCGM_FI_PROF_SM_ACTIVE": ratio(lv["sm_active"]),
+            "DCGM_FI_PROF_SM_OCCUPANCY": ratio(lv["sm_occupancy"]),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio(lv["tensor_active"]),
             "DCGM_FI_PROF_DRAM_ACTIVE": dram,
-            "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ratio(m.fp64_active),
-            "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ratio(m.fp32_active),
-            "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ratio(m.fp16_active),
+            "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ratio(m.fp64_active * pipes),
+            "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ratio(m.fp32_active * pipes),
+            "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ratio(m.fp16_active * pipes),
             "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
             "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
             "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
@@ -358,7 +348,7 @@ class FleetPhysics:
         self._events.append((i, float(at), int(xid)))
         if xid == XID_FELL_OFF_BUS:
             self.lost[i] = True
-            self.busy[i] = 0.0
+            self.busy[i] = self._sampled[i] = 0.0
             self.capacity_factor[i] = 0.0
 
     def inject_ecc_dbe(self, i: int, at: float) -> None:

@@ -9,6 +9,13 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.fields import DCGM_FIELDS
+from gpuscale.telemetry.activity import (
+    LLM_PHASES,
+    PROFILED,
+    batch_fill,
+    kernel_busy_share,
+    phase_levels,
+)
 from gpuscale.telemetry.loads import ActivityMix
 from gpuscale.telemetry.physics import GPU_MODELS, MIB, FleetPhysics, GpuModel, gpu_model
 
@@ -303,3 +310,186 @@ def test_gpu_model_is_a_frozen_value():
     with pytest.raises(AttributeError):
         H100.tdp_w = 1.0  # type: ignore[misc]
     assert isinstance(H100, GpuModel)
+
+
+# ---------------------------------------------------------------- DCGM activity semantics
+# GPU_UTIL is time with a kernel running; the profiling ratios follow batch fill and phase.
+SLOTS = 64
+PROF = "DCGM_FI_PROF_"
+
+
+def settled(busy, fill=None, prefill=None, *, mix: ActivityMix | None = None, **kw):
+    """Fields after 10 min at each busy share, fill and phase, one H100 each.
+
+    Every H100 is its own fleet with the same seed, so all share the silicon spread and
+    the step jitter: values differ only through the inputs.
+    """
+    cases = np.broadcast(np.asarray(busy), np.asarray(fill), np.asarray(prefill))
+    rows = []
+    for b, f, p in cases:
+        fleet = FleetPhysics([H100], seed=11, **({"mix": mix} if mix else {}))
+        for _ in range(40):
+            fleet.step(15.0, np.full(1, b), batch_fill=f, prefill_share=p, **kw)
+        rows.append(fleet.fields())
+    return {name: np.concatenate([r[name] for r in rows]) for name in rows[0]}
+
+
+def test_one_request_decoding_continuously_reads_gpu_util_100_but_low_sm_active():
+    f = settled(1.0, 1 / SLOTS, 0.0)
+    assert f["DCGM_FI_DEV_GPU_UTIL"][0] == 100.0
+    assert f[f"{PROF}GR_ENGINE_ACTIVE"][0] == pytest.approx(1.0, abs=0.03)
+    assert f[f"{PROF}SM_ACTIVE"][0] == pytest.approx(0.31, abs=0.02)
+    assert f[f"{PROF}SM_OCCUPANCY"][0] < 0.15
+    assert f[f"{PROF}PIPE_TENSOR_ACTIVE"][0] < 0.05
+    # A card half the time at full batch reads half the GPU_UTIL yet more SM_ACTIVE:
+    # GPU_UTIL ranks these two the wrong way round, SM_ACTIVE the right way.
+    half = settled(0.5, 1.0, 0.0)
+    assert half["DCGM_FI_DEV_GPU_UTIL"][0] == 50.0
+    assert half[f"{PROF}SM_ACTIVE"][0] > f[f"{PROF}SM_ACTIVE"][0] + 0.05
+
+
+def test_no_busy_time_reads_zero_everywhere_whatever_the_batch():
+    f = settled(0.0, 1.0, 0.5)
+    assert f["DCGM_FI_DEV_GPU_UTIL"][0] == 0.0
+    for name in ("GR_ENGINE_ACTIVE", "SM_ACTIVE", "SM_OCCUPANCY", "PIPE_TENSOR_ACTIVE"):
+        assert f[f"{PROF}{name}"][0] == 0.0, name
+    assert f[f"{PROF}DRAM_ACTIVE"][0] == 0.0
+    assert f["DCGM_FI_DEV_POWER_USAGE"][0] == pytest.approx(H100.idle_w, rel=0.01)
+
+
+def test_sm_active_and_occupancy_rise_with_batch_fill_while_gpu_util_stays_100():
+    fills = np.linspace(1 / SLOTS, 1.0, 8)
+    decode = settled(1.0, fills, 0.0)
+    assert np.all(decode["DCGM_FI_DEV_GPU_UTIL"] == 100.0)
+    for name in ("SM_ACTIVE", "SM_OCCUPANCY", "PIPE_TENSOR_ACTIVE", "DRAM_ACTIVE"):
+        assert np.all(np.diff(decode[f"{PROF}{name}"]) > 0), name
+    assert decode[f"{PROF}SM_ACTIVE"][-1] - decode[f"{PROF}SM_ACTIVE"][0] > 0.4
+    # Prefill saturates the SMs sooner: it still rises, by less than the 1 % step jitter
+    # between neighbours, so compare one sequence with a full batch, and the exact levels.
+    for prefill in (0.25, 1.0):
+        ends = settled(1.0, [1 / SLOTS, 1.0], prefill)
+        for name in ("SM_ACTIVE", "SM_OCCUPANCY", "PIPE_TENSOR_ACTIVE", "DRAM_ACTIVE"):
+            assert ends[f"{PROF}{name}"][1] > ends[f"{PROF}{name}"][0] + 0.03, (prefill, name)
+        levels = phase_levels(LLM_PHASES, fills, np.full(fills.size, prefill))
+        assert all(np.all(np.diff(levels[name]) > 0) for name in PROFILED)
+
+
+def test_busy_share_scales_every_profiling_ratio():
+    busy = np.array([0.25, 0.5, 1.0])
+    f = settled(busy, 0.5, 0.2)
+    np.testing.assert_array_equal(f["DCGM_FI_DEV_GPU_UTIL"], 100 * busy)
+    for name in ("SM_ACTIVE", "PIPE_TENSOR_ACTIVE", "DRAM_ACTIVE"):
+        ratio = f[f"{PROF}{name}"]
+        np.testing.assert_allclose(ratio / ratio[-1], busy, rtol=0.05)
+
+
+def test_decode_is_memory_bound_and_prefill_compute_bound():
+    for fill in (1 / SLOTS, 0.5, 1.0):
+        decode = settled(1.0, fill, 0.1)
+        prefill = settled(1.0, fill, 0.9)
+        d, p = decode[f"{PROF}DRAM_ACTIVE"][0], decode[f"{PROF}PIPE_TENSOR_ACTIVE"][0]
+        assert d > p + 0.2, fill
+        d, p = prefill[f"{PROF}DRAM_ACTIVE"][0], prefill[f"{PROF}PIPE_TENSOR_ACTIVE"][0]
+        assert p > d + 0.2, fill
+        assert prefill[f"{PROF}SM_ACTIVE"][0] > decode[f"{PROF}SM_ACTIVE"][0]
+
+
+def test_fb_used_is_weights_plus_kv_cache_in_mib():
+    weights, kv = 14e9, np.array([0.0, 3e9, 20e9])
+    fleet = FleetPhysics([H100] * 3, resident_bytes=weights)
+    fleet.step(15.0, np.ones(3), batch_fill=0.5, kv_cache_bytes=kv)
+    f = fleet.fields()
+    np.testing.assert_array_equal(f["DCGM_FI_DEV_FB_USED"], np.round((weights + kv) / MIB))
+    total = f["DCGM_FI_DEV_FB_FREE"] + f["DCGM_FI_DEV_FB_USED"] + f["DCGM_FI_DEV_FB_RESERVED"]
+    np.testing.assert_array_equal(total, f["DCGM_FI_DEV_FB_TOTAL"])
+    # A server that allocates its KV pool up front (vLLM) reads the pool until it overflows.
+    pooled = FleetPhysics([H100] * 3, resident_bytes=weights, kv_pool_bytes=10e9)
+    pooled.step(15.0, np.ones(3), kv_cache_bytes=kv)
+    used = pooled.fields()["DCGM_FI_DEV_FB_USED"]
+    np.testing.assert_array_equal(used, np.round((weights + np.maximum(kv, 10e9)) / MIB))
+
+
+def test_power_rises_with_activity_at_equal_busy_time_and_stops_at_the_limit():
+    fills = np.linspace(0.0, 1.0, 6)
+    decode = settled(1.0, fills, 0.0)["DCGM_FI_DEV_POWER_USAGE"]
+    assert np.all(np.diff(decode) > 0)
+    shares = np.linspace(0.0, 1.0, 6)
+    by_phase = settled(1.0, 1.0, shares)["DCGM_FI_DEV_POWER_USAGE"]
+    assert np.all(np.diff(by_phase) > 0)
+    assert by_phase[-1] <= H100.tdp_w
+    # One decoding sequence draws a fraction of a full decode batch, far above idle.
+    assert H100.idle_w + 150 < decode[0] < decode[-1] - 200
+    hot = settled(1.0, 1.0, 1.0, mix=ActivityMix(power_intensity=1.3))
+    assert hot["DCGM_FI_DEV_POWER_USAGE"][0] == pytest.approx(H100.tdp_w)
+    assert hot["DCGM_FI_DEV_POWER_VIOLATION"][0] > 0
+    assert hot["DCGM_FI_DEV_SM_CLOCK"][0] < H100.max_sm_clock_mhz
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    busy=st.floats(0.0, 1.0),
+    fill=st.floats(-0.5, 1.5) | st.just(math.nan),
+    prefill=st.floats(-0.5, 1.5) | st.just(math.nan),
+    intensity=st.floats(0.0, 1.6),
+)
+def test_activity_stays_in_dcgm_ranges_for_any_batch_and_phase(busy, fill, prefill, intensity):
+    fleet = FleetPhysics([H100, GPU_MODELS["L4"]], mix=ActivityMix(power_intensity=intensity))
+    fleet.step(15.0, np.full(2, busy), batch_fill=fill, prefill_share=prefill)
+    f = fleet.fields()
+    assert np.all(f["DCGM_FI_DEV_GPU_UTIL"] == round(100 * busy))
+    for name, arr in f.items():
+        if name.startswith(PROF) and "BYTES" not in name:
+            assert np.all((arr >= 0) & (arr <= 1)), name
+    tdp = np.array([H100.tdp_w, GPU_MODELS["L4"].tdp_w])
+    assert np.all(f["DCGM_FI_DEV_POWER_USAGE"] <= tdp + 1e-6)
+
+
+def test_gpu_util_reports_the_last_nvml_sample_when_given():
+    fleet = FleetPhysics([H100] * 2)
+    fleet.step(30.0, np.array([0.4, 0.4]), batch_fill=0.5, sampled_busy=np.array([1.0, 0.0]))
+    f = fleet.fields()
+    assert f["DCGM_FI_DEV_GPU_UTIL"].tolist() == [100.0, 0.0]
+    # The profiling ratios average over the whole step (DCGM's watch interval).
+    assert f[f"{PROF}GR_ENGINE_ACTIVE"][0] == pytest.approx(0.4, abs=0.01)
+    assert f[f"{PROF}SM_ACTIVE"][0] == pytest.approx(f[f"{PROF}SM_ACTIVE"][1], rel=0.05)
+
+
+def test_without_batch_or_phase_the_mix_levels_apply_as_before():
+    fleet = FleetPhysics([H100], seed=3)
+    fleet.step(15.0, np.full(1, 0.5))
+    f = fleet.fields()
+    mix = ActivityMix()
+    wiggle = f[f"{PROF}GR_ENGINE_ACTIVE"][0] / 0.5
+    assert f[f"{PROF}SM_ACTIVE"][0] == pytest.approx(0.5 * mix.sm_active * wiggle)
+    assert f[f"{PROF}DRAM_ACTIVE"][0] == pytest.approx(0.5 * mix.dram_active * wiggle)
+
+
+def test_new_per_gpu_inputs_reject_the_wrong_shape():
+    fleet = FleetPhysics([H100] * 2)
+    for key in ("batch_fill", "prefill_share", "kv_cache_bytes", "sampled_busy"):
+        with pytest.raises(ValueError, match=f"{key} must be one value or shape \\(2,\\)"):
+            fleet.step(1.0, np.zeros(2), **{key: np.zeros(3)})
+
+
+def test_kernel_busy_share_is_the_chance_a_request_is_in_service():
+    # One slot: busy exactly as often as the slot is occupied (duty cycle).
+    np.testing.assert_allclose(kernel_busy_share(np.array([0.0, 0.3, 0.9]), 1), [0.0, 0.3, 0.9])
+    # Many slots, light load: Poisson occupancy, 1 - exp(-m).
+    m = np.array([0.1, 0.5, 1.0, 3.0])
+    np.testing.assert_allclose(kernel_busy_share(m, SLOTS), 1 - np.exp(-m), rtol=1e-9)
+    # Erlang's M/M/2 idle probability at a = 1: P0 = 1/3.
+    assert kernel_busy_share(1.0, 2) == pytest.approx(2 / 3)
+    assert kernel_busy_share(np.array([SLOTS, 2.0 * SLOTS]), SLOTS).tolist() == [1.0, 1.0]
+    assert kernel_busy_share(900.0, 1024) == pytest.approx(1.0)  # no overflow at large k
+    with pytest.raises(ValueError, match="slots"):
+        kernel_busy_share(1.0, 0)
+
+
+def test_batch_fill_is_sequence_seconds_over_busy_seconds_and_slots():
+    in_flight, slots = np.array([0.0, 1.0, 32.0]), SLOTS
+    busy = kernel_busy_share(in_flight, slots)
+    fill = batch_fill(in_flight, busy, slots)
+    assert fill[0] == 0.0
+    assert fill[1] == pytest.approx(1.0 / (slots * (1 - math.exp(-1))))
+    assert fill[2] == pytest.approx(0.5)
+    assert batch_fill(0.4, 0.4, 1) == pytest.approx(1.0)  # one slot: full whenever busy
