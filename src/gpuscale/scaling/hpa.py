@@ -3,138 +3,110 @@
 A user who scales GPU inference today typically points an HPA at
 ``DCGM_FI_DEV_GPU_UTIL`` through prometheus-adapter: a ``Pods`` metric with an
 ``AverageValue`` target. This module reproduces what the controller does with
-it, defaults included, so the simulator compares gpuscale with the real thing.
+it, defaults included (``pkg/controller/podautoscaler``: ``replica_calculator.go``
+and ``horizontal.go``), so the simulator compares gpuscale with the real thing.
 
-Sources: ``pkg/controller/podautoscaler/replica_calculator.go``
-(``calcPlainMetricReplicas``, ``groupPods``, ``GetExternalPerPodMetricReplicas``,
-``getUsageRatioReplicaCount``) and ``horizontal.go`` (see ``baseline.reconcile``).
+After the replica calculator the controller takes one of two paths:
 
-Faithful details worth knowing:
+* No ``spec.behavior`` (``HpaConfig(behavior=None)``, the default, as in most
+  manifests and in KEDA's default ScaledObject): ``normalizeDesiredReplicas``,
+  here ``reconcile_legacy``.
+* ``spec.behavior`` set (``HpaConfig(behavior=DEFAULT_BEHAVIOR)`` for the
+  autoscaling/v2 defaults): ``normalizeDesiredReplicasWithBehaviors``, written
+  once in ``baseline.reconcile`` because KEDA's HPA uses it too.
 
-* Quantities are milli-values as the API carries them: each sample becomes
-  ``int(value * 1000)`` (prometheus-adapter and KEDA truncate), and the average
+In the calculator:
+
+* Samples are truncated milli-values (``int(value * 1000)``) and the average
   over pods is an integer division, as in ``GetMetricUsageRatio``.
-* Pod grouping for a ``Pods`` metric: the controller calls ``groupPods`` with an
-  empty resource name, so only *Pending* pods are "unready" and the CPU-only
-  readiness rule does not apply; a Running pod that is not Ready but reports
-  the metric counts like a ready one. ``PodStatus`` has no phase, so a pod that
-  is not Ready and has no sample is taken to be Pending (a GPU pod that has not
-  started has no DCGM series). ``readiness="resource"`` switches on the CPU rule
-  instead (``cpu_initialization_period_s``, ``initial_readiness_delay_s``), for
-  comparison.
+* For a ``Pods`` metric ``groupPods`` gets an empty resource name, so only
+  *Pending* pods are "unready": a pod that is not Ready but reports the metric
+  counts like a ready one. ``PodStatus`` has no phase, so a pod that is not
+  Ready and has no sample is taken to be Pending (a GPU pod that has not started
+  has no DCGM series). ``readiness="resource"`` applies the CPU rule instead.
 * Unready pods count as 0 when the ratio says scale up and are ignored
   otherwise; Ready pods without a sample ("missing") count as 0 on scale-up and
   as exactly the target on scale-down; after that rebalancing nothing changes if
   the new ratio is within tolerance or flips direction.
-* A target at 0 replicas disables a real HPA. The ``ScalingPolicy`` contract
-  requires decisions within bounds, so this policy restores ``min_replicas``
-  instead (the same as the controller's "below minReplicas" branch).
+* A target at 0 replicas disables a real HPA; the ``ScalingPolicy`` contract
+  wants bounds kept, so this restores ``min_replicas`` ("below minReplicas").
 """
 
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
+from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.baseline import (
-    DEFAULT_SCALE_DOWN,
-    DEFAULT_SCALE_UP,
-    HpaBehavior,
-    RatePolicy,
-    ScalingRules,
-    SelectPolicy,
-    check_bounds,
-    hold,
-    reconcile,
-    require,
-)
+from gpuscale.scaling.baseline import HpaBehavior, check_bounds, hold, reconcile
 from gpuscale.scaling.policy import Decision, Observation, PodStatus, State
 
 logger = logging.getLogger(__name__)
 
 Readiness = Literal["pods", "resource"]
 
+DEFAULT_BEHAVIOR = HpaBehavior()
+"""autoscaling/v2 default ``spec.behavior`` (``GenerateHPAScaleUpRules``/``...DownRules``): up
++4 pods or +100 % per 15 s, whichever is more; down -100 % per 15 s after 300 s stabilisation."""
+
+SCALE_UP_LIMIT_FACTOR = 2
+"""``scaleUpLimitFactor`` in ``horizontal.go``: the legacy path at most doubles per sync."""
+
+SCALE_UP_LIMIT_MINIMUM = 4
+"""``scaleUpLimitMinimum`` in ``horizontal.go``: the legacy path may always reach 4."""
+
 
 @dataclass(frozen=True, slots=True)
 class HpaConfig:
     """An HPA with one ``Pods`` metric and an ``AverageValue`` target; controller defaults.
 
+    Each field's unit is in its ``metadata["unit"]`` (empty for names and choices).
+
     Attributes:
         metric: Per-pod series to average (label ``pod``).
-        target_average_value: Target per-pod value, in the metric's unit (percent here).
+        target_average_value: Target per-pod value, in the metric's unit.
         tolerance: ``--horizontal-pod-autoscaler-tolerance``: no change within ±10 %.
         sync_period_s: ``--horizontal-pod-autoscaler-sync-period``.
-        scale_up_policies: ``behavior.scaleUp.policies`` (default +4 pods or +100 % per 15 s).
-        scale_up_select: ``behavior.scaleUp.selectPolicy``.
-        scale_up_stabilization_s: ``behavior.scaleUp.stabilizationWindowSeconds``.
-        scale_down_policies: ``behavior.scaleDown.policies`` (default -100 % per 15 s).
-        scale_down_select: ``behavior.scaleDown.selectPolicy``.
-        scale_down_stabilization_s: ``behavior.scaleDown.stabilizationWindowSeconds``.
-        readiness: ``pods`` (what the controller does for a Pods metric) or ``resource``
-            (the CPU readiness rule).
+        behavior: ``spec.behavior``; None (the default) runs the legacy path.
+        downscale_stabilization_s: ``--horizontal-pod-autoscaler-downscale-stabilization``.
+        readiness: ``pods`` (the controller's rule for a Pods metric) or ``resource`` (CPU's).
         cpu_initialization_period_s: ``--horizontal-pod-autoscaler-cpu-initialization-period``.
         initial_readiness_delay_s: ``--horizontal-pod-autoscaler-initial-readiness-delay``.
-        metric_window_s: Sample window assumed by the ``resource`` rule, seconds.
+        metric_window_s: Sample window assumed by the ``resource`` rule.
         min_replicas: ``minReplicas`` (at least 1 for a Pods metric).
         max_replicas: ``maxReplicas``.
     """
 
-    metric: str = "DCGM_FI_DEV_GPU_UTIL"
-    target_average_value: float = 70.0
-    tolerance: float = 0.1
-    sync_period_s: float = 15.0
-    scale_up_policies: tuple[RatePolicy, ...] = DEFAULT_SCALE_UP.policies
-    scale_up_select: SelectPolicy = "Max"
-    scale_up_stabilization_s: float = 0.0
-    scale_down_policies: tuple[RatePolicy, ...] = DEFAULT_SCALE_DOWN.policies
-    scale_down_select: SelectPolicy = "Max"
-    scale_down_stabilization_s: float = 300.0
-    readiness: Readiness = "pods"
-    cpu_initialization_period_s: float = 300.0
-    initial_readiness_delay_s: float = 30.0
-    metric_window_s: float = 30.0
-    min_replicas: int = 1
-    max_replicas: int = 100
+    metric: str = field(default="DCGM_FI_DEV_GPU_UTIL", metadata={"unit": ""})
+    target_average_value: float = field(default=70.0, metadata={"unit": "metric unit"})
+    tolerance: float = field(default=0.1, metadata={"unit": "ratio"})
+    sync_period_s: float = field(default=15.0, metadata={"unit": "s"})
+    behavior: HpaBehavior | None = field(default=None, metadata={"unit": ""})
+    downscale_stabilization_s: float = field(default=300.0, metadata={"unit": "s"})
+    readiness: Readiness = field(default="pods", metadata={"unit": ""})
+    cpu_initialization_period_s: float = field(default=300.0, metadata={"unit": "s"})
+    initial_readiness_delay_s: float = field(default=30.0, metadata={"unit": "s"})
+    metric_window_s: float = field(default=30.0, metadata={"unit": "s"})
+    min_replicas: int = field(default=1, metadata={"unit": "replicas"})
+    max_replicas: int = field(default=100, metadata={"unit": "replicas"})
 
     def __post_init__(self) -> None:
-        require(bool(self.metric), "HpaConfig.metric", self.metric, "name a per-pod series")
-        require(
-            self.target_average_value > 0,
-            "HpaConfig.target_average_value",
-            self.target_average_value,
-            "use a positive per-pod target",
-        )
-        require(0 <= self.tolerance < 1, "HpaConfig.tolerance", self.tolerance, "use 0..1")
-        require(self.sync_period_s > 0, "HpaConfig.sync_period_s", self.sync_period_s, "use > 0 s")
-        require(
-            self.readiness in ("pods", "resource"),
-            "HpaConfig.readiness",
-            self.readiness,
-            "use 'pods' or 'resource'",
-        )
-        require(
-            self.min_replicas >= 1,
-            "HpaConfig.min_replicas",
-            self.min_replicas,
-            "a Pods-metric HPA needs at least 1 (use KEDA for scale to zero)",
-        )
-        check_bounds("HpaConfig", self.min_replicas, self.max_replicas)
-        self.behavior.validate("HpaConfig")
+        def check(ok: bool, key: str, fix: str) -> None:
+            require(ok, f"HpaConfig.{key}={getattr(self, key)!r}", "out of range", fix)
 
-    @property
-    def behavior(self) -> HpaBehavior:
-        """The ``spec.behavior`` these fields describe."""
-        return HpaBehavior(
-            ScalingRules(
-                self.scale_up_policies, self.scale_up_select, self.scale_up_stabilization_s
-            ),
-            ScalingRules(
-                self.scale_down_policies, self.scale_down_select, self.scale_down_stabilization_s
-            ),
-        )
+        check(bool(self.metric), "metric", "name a per-pod series")
+        check(self.target_average_value > 0, "target_average_value", "use a positive target")
+        check(0 <= self.tolerance < 1, "tolerance", "use 0..1")
+        check(self.sync_period_s > 0, "sync_period_s", "use > 0 s")
+        check(0 <= self.downscale_stabilization_s <= 3600, "downscale_stabilization_s", "0..3600")
+        check(self.readiness in ("pods", "resource"), "readiness", "use 'pods' or 'resource'")
+        check(self.min_replicas >= 1, "min_replicas", "use 1 or more (KEDA scales to zero)")
+        check_bounds("HpaConfig", self.min_replicas, self.max_replicas)
+        if self.behavior is not None:
+            self.behavior.validate("HpaConfig.behavior")
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,11 +286,66 @@ def external_value_replicas(
     return Proposal(math.ceil(ratio * ready), usage, ratio, f"{ready} ready pods")
 
 
+def reconcile_legacy(
+    now: float,
+    current: int,
+    proposal: int | None,
+    *,
+    min_replicas: int,
+    max_replicas: int,
+    downscale_stabilization_s: float,
+    state: Mapping[str, Any],
+) -> tuple[int, str, dict[str, Any]]:
+    """One sync of an HPA without ``spec.behavior``, after the replica calculator.
+
+    ``normalizeDesiredReplicas``: the highest recommendation not older than the window
+    (this one included), then at least ``minReplicas`` and at most ``maxReplicas`` and
+    ``max(2 x current, 4)`` (``convertDesiredReplicasWithRules``).
+
+    Args:
+        now: Sync time, seconds.
+        current: ``spec.replicas`` of the target.
+        proposal: The calculator's replica count; None when the metric failed.
+        min_replicas: HPA ``minReplicas``.
+        max_replicas: HPA ``maxReplicas``.
+        downscale_stabilization_s: The controller's downscale stabilisation window.
+        state: The HPA state (``recommendations`` as ``[time_s, replicas]`` pairs).
+
+    Returns:
+        Desired replicas, a reason, and the new HPA state.
+    """
+    now = float(now)
+    recs = [[float(t), float(r)] for t, r in state.get("recommendations", [])]
+    if "recommendations" not in state:
+        recs = [[now, float(current)]]  # recordInitialRecommendation
+    cutoff = now - downscale_stabilization_s
+    if current > max_replicas:
+        desired, why = max_replicas, f"current {current} above max {max_replicas}"
+    elif current < min_replicas:
+        desired, why = min_replicas, f"current {current} below min {min_replicas}"
+    elif proposal is None:
+        desired, why = current, "metric unavailable, holding"
+    else:
+        # A recommendation is old only when it is before the cutoff.
+        stabilized = max([proposal, *(int(r) for t, r in recs if t >= cutoff)])
+        recs.append([now, float(proposal)])
+        limit = max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM)
+        desired, why = stabilized, f"recommendation {proposal}, stabilised {stabilized}"
+        if stabilized < min_replicas:
+            desired, why = min_replicas, f"{why}, min {min_replicas}"
+        elif stabilized > min(limit, max_replicas):
+            desired = min(limit, max_replicas)
+            limited_by = "scale-up limit max(2 x current, 4)" if limit < max_replicas else "max"
+            why = f"{why}, {limited_by} {desired}"
+    kept = [[t, r] for t, r in recs if t >= cutoff]
+    return desired, f"legacy: {why}", {"recommendations": kept}
+
+
 class HpaPolicy:
     """Kubernetes HPA v2 with one Pods metric, as a pure ``ScalingPolicy``.
 
-    State keys: ``recommendations``, ``scale_up_events``, ``scale_down_events``
-    (lists of ``[time_s, replicas]``).
+    State keys: ``recommendations``, and with a ``behavior`` also
+    ``scale_up_events`` and ``scale_down_events`` (lists of ``[time_s, replicas]``).
     """
 
     def __init__(self, config: HpaConfig | None = None, name: str = "hpa") -> None:
@@ -332,7 +359,6 @@ class HpaPolicy:
         )
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
-        self._behavior = self.config.behavior
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Run one HPA sync.
@@ -342,28 +368,27 @@ class HpaPolicy:
         """
         cfg = self.config
         current = observation.target.desired
-        if not observation.healthy:
-            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, "unhealthy", state)
-            logger.info("%s: %s", self.name, decision.reason)
-            return decision
         values = observation.pod_metrics.get(cfg.metric, {})
         proposal = pods_metric_replicas(
             current, observation.target.pods, values, observation.now, cfg
         )
-        if proposal is None and cfg.min_replicas <= current <= cfg.max_replicas:
-            why = f"no {cfg.metric} sample for any pod"
+        no_data = proposal is None and cfg.min_replicas <= current <= cfg.max_replicas
+        if not observation.healthy or no_data:
+            why = "unhealthy" if not observation.healthy else f"no {cfg.metric} sample for any pod"
             decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
             logger.info("%s: %s", self.name, decision.reason)
             return decision
-        replicas, why, new_state = reconcile(
-            observation.now,
-            current,
-            None if proposal is None else proposal.replicas,
-            min_replicas=cfg.min_replicas,
-            max_replicas=cfg.max_replicas,
-            behavior=self._behavior,
-            state=state,
-        )
+        now, recommended = observation.now, None if proposal is None else proposal.replicas
+        bounds = {"min_replicas": cfg.min_replicas, "max_replicas": cfg.max_replicas}
+        window = cfg.downscale_stabilization_s
+        if cfg.behavior is None:
+            replicas, why, new_state = reconcile_legacy(
+                now, current, recommended, **bounds, downscale_stabilization_s=window, state=state
+            )
+        else:
+            replicas, why, new_state = reconcile(
+                now, current, recommended, **bounds, behavior=cfg.behavior, state=state
+            )
         seen = (
             ""
             if proposal is None

@@ -3,118 +3,139 @@
 Knative Serving is the other serverless baseline for inference: it scales on
 observed concurrency, reacts to bursts within seconds and scales to zero. This
 module reproduces the decider (``pkg/autoscaler/scaling/autoscaler.go``,
-``Scale``) and the KPA reconciler's scale-to-zero gate
-(``pkg/reconciler/autoscaling/kpa/scaler.go``) with the ``config-autoscaler``
-defaults:
+``newAutoscaler`` and ``Scale``) and the KPA reconciler
+(``pkg/reconciler/autoscaling/kpa``: ``scaler.go`` ``scale`` and
+``handleScaleToZero``, ``kpa.go`` ``computeActiveCondition``) with the
+``config-autoscaler`` defaults (``pkg/autoscaler/config/config.go``).
 
-* Stable and panic averages of total concurrency over 60 s and 6 s
-  (``panic-window-percentage`` 10). The windows end at the newest sample; with
-  a partial window (start of data) the average covers what exists, and gaps
-  count as 0, as Knative's windowed buckets do.
-* ``desiredStable = ceil(stable / target)``, ``desiredPanic = ceil(panic /
-  target)``, each kept within ``[floor(ready / max-scale-down-rate),
-  ceil(ready x max-scale-up-rate)]`` with ``ready = max(1, ready pods)``.
-* Panic starts when ``ceil(panic / target) / ready >= 2.0`` (200 %); every tick
-  still over the threshold extends it; it ends on the first tick not over the
-  threshold more than one stable window after the last one that was. In panic
-  the count never decreases (``maxPanicPods``).
-* Scale to zero: when the decider wants 0, the revision must have been active
-  for a stable window; it is then marked inactive (activator in the path) and
-  the last pod goes ``scale-to-zero-grace-period`` (30 s) later. Meanwhile the
-  replicas are held. Until the target has had ``initial-scale`` Ready pods once,
-  the count is at least ``initial-scale``.
+Signal: the autoscaler scrapes every queue-proxy once a second
+(``scrapeTickInterval``) into 1 s buckets (``BucketSize``), with no Prometheus
+in between. The policy declares that path as ``signal_interval_s`` (1 s) and
+``signal_delay_s`` (0 s) for the engine. Concurrency here is requests in flight
+on the pods plus requests waiting in the queue: the queue-proxy and activator
+count requests they hold, which is what lets Knative scale from zero.
 
-Concurrency here is requests in flight on the pods plus requests waiting in the
-queue: Knative's queue-proxy and activator count requests they hold as
-concurrency too, and that is what lets it scale from zero.
+Decider, every ``tick-interval`` (2 s):
+
+* Stable and panic averages over 60 s and 6 s (``panic-window-percentage``
+  10), ending at the newest sample; a partial window averages what exists.
+* ``ceil(stable / target)`` and ``ceil(panic / target)``, each kept within
+  ``[floor(ready / max-scale-down-rate), ceil(ready x max-scale-up-rate)]``
+  with ``ready = max(1, ready pods)``.
+* Panic starts when ``ceil(panic / target) / ready >= 2.0`` and every tick
+  over the threshold extends it; it ends on the first tick not over it more
+  than a stable window after the last one that was. In panic the count never
+  decreases (``maxPanicPods``).
+* Start in panic: a decider created while more than one pod is Ready starts in
+  panic at its creation, holding that count, so losing its metric history (a
+  restart, or a new run) does not drop the revision to one pod on the first
+  empty window.
+
+Reconciler: bounds (``initial-scale`` raises ``min-scale`` until the target
+has once had that many Ready pods), then the scale-to-zero gate when the
+decider wants 0: while the revision is activating, keep the count (until the
+progress deadline plus 30 s); while active for less than a stable window,
+scale to 1; once active for a stable window, keep the count and mark it
+inactive; inactive, scale to 0 after ``scale-to-zero-grace-period`` (or after
+the pod retention period if longer), or at once if the activator has been in
+the path (SKS proxy mode) for the grace period.
 """
 
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.baseline import check_bounds, clamp, hold, require, summed_series
+from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_series
 from gpuscale.scaling.policy import Decision, Observation, Series, State
 
 logger = logging.getLogger(__name__)
+
+SCRAPE_INTERVAL_S = 1.0
+"""``scrapeTickInterval`` (``pkg/autoscaler/metrics/collector.go``): queue-proxy scrapes."""
+
+ACTIVATION_TIMEOUT_BUFFER_S = 30.0
+"""``activationTimeoutBuffer`` (``scaler.go``), added to the progress deadline."""
+
+SCALE_UNKNOWN = -1
+"""``scaleUnknown``: the reconciler leaves the scale alone."""
 
 
 @dataclass(frozen=True, slots=True)
 class KpaConfig:
     """``config-autoscaler`` settings of one revision; Knative's defaults.
 
+    Each field's unit is in its ``metadata["unit"]`` (empty for names and switches).
+
     Attributes:
         metric: Per-pod concurrency gauge, summed over the workload.
         queue_metric: Per-deployment waiting requests added to it; None to leave out.
         target: Concurrency per pod (``container-concurrency-target-default`` 100 x
             ``container-concurrency-target-percentage`` 70 %).
+        target_utilization: ``container-concurrency-target-percentage``; a pod's total
+            capacity is ``target / target_utilization`` (for burst capacity).
+        target_burst_capacity: ``target-burst-capacity`` (-1: activator always in path).
         stable_window_s: ``stable-window``.
         panic_window_percentage: ``panic-window-percentage`` of the stable window.
         panic_threshold_percentage: ``panic-threshold-percentage``.
         max_scale_up_rate: ``max-scale-up-rate``.
         max_scale_down_rate: ``max-scale-down-rate``.
         scale_to_zero_grace_s: ``scale-to-zero-grace-period``.
+        scale_to_zero_pod_retention_s: ``scale-to-zero-pod-retention-period``.
         enable_scale_to_zero: ``enable-scale-to-zero``.
-        tick_interval_s: ``tick-interval`` of the decider.
+        tick_interval_s: Decider tick (``tickInterval`` in ``multiscaler.go``).
+        progress_deadline_s: ``progress-deadline`` of ``config-deployment``.
         initial_scale: ``initial-scale``.
         min_replicas: ``min-scale``.
         max_replicas: ``max-scale`` (Knative's 0 = unlimited has no meaning here).
     """
 
-    metric: str = "gpuscale_serving_requests_in_flight"
-    queue_metric: str | None = "gpuscale_serving_queue_requests"
-    target: float = 70.0
-    stable_window_s: float = 60.0
-    panic_window_percentage: float = 10.0
-    panic_threshold_percentage: float = 200.0
-    max_scale_up_rate: float = 1000.0
-    max_scale_down_rate: float = 2.0
-    scale_to_zero_grace_s: float = 30.0
-    enable_scale_to_zero: bool = True
-    tick_interval_s: float = 2.0
-    initial_scale: int = 1
-    min_replicas: int = 0
-    max_replicas: int = 100
+    metric: str = field(default="gpuscale_serving_requests_in_flight", metadata={"unit": ""})
+    queue_metric: str | None = field(
+        default="gpuscale_serving_queue_requests", metadata={"unit": ""}
+    )
+    target: float = field(default=70.0, metadata={"unit": "requests"})
+    target_utilization: float = field(default=0.7, metadata={"unit": "ratio"})
+    target_burst_capacity: float = field(default=211.0, metadata={"unit": "requests"})
+    stable_window_s: float = field(default=60.0, metadata={"unit": "s"})
+    panic_window_percentage: float = field(default=10.0, metadata={"unit": "%"})
+    panic_threshold_percentage: float = field(default=200.0, metadata={"unit": "%"})
+    max_scale_up_rate: float = field(default=1000.0, metadata={"unit": "ratio"})
+    max_scale_down_rate: float = field(default=2.0, metadata={"unit": "ratio"})
+    scale_to_zero_grace_s: float = field(default=30.0, metadata={"unit": "s"})
+    scale_to_zero_pod_retention_s: float = field(default=0.0, metadata={"unit": "s"})
+    enable_scale_to_zero: bool = field(default=True, metadata={"unit": ""})
+    tick_interval_s: float = field(default=2.0, metadata={"unit": "s"})
+    progress_deadline_s: float = field(default=600.0, metadata={"unit": "s"})
+    initial_scale: int = field(default=1, metadata={"unit": "replicas"})
+    min_replicas: int = field(default=0, metadata={"unit": "replicas"})
+    max_replicas: int = field(default=100, metadata={"unit": "replicas"})
 
     def __post_init__(self) -> None:
-        require(self.target > 0, "KpaConfig.target", self.target, "use a concurrency > 0")
-        require(
-            self.stable_window_s >= 6,
-            "KpaConfig.stable_window_s",
-            self.stable_window_s,
-            "Knative requires at least 6 s",
+        def check(ok: bool, key: str, fix: str) -> None:
+            require(ok, f"KpaConfig.{key}={getattr(self, key)!r}", "out of range", fix)
+
+        check(self.target > 0, "target", "use a concurrency > 0")
+        check(0 < self.target_utilization <= 1, "target_utilization", "use a ratio in (0, 1]")
+        check(
+            self.target_burst_capacity >= 0 or self.target_burst_capacity == -1,
+            "target_burst_capacity",
+            "use 0 or more, or -1",
         )
-        require(
-            1 <= self.panic_window_percentage <= 100,
-            "KpaConfig.panic_window_percentage",
-            self.panic_window_percentage,
-            "use 1..100",
-        )
-        require(
-            self.panic_threshold_percentage >= 110,
-            "KpaConfig.panic_threshold_percentage",
-            self.panic_threshold_percentage,
-            "Knative requires at least 110",
-        )
-        for key, value in (
-            ("max_scale_up_rate", self.max_scale_up_rate),
-            ("max_scale_down_rate", self.max_scale_down_rate),
-        ):
-            require(value > 1, f"KpaConfig.{key}", value, "use a rate above 1.0")
-        require(
-            self.scale_to_zero_grace_s >= 0,
-            "KpaConfig.scale_to_zero_grace_s",
-            self.scale_to_zero_grace_s,
-            "use 0 or more seconds",
-        )
-        require(
-            self.tick_interval_s > 0, "KpaConfig.tick_interval_s", self.tick_interval_s, "use > 0"
-        )
-        require(self.initial_scale >= 0, "KpaConfig.initial_scale", self.initial_scale, "use >= 0")
+        check(self.stable_window_s >= 6, "stable_window_s", "Knative requires at least 6 s")
+        check(1 <= self.panic_window_percentage <= 100, "panic_window_percentage", "use 1..100")
+        check(self.panic_threshold_percentage >= 110, "panic_threshold_percentage", "use >= 110")
+        check(self.max_scale_up_rate > 1, "max_scale_up_rate", "use a rate above 1.0")
+        check(self.max_scale_down_rate > 1, "max_scale_down_rate", "use a rate above 1.0")
+        for key in ("scale_to_zero_grace_s", "scale_to_zero_pod_retention_s"):
+            check(getattr(self, key) >= 0, key, "use 0 or more seconds")
+        check(self.tick_interval_s > 0, "tick_interval_s", "use > 0 s")
+        check(self.progress_deadline_s > 0, "progress_deadline_s", "use > 0 s")
+        check(self.initial_scale >= 0, "initial_scale", "use 0 or more")
         check_bounds("KpaConfig", self.min_replicas, self.max_replicas)
 
     @property
@@ -125,6 +146,9 @@ class KpaConfig:
 
 def window_average(points: Series, window_s: float) -> float:
     """Mean of the samples in the window ending at the newest sample.
+
+    With one sample per second this is Knative's bucket average; at the start of
+    the data it averages the partial window, as Knative does.
 
     Args:
         points: (time seconds, value) points, oldest first; not empty.
@@ -139,10 +163,16 @@ def window_average(points: Series, window_s: float) -> float:
 
 
 class KpaPolicy:
-    """Knative's KPA decider and scale-to-zero gate, as a pure ``ScalingPolicy``.
+    """Knative's KPA decider and reconciler, as a pure ``ScalingPolicy``.
 
-    State keys: ``panic_time`` (seconds or None), ``max_panic_pods``,
-    ``active_since``, ``inactive_since`` (seconds or None) and ``initialised``.
+    ``signal_interval_s`` and ``signal_delay_s`` declare the concurrency path: the
+    engine should sample ``signals`` every second, undelayed, not through the
+    Prometheus scrape and rule delay it gives the other baselines.
+
+    State keys: ``created_at``; the decider's ``panic_time`` (seconds or None) and
+    ``max_panic_pods``; the PodAutoscaler's ``active`` (``activating``, ``active``
+    or ``inactive``), ``active_changed_at`` and ``initialised``; and the SKS's
+    ``proxy_since`` (seconds, or None while serving without the activator).
     """
 
     def __init__(self, config: KpaConfig | None = None, name: str = "kpa") -> None:
@@ -150,6 +180,8 @@ class KpaPolicy:
         self.name = name
         self.interval_s = self.config.tick_interval_s
         self.history_s = self.config.stable_window_s
+        self.signal_interval_s = SCRAPE_INTERVAL_S
+        self.signal_delay_s = 0.0
         signals = {"concurrency": Signal(self.config.metric, aggregation="sum")}
         if self.config.queue_metric is not None:
             signals["queue"] = Signal(self.config.queue_metric, aggregation="sum")
@@ -160,7 +192,7 @@ class KpaPolicy:
         self.max_replicas = self.config.max_replicas
 
     def decide(self, observation: Observation, state: State) -> Decision:
-        """Run one decider tick and the reconciler's bounds.
+        """Run one decider tick and the reconciler after it.
 
         Returns:
             The desired replicas, a reason with both averages, and the new state.
@@ -168,22 +200,35 @@ class KpaPolicy:
         cfg = self.config
         now = float(observation.now)
         current = observation.target.desired
-        if not observation.healthy:
-            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, "unhealthy", state)
-            logger.info("%s: %s", self.name, decision.reason)
-            return decision
-        points = summed_series(observation, self._keys)
-        if points is None:
-            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, "no data", state)
-            logger.info("%s: %s", self.name, decision.reason)
-            return decision
-        st: dict[str, Any] = dict(state)
         ready_pods = observation.target.ready
-        if current > 0 and st.get("active_since") is None:
-            st["active_since"] = now
-        if ready_pods >= cfg.initial_scale:
-            st["initialised"] = True
+        st: dict[str, Any] = dict(state)
+        if "created_at" not in st:  # newAutoscaler: start in panic above one Ready pod
+            st.update(created_at=now, panic_time=now if ready_pods > 1 else None)
+            st.update(max_panic_pods=ready_pods, active="activating", active_changed_at=now)
+            st.update(initialised=False, proxy_since=None)
+        points = None if not observation.healthy else summed_series(observation, self._keys)
+        if points is None:
+            why = "unhealthy" if not observation.healthy else "no data"
+            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, st)
+            logger.info("%s: %s", self.name, decision.reason)
+            return decision
+        desired, burst, seen = self._scale(now, ready_pods, points, st)
+        low = cfg.min_replicas
+        if cfg.initial_scale > 1 and not st["initialised"]:
+            low = max(low, cfg.initial_scale)
+        desired = min(max(desired, low), cfg.max_replicas)
+        want, apply, gate = self._scale_to_zero_gate(now, desired, st)
+        replicas = clamp(want if apply else current, cfg.min_replicas, cfg.max_replicas)
+        self._update_status(now, want, ready_pods, burst, st)
+        reason = f"{seen}, desired {desired}{gate} -> {replicas}"
+        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        return Decision(replicas, reason, st)
 
+    def _scale(
+        self, now: float, ready_pods: int, points: Series, st: dict[str, Any]
+    ) -> tuple[int, float, str]:
+        """The decider's ``Scale``: desired pods, excess burst capacity and a reason."""
+        cfg = self.config
         stable = window_average(points, cfg.stable_window_s)
         panic = window_average(points, cfg.panic_window_s)
         ready = float(max(1, ready_pods))
@@ -193,7 +238,6 @@ class KpaPolicy:
         dppc = math.ceil(panic / cfg.target)
         desired_stable = min(max(dspc, max_down), max_up)
         desired_panic = min(max(dppc, max_down), max_up)
-
         over = dppc / ready >= cfg.panic_threshold_percentage / 100
         panic_time = st.get("panic_time")
         max_panic = int(st.get("max_panic_pods", 0))
@@ -201,45 +245,77 @@ class KpaPolicy:
             panic_time = now  # start, or extend
         elif panic_time is not None and panic_time + cfg.stable_window_s < now:
             panic_time, max_panic = None, 0
-        desired = desired_stable
-        mode = "stable"
+        desired, mode = desired_stable, "stable"
         if panic_time is not None:
-            mode = "panic"
             max_panic = max(max_panic, desired_stable, desired_panic)
-            desired = max_panic
+            desired, mode = max_panic, "panic"
         st["panic_time"], st["max_panic_pods"] = panic_time, max_panic
-
-        replicas, gate = self._scale_to_zero_gate(now, current, desired, st)
-        if not st.get("initialised"):
-            replicas = max(replicas, cfg.initial_scale)
-        replicas = clamp(replicas, cfg.min_replicas, cfg.max_replicas)
-        if replicas == 0:
-            st["active_since"] = None
-        reason = (
+        if cfg.target_burst_capacity == -1:
+            burst = -1.0
+        elif cfg.target_burst_capacity == 0:
+            burst = 0.0
+        else:
+            capacity = ready_pods * cfg.target / cfg.target_utilization
+            burst = math.floor(capacity - cfg.target_burst_capacity - panic)
+        seen = (
             f"{mode}: stable {stable:.2f} panic {panic:.2f} / target {cfg.target:g} "
-            f"-> {dspc}/{dppc} pods, ready {ready_pods}, desired {desired}{gate} -> {replicas}"
+            f"-> {dspc}/{dppc} pods, ready {ready_pods}"
         )
-        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
-        return Decision(replicas, reason, st)
+        return desired, burst, seen
 
     def _scale_to_zero_gate(
-        self, now: float, current: int, desired: int, st: dict[str, Any]
-    ) -> tuple[int, str]:
-        """Hold the last pods until the revision is inactive and the grace period passed."""
+        self, now: float, desired: int, st: Mapping[str, Any]
+    ) -> tuple[int, bool, str]:
+        """``handleScaleToZero``: the scale to want, and whether to apply it.
+
+        Returns:
+            (replicas the reconciler wants, or ``SCALE_UNKNOWN``; whether it
+            patches the scale; a note for the reason).
+        """
         cfg = self.config
-        if desired != 0 or current == 0 or cfg.min_replicas > 0:
-            st["inactive_since"] = None
-            return desired, ""
+        if desired != 0:
+            return desired, True, ""
         if not cfg.enable_scale_to_zero:
-            return 1, " (scale to zero disabled)"
-        inactive_since = st.get("inactive_since")
-        if inactive_since is None:
-            active_since = st.get("active_since")
-            if active_since is not None and now - active_since < cfg.stable_window_s:
-                return current, " (active for less than the stable window)"
-            st["inactive_since"] = now
-            return current, " (marked inactive, grace period starts)"
-        if now - inactive_since < cfg.scale_to_zero_grace_s:
-            return current, f" (inactive since {inactive_since:g}, within grace)"
-        st["inactive_since"] = None
-        return 0, " (grace period over)"
+            return 1, True, " (scale to zero disabled: 1)"
+        since = now - float(st["active_changed_at"])
+        if st["active"] == "activating":
+            if since > cfg.progress_deadline_s + ACTIVATION_TIMEOUT_BUFFER_S:
+                return 0, True, " (activation timed out)"
+            return SCALE_UNKNOWN, False, " (activating: scale left alone)"
+        if st["active"] == "active":
+            if since >= cfg.stable_window_s:
+                return 0, False, f" (active {since:g} s: marked inactive, scale left alone)"
+            return 1, True, f" (active {since:g} s < stable window: 1)"
+        retention = cfg.scale_to_zero_pod_retention_s
+        if since >= max(cfg.scale_to_zero_grace_s, retention):
+            return 0, True, f" (inactive {since:g} s: grace period over)"
+        if retention > 0 and since < retention:
+            return 0, False, f" (inactive {since:g} s < pod retention)"
+        proxy = st.get("proxy_since")
+        if proxy is not None and now - float(proxy) >= cfg.scale_to_zero_grace_s:
+            return 0, True, " (activator in path for the grace period)"
+        return 0, False, f" (inactive {since:g} s, within grace)"
+
+    def _update_status(
+        self, now: float, want: int, ready_pods: int, burst: float, st: dict[str, Any]
+    ) -> None:
+        """``computeActiveCondition`` and the SKS mode, after the scale was set."""
+        cfg = self.config
+        if st["initialised"]:
+            min_ready = max(cfg.min_replicas, 1)
+        else:
+            min_ready = max(cfg.min_replicas, cfg.initial_scale)
+        if ready_pods >= min_ready:
+            st["initialised"] = True
+        active = st["active"]
+        if want == 0 or min_ready == 0:
+            active = "inactive"
+        elif want > 0 or active != "inactive":
+            active = "active" if ready_pods >= min_ready else "activating"
+        if active != st["active"]:
+            st["active"], st["active_changed_at"] = active, now
+        serving = want > 0 and burst >= 0 and ready_pods > 0  # else the activator backs it
+        if serving:
+            st["proxy_since"] = None
+        elif st.get("proxy_since") is None:
+            st["proxy_since"] = now
