@@ -11,9 +11,10 @@ bad one. This module reproduces the delays a GPU deployment sees:
   down to ``min_nodes``.
 * A scheduled pod cold-starts (image pull, model load) for a time drawn from
   ``ColdStart`` before it is Ready and takes traffic.
-* A deleted pod stops taking traffic at once and frees its GPU after the
-  termination grace. The ReplicaSet deletes pods in Kubernetes' order: unscheduled,
-  then not Ready, then the most recently Ready.
+* A deleted pod takes no new traffic at once and holds its GPU until the
+  simulator reports it drained (``release``) or the termination grace ends. The
+  ReplicaSet deletes pods in Kubernetes' order: unscheduled, then not Ready, then
+  the most recently Ready.
 
 All randomness comes from one seeded generator, so a seed fixes the pod timeline.
 """
@@ -46,7 +47,7 @@ class ClusterConfig:
         min_nodes: Nodes never removed below this; None means ``initial_nodes``.
         node_provision_s: Time from the scale-up decision to a schedulable node, seconds.
         node_idle_remove_s: An empty node is removed after this long, seconds.
-        termination_grace_s: A deleted pod holds its GPU this long, seconds.
+        termination_grace_s: A deleted pod holds its GPU at most this long, seconds.
         cold_start: Time from scheduling to Ready.
         namespace: Namespace of the deployment (a label on its series).
         deployment: Deployment name; pods are named after it.
@@ -301,6 +302,22 @@ class Cluster:
         if need > absent.size:
             logger.debug("t=%.0f: node pool at max_nodes; %d pods stay Pending", now, waiting)
 
+    def release(self, uid: int, now: float) -> bool:
+        """A deleted pod has drained before its grace ended: it frees its GPU now.
+
+        Returns:
+            Whether a terminating pod was released.
+        """
+        pod = self.pods.get(uid)
+        if pod is None or pod.state != TERMINATING:
+            return False
+        slot = pod.slot
+        self._evict(slot)
+        self._schedule(now)
+        self._schedule_node_removal(slot // self._node_gpus, now)
+        self.version += 1
+        return True
+
     def fail_gpu(self, slot: int, now: float, replace_after: float | None = None) -> Pod | None:
         """The GPU in ``slot`` fell off the bus: its pod fails and is replaced elsewhere.
 
@@ -379,14 +396,7 @@ class Cluster:
             pod.state, pod.ready_at, pod.due = READY, when, math.inf
             return True
         if kind == 1:  # termination grace over
-            pod = self.pods.get(ident)
-            if pod is None or pod.state != TERMINATING:
-                return False
-            slot = pod.slot
-            self._evict(slot)
-            self._schedule(when)
-            self._schedule_node_removal(slot // g, when)
-            return True
+            return self.release(ident, when)
         if kind == 2:  # node joined
             self.node_state[ident] = _NODE_READY
             self._schedule(when)

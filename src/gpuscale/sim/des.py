@@ -1,6 +1,6 @@
 """The per-request discrete-event reference for the fluid serving model.
 
-The engine's fluid queue (``serving.FluidQueue``) is an approximation; this module
+The engine's fluid queue (``fluid.FluidQueue``) is an approximation; this module
 is the thing it approximates, one request at a time, so tests can show the two
 agree on small cases. It is exact FCFS M/G/k with reneging: requests arrive spread
 uniformly within each second of the workload, each draws its work from a gamma

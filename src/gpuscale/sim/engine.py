@@ -3,12 +3,14 @@
 ``simulate`` runs the same closed loop as production. Each second the cluster
 applies due events (nodes join, pods become Ready or free their GPU), faults
 fall due, and the deployment's fluid queue serves that second's demand with the
-Ready replicas' capacity. Every scrape interval the GPU physics advances over
-the interval's load and its telemetry, with the serving metrics, is written into
-the in-process metric store. Every ``policy.interval_s`` the policy gets an
+Ready replicas' capacity; a pod that leaves Ready drains or has its requests
+retried (``fluid.FluidQueue``). Every scrape interval the GPU physics advances
+over the interval's load and its telemetry, with the serving metrics, is written
+into the in-process metric store. Every ``policy.interval_s`` the policy gets an
 ``Observation`` built only from that store, evaluated ``rule_delay_s`` in the
 past, and from the deployment's status, never from the simulator's state; its
-decision, clamped to its bounds, becomes ``spec.replicas``.
+decision, clamped to its bounds, becomes ``spec.replicas``. The run ends by
+checking that every arrival was counted once (``outcome.check_conservation``).
 
 Costs per simulated second are a few scalar updates; per-GPU work is numpy and
 runs once per scrape, so a 24-hour, 100-GPU run takes seconds.
@@ -25,11 +27,11 @@ import numpy as np
 from gpuscale.errors import ConfigError, check_ranges
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
 from gpuscale.scaling.policy import Observation, ScalingPolicy, Series
-from gpuscale.sim.cluster import STARTING, TERMINATING, Cluster, ClusterConfig, Pod
+from gpuscale.sim.cluster import READY, STARTING, TERMINATING, Cluster, ClusterConfig, Pod
 from gpuscale.sim.faults import FaultInjector, SimFault
 from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
 from gpuscale.sim.latency import LATENCY_EDGES_S, summarise_latency
-from gpuscale.sim.outcome import RunResult, Timeline
+from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
 from gpuscale.sim.series import SeriesWriter
 from gpuscale.sim.serving import ServingConfig, relative_speed
 from gpuscale.sim.workload import Workload
@@ -103,9 +105,7 @@ class _Run:
         self.sc, self.policy = scenario, policy
         cfg = scenario.cluster
         seeds = np.random.SeedSequence(scenario.seed).spawn(3)
-        spares = sum(
-            1 for f in scenario.faults if f.kind == "gpu-lost" and f.duration_s is not None
-        )
+        spares = sum(f.kind == "gpu-lost" and f.duration_s is not None for f in scenario.faults)
         self.cluster = Cluster(cfg, seed=int(seeds[0].generate_state(1)[0]), spare_gpus=spares)
         model = gpu_model(cfg.gpu_model)
         self.physics = FleetPhysics(
@@ -133,7 +133,7 @@ class _Run:
         self._cap_dirty = True
         self.ready: list[Pod] = []
         self.servers, self.capacity, self.n_held = 0, 0.0, 0
-        self._shares = np.zeros(0)
+        self._shares = self._ready_speed = np.zeros(0)
         self._ready_devs = np.zeros(0, dtype=np.int64)
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._ready_uids = np.zeros(0, dtype=np.int64)
@@ -142,6 +142,7 @@ class _Run:
         self._busy_acc = 0.0  # busy fraction-seconds of each Ready GPU since the last flush
         self._done_acc = 0.0
         self._load = np.zeros(self.cluster.n_devices)
+        self._drain_dev: dict[int, int] = {}  # pod uid -> device, of each pod drained
 
     # ----------------------------------------------------------------- capacity
     def _flush(self) -> None:
@@ -152,9 +153,37 @@ class _Run:
             )
         self._busy_acc = self._done_acc = 0.0
 
-    def _refresh_capacity(self) -> None:
+    def _sync_pods(self, t: int) -> None:
+        """A deleted pod drains its share of the requests in service; a failed one's retry.
+
+        A terminating pod with nothing (left) to drain frees its GPU at once.
+        """
+        c, q = self.cluster, self.queue
+        per_server = q.busy / self.servers if self.servers else 0.0
+        ready = self._ready_uids.tolist(), self._ready_speed.tolist(), self._ready_devs.tolist()
+        for uid, speed, dev in zip(*ready, strict=True):
+            pod = c.pods.get(uid)
+            if pod is not None and pod.state == READY:
+                continue
+            serving = per_server * self.slots if speed > 0 else 0.0
+            if pod is not None and pod.state == TERMINATING:
+                if q.start_drain(uid, serving, speed / self.slots):
+                    self._drain_dev[uid] = dev
+            else:
+                q.interrupt(t, serving)
+        for uid in list(q.drains):
+            pod = c.pods.get(uid)
+            if pod is None or pod.state != TERMINATING:
+                q.stop_drain(t, uid)
+        for uid in [p.uid for p in c.pods.values() if p.state == TERMINATING]:
+            if uid not in q.drains:
+                c.release(uid, float(t))
+
+    def _refresh_capacity(self, t: int) -> None:
         self._flush()
         c = self.cluster
+        if c.version != self._cap_version:
+            self._sync_pods(t)
         self.ready = c.ready_pods()
         self.n_held = c.held_count()
         devs = np.array([c.slot_phys[p.slot] for p in self.ready], dtype=np.int64)
@@ -174,6 +203,7 @@ class _Run:
         )
         total = float(speed.sum())
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
+        self._ready_speed = speed
         up = speed > 0
         self.servers = int(up.sum()) * self.slots
         self.capacity = total
@@ -252,6 +282,7 @@ class _Run:
         next_decision = 0.0
         tick = max(n // 100, 1)
         queue, cluster = self.queue, self.cluster
+        drains, drained = queue.drains, queue.drained
         for t in range(n):
             if t >= cluster.next_event():
                 cluster.advance(t)
@@ -259,19 +290,23 @@ class _Run:
                 self.faults.step(t, cluster, self.physics)
             if t >= next_scrape:
                 if self._cap_dirty or cluster.version != self._cap_version:
-                    self._refresh_capacity()
+                    self._refresh_capacity(t)
                 self._scrape(float(t), t - last_scrape)
                 last_scrape, next_scrape = t, next_scrape + sc.scrape_interval_s
             if t >= next_decision:
                 self._decide(float(t))
                 next_decision += self.policy.interval_s
             if self._cap_dirty or cluster.version != self._cap_version:
-                self._refresh_capacity()
+                self._refresh_capacity(t)
             queue.step(t, arrivals[t], work[t], self.servers, self.capacity)
             if self.servers:
                 self._busy_acc += queue.busy / self.servers
                 self._done_acc += queue.last_departures
-            busy[t] = queue.busy / self.slots
+            busy[t] = (queue.busy + queue.draining) / self.slots
+            for uid, d in drains.items():  # a draining pod's GPU is busy too
+                self._load[self._drain_dev[uid]] += d.requests / self.slots
+            while drained:  # a drained pod frees its GPU
+                cluster.release(drained.pop(0), t + 1.0)
             ready_n[t], held_n[t], cap[t] = len(self.ready), self.n_held, self.capacity
             desired[t] = cluster.desired
             if progress is not None and t % tick == 0:
@@ -291,6 +326,7 @@ class _Run:
         sc, wl = self.sc, self.sc.workload
         n, rec = wl.duration_s, int(sc.record_interval_s)
         rows = max(math.ceil(n / rec), 1)
+        in_flight = self.queue.finish()
         summary = summarise_latency(
             self.queue.records,
             slo_s=sc.slo_latency_s,
@@ -324,7 +360,7 @@ class _Run:
             p50_latency_s=summary.p50_s,
             p99_latency_s=summary.p99_s,
         )
-        return RunResult(
+        result = RunResult(
             policy=self.policy.name,
             timeline=timeline,
             requests=float(wl.arrivals.sum()),
@@ -335,7 +371,12 @@ class _Run:
             gpu_seconds=float(held_n.sum()),
             busy_gpu_seconds=float(busy.sum()),
             scale_events=self.scale_events,
+            completed_requests=summary.completed,
+            in_flight_requests=in_flight,
+            retried_requests=self.queue.retried,
         )
+        check_conservation(result)
+        return result
 
 
 def simulate(

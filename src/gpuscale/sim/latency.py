@@ -4,9 +4,12 @@ The fluid queue (``fluid.py``) records, for each portion of requests entering
 service, how long it waited and how big its requests were. This module turns
 those records, after the run and vectorised over all of them, into the latency
 histogram, SLO attainment, stochastic timeouts and per-row p50/p99 that
-``RunResult`` carries.
+``RunResult`` carries. ``InService`` keeps track of how much of each portion is
+still in service, so a portion can be taken back out (a request interrupted or
+still in flight at the end) and counted once.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +36,7 @@ class LatencyRecords:
         per_size_s: Service seconds per reference-GPU second of work, per second.
         offered_s: Service seconds that arrived, per second.
         servers: Ready slots, per second.
+        retried: Indices of portions that are requests on their second try.
     """
 
     step: list[int] = field(default_factory=list)
@@ -42,6 +46,95 @@ class LatencyRecords:
     per_size_s: list[float] = field(default_factory=list)
     offered_s: list[float] = field(default_factory=list)
     servers: list[int] = field(default_factory=list)
+    retried: set[int] = field(default_factory=set)
+
+
+_GONE_LOG = -30.0
+"""A portion whose in-service share fell below e^-30 (1e-13) is out of service."""
+
+
+class InService:
+    """How much of each recorded portion is still in service.
+
+    Requests leave service in proportion to what is in service (every portion loses
+    the same share each second, as with exponential service), so one running log
+    survival ``log_g`` says it all: portion ``i`` still has
+    ``n[i] * exp(log_g - lg[i])`` requests in service, where ``n[i]`` is its size and
+    ``lg[i]`` the log survival when it entered. The queue appends ``lg`` and ``n`` for
+    each portion it records, and lowers ``log_g`` each second as ``served`` does.
+
+    Args:
+        records: The portions, whose counts ``remove`` lowers.
+    """
+
+    def __init__(self, records: LatencyRecords) -> None:
+        self.records = records
+        self.log_g = 0.0
+        self.lg: list[float] = []
+        self.n: list[float] = []
+        self._live = 0  # portions before this index are out of service
+
+    def served(self, left: float) -> None:
+        """A share ``1 - left`` of everything in service left it."""
+        if left > 1e-12:
+            self.log_g += math.log(left)
+        else:  # nothing is left in service
+            self._live, self.log_g = len(self.lg), 0.0
+
+    def take(self, share: float) -> tuple[list[int], list[float]]:
+        """Take ``share`` (0 to 1) of every portion still in service out of it.
+
+        Returns:
+            The portions' indices and the requests taken from each.
+        """
+        lg, i, end = self.lg, self._live, len(self.lg)
+        while i < end and self.log_g - lg[i] < _GONE_LOG:
+            i += 1
+        self._live = i
+        if i >= end or share <= 0.0:
+            return [], []
+        surv = np.exp(self.log_g - np.asarray(lg[i:]))
+        amounts = (share * np.asarray(self.n[i:]) * surv).tolist()
+        self.served(1.0 - min(share, 1.0))
+        return list(range(i, end)), amounts
+
+    def remove(self, idx: list[int], amounts: list[float]) -> list[float]:
+        """Lower the recorded portions by what was taken (they did not complete).
+
+        Returns:
+            The amounts removed, each capped at what its portion still counts.
+        """
+        count = self.records.count
+        out = []
+        for i, x in zip(idx, amounts, strict=True):
+            x = min(x, count[i])
+            count[i] -= x
+            out.append(x)
+        return out
+
+
+class Draining:
+    """Requests finishing on a deleted replica, taken out of service by ``InService.take``.
+
+    Args:
+        idx: The portions they belong to.
+        taken: Requests taken from each.
+        service_s: Their mean service time on the replica; a share ``1 - exp(-1 /
+            service_s)`` of what is left completes each second.
+    """
+
+    __slots__ = ("decay", "idx", "left", "taken", "total")
+
+    def __init__(self, idx: list[int], taken: list[float], service_s: float) -> None:
+        self.idx, self.taken = idx, taken
+        self.total = float(sum(taken))
+        self.left = 1.0
+        self.decay = math.exp(-1.0 / max(service_s, 1e-9))
+
+    @property
+    def requests(self) -> float:
+        """Requests still in service on the replica."""
+        return self.total * self.left
 
 
 @dataclass(frozen=True, slots=True)

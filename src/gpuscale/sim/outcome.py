@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpuscale.errors import GpuscaleError
+
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -54,6 +56,14 @@ class RunResult:
         gpu_seconds: Allocated GPU time, seconds.
         busy_gpu_seconds: Of that, time the GPUs were busy serving.
         scale_events: Changes of the desired replica count.
+        completed_requests: Requests served to completion.
+        in_flight_requests: Requests queued or in service when the run ended.
+        retried_requests: Requests interrupted in service (their pod was deleted past
+            its grace, failed or restarted) and queued again; each is still one
+            request, counted once in the totals above.
+
+    Every arrival ends exactly once: ``completed_requests + dropped_requests +
+    in_flight_requests == requests`` (``check_conservation``).
     """
 
     policy: str
@@ -66,3 +76,41 @@ class RunResult:
     gpu_seconds: float
     busy_gpu_seconds: float
     scale_events: int
+    completed_requests: float = 0.0
+    in_flight_requests: float = 0.0
+    retried_requests: float = 0.0
+
+    @property
+    def dropped_requests(self) -> float:
+        """Requests dropped: waited past the timeout, or interrupted on their retry."""
+        return self.dropped
+
+    @property
+    def unaccounted_requests(self) -> float:
+        """Arrivals neither completed, dropped nor in flight (0 up to rounding)."""
+        return self.requests - (
+            self.completed_requests + self.dropped_requests + self.in_flight_requests
+        )
+
+
+class ConservationError(GpuscaleError):
+    """A run lost or duplicated requests: a simulator bug, never a user's mistake."""
+
+
+CONSERVATION_RTOL = 1e-6
+"""Floating-point slack of the request totals, relative to the arrivals (plus 1e-6)."""
+
+
+def check_conservation(result: RunResult) -> None:
+    """Check that every arrival of ``result`` ended exactly once.
+
+    Raises:
+        ConservationError: The totals do not add up, naming each of them.
+    """
+    gap = result.unaccounted_requests
+    if not abs(gap) <= CONSERVATION_RTOL * max(result.requests, 1.0):
+        raise ConservationError(
+            f"{result.policy}: {result.requests:.6f} requests arrived but "
+            f"{result.completed_requests:.6f} completed + {result.dropped_requests:.6f} "
+            f"dropped + {result.in_flight_requests:.6f} in flight differ by {gap:.6g}"
+        )

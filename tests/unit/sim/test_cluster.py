@@ -91,6 +91,24 @@ def test_scale_down_stops_traffic_at_once_and_frees_the_gpu_after_grace():
     assert gone[0].uid not in c.pods
 
 
+def test_drained_pod_is_released_before_its_grace_and_the_grace_event_is_then_a_no_op():
+    c = Cluster(small(initial_nodes=1, max_nodes=1))
+    c.start(2)
+    c.scale(1, now=100.0)
+    gone = next(p for p in c.pods.values() if p.state == TERMINATING)
+    slot, version = gone.slot, c.version
+    c.scale(2, now=101.0)  # no GPU free while the deleted pod holds it: Pending
+    waiting = next(p for p in c.pods.values() if p.state == PENDING)
+    assert c.release(gone.uid, now=105.0)
+    assert c.version > version
+    assert gone.uid not in c.pods
+    assert c.slot_pod[slot] == waiting.uid  # the freed GPU goes to the pending pod
+    assert waiting.state == STARTING
+    assert not c.release(waiting.uid, now=106.0)  # only a terminating pod is released
+    run_until(c, 140)  # the grace event at 130 finds nothing to do
+    assert c.slot_pod[slot] == waiting.uid
+
+
 def test_scale_down_deletes_unscheduled_then_starting_then_newest_ready():
     c = Cluster(small(initial_nodes=2, max_nodes=2))
     c.start(2)

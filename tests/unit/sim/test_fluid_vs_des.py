@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from gpuscale.sim.des import simulate_requests
-from gpuscale.sim.fluid import serve_fixed
+from gpuscale.sim.fixed import serve_fixed
 from gpuscale.sim.workload import Workload
 
 MEAN_REL = 0.10

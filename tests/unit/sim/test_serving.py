@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from gpuscale.errors import ConfigError
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario
-from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv, serve_fixed
+from gpuscale.sim.fixed import serve_fixed
+from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
 from gpuscale.sim.queueing import erlang_c, stationary_attainment
 from gpuscale.sim.serving import (
     ServingConfig,
