@@ -1,8 +1,12 @@
 """The exporter as a real process, scraped by a real Prometheus."""
 
+import os
+
 import httpx
 
 from gpuscale.fields import default_counters
+
+from .conftest import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 DCGM_LABELS = {
     "gpu",
@@ -60,3 +64,34 @@ def test_exporter_self_metrics_and_gpu_up_reach_prometheus(prometheus):
 def test_energy_counter_increases_in_prometheus(prometheus):
     result = prometheus.wait_for("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[5s]) > 0", timeout=30)
     assert len(result) == 8
+
+
+def test_faults_from_gpuscale_faults_reach_prometheus(prometheus_bin, tmp_path):
+    """The one fault grammar, read from GPUSCALE_FAULTS, acts on a real exporter process."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "GPUSCALE_FAULTS": "gpu-lost@1:gpu=1 xid@1:code=13:gpu=2",
+    }
+    port = free_port()
+    exporter = Process(
+        [*gpuscale_cmd(), "exporter", "--address", f"127.0.0.1:{port}", "--gpus", "4"],
+        tmp_path / "exporter.log",
+        env,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/metrics", 15)
+        server = Prometheus(prometheus_bin, tmp_path, [f"127.0.0.1:{port}"])
+        try:
+            lost = server.wait_for("gpuscale_gpu_up == 0")
+            assert [r["metric"]["gpu"] for r in lost] == ["1"]
+            xids = server.wait_for("DCGM_EXP_XID_ERRORS_COUNT > 0")
+            assert sorted((r["metric"]["gpu"], r["metric"]["xid"]) for r in xids) == [
+                ("1", "79"),
+                ("2", "13"),
+            ]
+        finally:
+            server.process.stop()
+    finally:
+        exporter.stop()
+    assert "deprecated" not in exporter.output()

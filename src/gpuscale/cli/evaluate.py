@@ -9,34 +9,70 @@ simulation starts, and a mistake ends with one line and exit status 2.
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import config_error
+from gpuscale.evaluate import policies as registry
+
+if TYPE_CHECKING:
+    from gpuscale.evaluate.runner import EvaluationRequest
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_POLICIES = ("static", "hpa", "keda", "kpa", "oracle")
 DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
+INTERRUPTED_EXIT = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
 def _policies(values: list[str] | None) -> tuple[str, ...]:
     # An env var gives one string; split it like the command line would.
-    names = [n for v in (values or []) for n in v.replace(",", " ").split()]
-    if not names:
-        return DEFAULT_POLICIES
-    unknown = [n for n in names if n not in DEFAULT_POLICIES]
-    if unknown:
-        raise ConfigError(
-            f"--policy {unknown[0]}: unknown policy; use one of {', '.join(DEFAULT_POLICIES)}"
-        )
-    if len(set(names)) != len(names):
-        raise ConfigError(f"--policy {' '.join(names)}: a policy is named twice; name each once")
-    return tuple(names)
+    return registry.choose([n for v in (values or []) for n in v.replace(",", " ").split()])
+
+
+class _ConsoleLogHandler(logging.Handler):
+    """Writes each record, formatted as before, through a rich console.
+
+    While a progress display is live, anything written to the terminal behind
+    its back garbles the bars; printed through its console, a line goes above them.
+    """
+
+    def __init__(self, console: Console, template: logging.Handler) -> None:
+        super().__init__(template.level)
+        self.console = console
+        self.setFormatter(template.formatter)
+        for f in template.filters:
+            self.addFilter(f)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Print the formatted record as one unstyled line."""
+        try:
+            text = self.format(record)
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True, emoji=False)
+        except Exception:  # noqa: BLE001 - logging must never raise (logging.Handler's rule)
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _logs_through(console: Console) -> Iterator[None]:
+    """Route the root logger's stream handlers through ``console`` for the duration."""
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    root.handlers[:] = [
+        _ConsoleLogHandler(console, h)
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+        else h
+        for h in saved
+    ]
+    try:
+        yield
+    finally:
+        root.handlers[:] = saved
 
 
 def evaluate(
@@ -51,8 +87,8 @@ def evaluate(
     policy: Annotated[
         list[str] | None,
         typer.Option(
-            help="Policy to run (static, hpa, keda, kpa, oracle); repeatable "
-            "\\[default: all five].",
+            help=f"Policy to run ({', '.join(registry.names())}); repeatable "
+            "\\[default: all of them].",
             envvar="GPUSCALE_POLICY",
             show_default=False,
         ),
@@ -95,9 +131,12 @@ def evaluate(
     fault: Annotated[
         list[str] | None,
         typer.Option(
-            help="Inject a fault into every run, e.g. gpu-lost@600, thermal@300:duration=600, "
-            "ecc-dbe@900, straggler@120:factor=0.3; repeatable \\[default: none].",
-            envvar="GPUSCALE_SIM_FAULTS",
+            help="Inject a fault into every run: KIND@SECONDS[:replica=N][:key=value], e.g. "
+            "gpu-lost@600, thermal@300:rise_c=35:duration=600, ecc-dbe@900:replica=0, "
+            "straggler@120:factor=0.3:duration=600; repeatable, several separated by spaces "
+            "in the environment variable \\[default: none].",
+            # GPUSCALE_SIM_FAULTS: the old name, read (with a warning) for one release.
+            envvar=["GPUSCALE_FAULTS", "GPUSCALE_SIM_FAULTS"],
             show_default=False,
         ),
     ] = None,
@@ -128,12 +167,10 @@ def evaluate(
     ] = None,
 ) -> None:
     """Run scaling policies on the same trace and compare GPU-hours, SLO and latency."""
-    from gpuscale.evaluate.pool import RunPool
-    from gpuscale.evaluate.report import comparison_table, write_report
-    from gpuscale.evaluate.runner import EvaluationRequest, run_evaluation
+    from gpuscale.evaluate.runner import EvaluationRequest
 
     if jobs < 1:
-        raise ConfigError(f"--jobs {jobs}: must be 1 or more")
+        raise config_error(f"--jobs {jobs}", "must be 1 or more", "e.g. --jobs 2")
     request = EvaluationRequest(
         trace=trace,
         policies=_policies(policy),
@@ -146,22 +183,33 @@ def evaluate(
         traces_dir=traces_dir,
         service_s=service_time,
     )
+    try:
+        _run(request, jobs, out)
+    except KeyboardInterrupt:
+        typer.echo(f"gpuscale: interrupted; no results written to {out}", err=True)
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+
+
+def _run(request: "EvaluationRequest", jobs: int, out: Path) -> None:
+    """Prepare, run with a live progress display, then write and print the results."""
+    from gpuscale.evaluate.pool import RunPool
+    from gpuscale.evaluate.report import comparison_table, write_report
+    from gpuscale.evaluate.runner import run_evaluation
+
     prepared = request.prepare()  # every ConfigError surfaces here, before any run
     workers = min(jobs, len(prepared.policies))
     # Workers start before the progress display's thread does (see RunPool).
     pool: RunPool | None = RunPool(workers) if workers > 1 else None
     console = Console(stderr=True)
-    with (
-        pool if pool is not None else contextlib.nullcontext(),
-        Progress(
-            TextColumn("{task.description:<8}"),
-            BarColumn(),
-            TextColumn("{task.percentage:>5.1f}%"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as progress,
-    ):
+    progress = Progress(
+        TextColumn("{task.description:<8}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    with pool if pool is not None else contextlib.nullcontext(), progress, _logs_through(console):
         tasks: dict[str, TaskID] = {
             name: progress.add_task(name, total=1.0) for name in prepared.policies
         }
@@ -170,7 +218,11 @@ def evaluate(
             progress.update(tasks[name], completed=fraction)
 
         evaluation, results = run_evaluation(prepared, pool=pool, progress=update)
-    json_path, html_path = write_report(evaluation, results, out)
+    try:
+        json_path, html_path = write_report(evaluation, results, out)
+    except KeyboardInterrupt:
+        typer.echo(f"gpuscale: interrupted while writing {out}; its files may be partial", err=True)
+        raise typer.Exit(INTERRUPTED_EXIT) from None
     table_console = Console()
     if not table_console.is_terminal:  # piped: don't squeeze the table to 80 columns
         table_console = Console(width=160)

@@ -37,14 +37,15 @@ def _open_source(
     source: SourceName, gpus: int, models: str, load: str, seed: int, faults: list[str]
 ) -> GpuSource:
     if source is SourceName.sim:
+        from gpuscale.telemetry.faults import parse_fault
         from gpuscale.telemetry.loads import parse_load_spec
         from gpuscale.telemetry.physics import gpu_model
-        from gpuscale.telemetry.sim import SimSource, parse_fault
+        from gpuscale.telemetry.sim import SimSource
 
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         for name in names:
             gpu_model(name)  # validates before anything starts
-        fault_specs = [parse_fault(f) for f in faults]
+        fault_specs = [parse_fault(f, "exporter") for f in faults]
         return SimSource(
             gpus, names, load=parse_load_spec(load, seed), seed=seed, faults=fault_specs
         )
@@ -176,8 +177,10 @@ def exporter(
     fault: Annotated[
         list[str] | None,
         typer.Option(
-            help="Inject a fault (sim only), e.g. xid:79:gpu=3:at=30, ecc-dbe:gpu=1:at=10,"
-            " thermal:gpu=0, row-remap:gpu=2:at=5. Repeatable.",
+            help="Inject a fault into a simulated GPU (sim only): KIND@SECONDS:gpu=N[:key=value],"
+            " e.g. gpu-lost@60:gpu=3, xid@30:code=13:gpu=0, ecc-dbe@10:gpu=1,"
+            " thermal@0:gpu=1:rise_c=35:duration=300, row-remap@5:gpu=2. Repeatable;"
+            " the environment variable takes several, separated by spaces.",
             envvar="GPUSCALE_FAULTS",
         ),
     ] = None,

@@ -3,11 +3,11 @@
 The same ``Evaluation`` feeds all three, so the table printed by
 ``gpuscale evaluate``, the one pasted into the README and the one in
 ``report.html`` never disagree. The HTML file is self-contained: its figures
-are embedded PNGs, so it can be mailed or attached to a pull request.
+are embedded PNGs, so it can be mailed or attached to a pull request. Every
+policy parameter is printed with the unit its policy registered for it.
 """
 
 import html
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +33,9 @@ COLUMNS = (
     "scale events",
 )
 """Table columns, in order."""
+
+PARAMETER_COLUMNS = ("policy", "parameter", "value", "unit")
+"""Columns of the parameter table (``parameter_rows``)."""
 
 
 def _number(value: float | None, fmt: str) -> str:
@@ -109,6 +112,28 @@ def markdown_table(evaluation: Evaluation) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_value(value: object) -> str:
+    """A parameter's value as the report prints it (floats to six significant digits).
+
+    Returns:
+        The text.
+    """
+    return format(value, ".6g") if isinstance(value, float) else str(value)
+
+
+def parameter_rows(evaluation: Evaluation) -> list[list[str]]:
+    """Every policy's parameters, one row each: policy, parameter, value, unit.
+
+    Returns:
+        Rows of text, policies in run order.
+    """
+    return [
+        [name, key, format_value(value), s.units.get(key, "")]
+        for name, s in evaluation.policies.items()
+        for key, value in s.parameters.items()
+    ]
+
+
 def render_html(evaluation: Evaluation, results: Sequence[RunResult]) -> str:
     """A self-contained HTML report: scenario, table, parameters and figures.
 
@@ -124,14 +149,14 @@ def render_html(evaluation: Evaluation, results: Sequence[RunResult]) -> str:
         "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
         for row in table_rows(evaluation)
     )
+    param_head = "".join(f"<th>{c}</th>" for c in PARAMETER_COLUMNS)
     params = "".join(
-        f"<tr><td>{html.escape(name)}</td>"
-        f"<td><code>{html.escape(json.dumps(s.parameters, sort_keys=True))}</code></td></tr>"
-        for name, s in evaluation.policies.items()
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+        for row in parameter_rows(evaluation)
     )
     figures = "".join(
-        f'<h3>{html.escape(title)}</h3><img alt="{html.escape(title)}" '
-        f'src="data:image/png;base64,{png}">'
+        f'<figure><h3>{html.escape(title)}</h3><img alt="{html.escape(title)}" '
+        f'src="data:image/png;base64,{png}"></figure>'
         for title, png in all_figures(evaluation, results).items()
     )
     return f"""<!DOCTYPE html>
@@ -142,14 +167,17 @@ body {{ font-family: sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; margin-bottom: 1em; }}
 td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }}
-img {{ max-width: 100%; }}
+table.params td:last-child, table.params th:last-child {{ text-align: left; }}
+figure {{ margin: 0 0 1.5em 0; }}
+figure h3 {{ margin: 0.2em 0; }}
+img {{ display: block; width: 100%; height: auto; }}
 </style></head><body>
 <h1>gpuscale evaluation</h1>
 <p>{html.escape(_caption(evaluation))}</p>
 <h2>Comparison</h2>
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 <h2>Policy parameters</h2>
-<table><tbody>{params}</tbody></table>
+<table class="params"><thead><tr>{param_head}</tr></thead><tbody>{params}</tbody></table>
 <h2>Timelines</h2>
 {figures}
 </body></html>
@@ -169,5 +197,5 @@ def write_report(
     html_path = out_dir / "report.html"
     write_results(evaluation, json_path)
     html_path.write_text(render_html(evaluation, results))
-    logger.info("wrote %s and %s", json_path, html_path)
+    logger.debug("wrote %s and %s", json_path, html_path)  # the CLI tells the user
     return json_path, html_path

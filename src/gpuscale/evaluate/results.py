@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuscale.sim.faults import SimFault
 from gpuscale.sim.outcome import FloatArray, RunResult
 
 
@@ -34,6 +35,7 @@ class PolicySummary:
         dropped_requests: Requests dropped after waiting past the timeout.
         scale_events: Changes of the desired replica count.
         parameters: The parameters the harness gave the policy, for the record.
+        units: The unit of each parameter, by name.
     """
 
     gpu_hours: float
@@ -45,6 +47,44 @@ class PolicySummary:
     dropped_requests: float
     scale_events: int
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    units: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultWindow:
+    """When an injected fault acted, for the report's timelines.
+
+    Attributes:
+        spec: The fault as given (``thermal@300:duration=600``).
+        start_s: Seconds from the run start.
+        end_s: When it stopped acting, seconds; None for an instantaneous fault.
+    """
+
+    spec: str
+    start_s: float
+    end_s: float | None
+
+
+INSTANT_FAULTS = frozenset({"ecc-dbe"})
+"""Fault kinds that act at one instant (a crash and restart), drawn as a line, not a span."""
+
+
+def fault_windows(faults: Sequence[SimFault], duration_s: float) -> tuple[FaultWindow, ...]:
+    """When each fault acts: from its start for its duration, or to the end of the run.
+
+    Returns:
+        One window per fault; instantaneous kinds (``INSTANT_FAULTS``) have no end.
+    """
+    windows = []
+    for f in faults:
+        if f.kind in INSTANT_FAULTS:
+            end: float | None = None
+        elif f.duration_s is None:
+            end = float(duration_s)
+        else:
+            end = min(f.at_s + f.duration_s, float(duration_s))
+        windows.append(FaultWindow(f.spec(), f.at_s, end))
+    return tuple(windows)
 
 
 def histogram_quantile(edges: FloatArray, counts: FloatArray, q: float) -> float | None:
@@ -74,12 +114,17 @@ def histogram_quantile(edges: FloatArray, counts: FloatArray, q: float) -> float
     return low + (high - low) * min(max(within, 0.0), 1.0)
 
 
-def summarise(result: RunResult, parameters: Mapping[str, Any] | None = None) -> PolicySummary:
+def summarise(
+    result: RunResult,
+    parameters: Mapping[str, Any] | None = None,
+    units: Mapping[str, str] | None = None,
+) -> PolicySummary:
     """Score one run.
 
     Args:
         result: What the simulator returned.
         parameters: The policy's parameters, recorded alongside.
+        units: Their units, by name.
 
     Returns:
         The policy's summary.
@@ -98,6 +143,7 @@ def summarise(result: RunResult, parameters: Mapping[str, Any] | None = None) ->
         dropped_requests=float(result.dropped),
         scale_events=int(result.scale_events),
         parameters=dict(parameters or {}),
+        units=dict(units or {}),
     )
 
 
@@ -114,6 +160,7 @@ class Evaluation:
         timeout_s: Queueing time after which a request is dropped, seconds.
         faults: Fault specs injected into every run.
         policies: Policy name to its summary, in the order run.
+        fault_windows: When each fault acted, in the order of ``faults``.
     """
 
     trace: str
@@ -124,6 +171,7 @@ class Evaluation:
     timeout_s: float
     faults: tuple[str, ...]
     policies: Mapping[str, PolicySummary]
+    fault_windows: tuple[FaultWindow, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document: scenario keys at the top, one object per policy.
@@ -139,6 +187,7 @@ class Evaluation:
             "slo_latency_s": self.slo_latency_s,
             "timeout_s": self.timeout_s,
             "faults": list(self.faults),
+            "fault_windows": [asdict(w) for w in self.fault_windows],
             "policies": {name: asdict(s) for name, s in self.policies.items()},
         }
 
@@ -179,6 +228,8 @@ def evaluation_from(
     timeout_s: float,
     faults: Sequence[str],
     runs: Sequence[tuple[RunResult, Mapping[str, Any]]],
+    units: Mapping[str, Mapping[str, str]] | None = None,
+    fault_windows: Sequence[FaultWindow] = (),
 ) -> Evaluation:
     """Score every run of one scenario.
 
@@ -191,6 +242,8 @@ def evaluation_from(
         timeout_s: Drop timeout, seconds.
         faults: Fault specs.
         runs: Each run's result with the parameters its policy was given.
+        units: Policy name to the units of its parameters.
+        fault_windows: When each fault acted.
 
     Returns:
         The evaluation, policies in the order of ``runs``.
@@ -203,5 +256,6 @@ def evaluation_from(
         slo_latency_s=slo_latency_s,
         timeout_s=timeout_s,
         faults=tuple(faults),
-        policies={r.policy: summarise(r, p) for r, p in runs},
+        policies={r.policy: summarise(r, p, (units or {}).get(r.policy)) for r, p in runs},
+        fault_windows=tuple(fault_windows),
     )

@@ -21,11 +21,14 @@ are derived here, from the scenario alone, by one documented rule each:
   the nodes that are always up; it keeps replicas across dips shorter than a
   termination grace plus a cold start, since churning would cost more.
 
-Runs are independent, so they may go to a process pool (``jobs``, see
-``pool.RunPool``); policy objects are built inside each worker from plain
-parameters.
+Each rule is the ``fair`` function of the policy's entry in
+``evaluate.policies``, the one registry of policies; this module computes the
+``FairInputs`` they read. Runs are independent, so they may go to a process pool
+(``jobs``, see ``pool.RunPool``); policy objects are built inside each worker
+from their typed configs.
 """
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -35,15 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import config_error
+from gpuscale.evaluate import policies as registry
 from gpuscale.evaluate.pool import RunPool
-from gpuscale.evaluate.results import Evaluation, evaluation_from
-from gpuscale.scaling.hpa import HpaConfig, HpaPolicy
-from gpuscale.scaling.keda import KedaConfig, KedaPolicy
-from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
-from gpuscale.scaling.oracle import OraclePolicy
+from gpuscale.evaluate.results import Evaluation, FaultWindow, evaluation_from, fault_windows
 from gpuscale.scaling.policy import ScalingPolicy
-from gpuscale.scaling.static import StaticPolicy
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.faults import SimFault, parse_sim_fault
@@ -54,8 +53,9 @@ from gpuscale.sim.workload import Workload
 
 logger = logging.getLogger(__name__)
 
-POLICY_NAMES = ("static", "hpa", "keda", "kpa", "oracle")
-"""Every policy the harness knows, in the order it reports them."""
+POLICY_NAMES = registry.names()
+"""The policies registered when this module was imported (``policies.names()`` is live)."""
+
 
 TARGET_UTILIZATION = 0.70
 """The one utilisation target every reactive baseline is given (HPA's common 70 %)."""
@@ -81,7 +81,7 @@ class EvaluationRequest:
 
     Attributes:
         trace: Trace name or rate-file path.
-        policies: Policy names to run.
+        policies: Policy names to run; empty runs every registered policy.
         scale: Request-rate multiplier.
         slo_latency_s: SLO latency, seconds; None derives it from the service time.
         timeout_s: Drop timeout, seconds; None is ``TIMEOUT_SLO_MULTIPLE`` x SLO.
@@ -94,7 +94,7 @@ class EvaluationRequest:
     """
 
     trace: str
-    policies: tuple[str, ...] = POLICY_NAMES
+    policies: tuple[str, ...] = ()
     scale: float = 1.0
     slo_latency_s: float | None = None
     timeout_s: float | None = None
@@ -114,15 +114,12 @@ class EvaluationRequest:
         Raises:
             ConfigError: Any input is wrong (one line naming it).
         """
-        unknown = [p for p in self.policies if p not in POLICY_NAMES]
-        if unknown or not self.policies:
-            raise ConfigError(
-                f"--policy {unknown[0] if unknown else '(none)'}: "
-                f"use one or more of {', '.join(POLICY_NAMES)}"
-            )
+        chosen = registry.choose(self.policies)
         for flag, value in (("--slo-latency", self.slo_latency_s), ("--timeout", self.timeout_s)):
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{flag} {value}: must be a number of seconds > 0")
+                raise config_error(
+                    f"{flag} {value}", "must be a number of seconds > 0", f"e.g. {flag} 10"
+                )
         faults = tuple(parse_sim_fault(f) for f in self.faults)
         workload = load_trace(
             self.trace,
@@ -133,11 +130,17 @@ class EvaluationRequest:
             service_s=self.service_s,
         )
         if workload.arrivals.sum() <= 0:
-            raise ConfigError(f"--trace {self.trace}: no requests in the chosen span")
+            raise config_error(
+                f"--trace {self.trace}",
+                "no requests in the chosen span",
+                "choose a trace or --duration with requests",
+            )
         late = [f.spec() for f in faults if f.at_s >= workload.duration_s]
         if late:
-            raise ConfigError(
-                f"--fault {late[0]}: falls after the run's {workload.duration_s} s; fault earlier"
+            raise config_error(
+                f"--fault {late[0]}",
+                f"falls after the run's {workload.duration_s} s",
+                "fault earlier",
             )
         serving = serving_for(self.trace)
         slo = self.slo_latency_s or default_slo_s(workload, serving, self.cluster.gpu_model)
@@ -145,7 +148,7 @@ class EvaluationRequest:
         return plan(
             workload,
             trace=self.trace,
-            policies=self.policies,
+            policies=chosen,
             scale=self.scale,
             slo_latency_s=slo,
             timeout_s=timeout,
@@ -167,7 +170,8 @@ class PreparedEvaluation:
         fault_specs: Fault specs as given, for the report.
         scenario: The scenario every policy runs on.
         required: Fewest Ready replicas meeting the SLO, per second (the oracle's input).
-        parameters: Policy name to the parameters it is built from, in run order.
+        configs: Policy name to the typed config it is built from, in run order.
+        fault_windows: When each fault acts, for the report.
     """
 
     trace: str
@@ -175,12 +179,21 @@ class PreparedEvaluation:
     fault_specs: tuple[str, ...]
     scenario: Scenario
     required: np.ndarray
-    parameters: Mapping[str, Mapping[str, Any]]
+    configs: Mapping[str, Any]
+    fault_windows: tuple[FaultWindow, ...] = ()
 
     @property
     def policies(self) -> tuple[str, ...]:
         """Policy names in run order."""
-        return tuple(self.parameters)
+        return tuple(self.configs)
+
+    def parameters(self, name: str) -> dict[str, Any]:
+        """The parameters of one policy that its fair rule set, as recorded.
+
+        Returns:
+            Field name to value.
+        """
+        return registry.get(name).record(self.configs[name])
 
 
 def serving_for(trace: str) -> ServingConfig:
@@ -238,19 +251,7 @@ def plan(
     per_node = template.gpus_per_node
     initial_nodes = math.ceil(initial / per_node)
     max_nodes = math.ceil((max_replicas + len(parsed)) / per_node)
-    cluster_cfg = ClusterConfig(
-        gpu_model=template.gpu_model,
-        gpus_per_node=per_node,
-        initial_nodes=initial_nodes,
-        max_nodes=max_nodes,
-        min_nodes=template.min_nodes,
-        node_provision_s=template.node_provision_s,
-        node_idle_remove_s=template.node_idle_remove_s,
-        termination_grace_s=template.termination_grace_s,
-        cold_start=template.cold_start,
-        namespace=template.namespace,
-        deployment=template.deployment,
-    )
+    cluster_cfg = dataclasses.replace(template, initial_nodes=initial_nodes, max_nodes=max_nodes)
     scenario = Scenario(
         workload,
         cluster_cfg,
@@ -264,24 +265,19 @@ def plan(
     grows = peak > initial_nodes * per_node
     cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)
     node_lead = cluster_cfg.node_provision_s if grows else 0.0
-    per_replica = TARGET_UTILIZATION * serving.slots_per_replica
-    bounds = {"min_replicas": 1, "max_replicas": max_replicas}
-    catalogue: dict[str, dict[str, Any]] = {
-        "static": {"replicas": static},
-        "hpa": {"target_average_value": TARGET_UTILIZATION * 100.0, **bounds},
-        "keda": {"threshold": per_replica, **bounds},
-        "kpa": {"target": per_replica, **bounds},
-        "oracle": {
-            "lead_s": round(cold, 1),
-            "node_lead_s": node_lead,
-            "fast_capacity": cluster_cfg.floor_nodes * per_node,
-            "node_size": per_node,
-            "node_keep_s": cluster_cfg.node_idle_remove_s,
-            "hold_s": round(cluster_cfg.termination_grace_s + cold, 1),
-            "peak_required": peak,
-            **bounds,
-        },
-    }
+    fair = registry.FairInputs(
+        min_replicas=1,
+        max_replicas=max_replicas,
+        static_replicas=static,
+        target_utilization=TARGET_UTILIZATION,
+        per_replica=TARGET_UTILIZATION * serving.slots_per_replica,
+        lead_s=round(cold, 1),
+        hold_s=round(cluster_cfg.termination_grace_s + cold, 1),
+        node_lead_s=node_lead,
+        fast_capacity=cluster_cfg.floor_nodes * per_node,
+        node_size=per_node,
+        node_keep_s=cluster_cfg.node_idle_remove_s,
+    )
     logger.info(
         "scenario %s: %d s, peak need %d replicas, static %d, max %d, initial %d, nodes %d-%d",
         trace, workload.duration_s, peak, static, max_replicas, initial, initial_nodes, max_nodes,
@@ -292,41 +288,21 @@ def plan(
         fault_specs=tuple(faults),
         scenario=scenario,
         required=required,
-        parameters={name: catalogue[name] for name in policies},
+        configs={name: registry.get(name).fair(fair) for name in registry.choose(policies)},
+        fault_windows=fault_windows(parsed, workload.duration_s),
     )
 
 
-def build_policy(name: str, parameters: Mapping[str, Any], required: np.ndarray) -> ScalingPolicy:
-    """Construct a policy from its harness parameters.
+def build_policy(name: str, config: object, required: np.ndarray) -> ScalingPolicy:
+    """Construct a registered policy from its typed config.
 
     Returns:
-        The policy object.
+        The policy object, named ``name``.
 
     Raises:
         ConfigError: Unknown policy name.
     """
-    p = dict(parameters)
-    if name == "static":
-        return StaticPolicy(int(p["replicas"]))
-    if name == "hpa":
-        return HpaPolicy(HpaConfig(**p))
-    if name == "keda":
-        return KedaPolicy(KedaConfig(**p))
-    if name == "kpa":
-        return KpaPolicy(KpaConfig(**p))
-    if name == "oracle":
-        return OraclePolicy(
-            required.tolist(),
-            float(p["lead_s"]),
-            hold_s=float(p.get("hold_s", 0.0)),
-            node_lead_s=float(p.get("node_lead_s", 0.0)),
-            fast_capacity=p.get("fast_capacity"),
-            node_size=int(p.get("node_size", 1)),
-            node_keep_s=float(p.get("node_keep_s", 0.0)),
-            min_replicas=int(p["min_replicas"]),
-            max_replicas=int(p["max_replicas"]),
-        )
-    raise ConfigError(f"--policy {name}: unknown; use one of {', '.join(POLICY_NAMES)}")
+    return registry.get(name).build(config, required.tolist(), name)
 
 
 def run_one(
@@ -337,7 +313,7 @@ def run_one(
     Returns:
         The run's result.
     """
-    policy = build_policy(name, prepared.parameters[name], prepared.required)
+    policy = build_policy(name, prepared.configs[name], prepared.required)
     logger.info("running %s on %s", name, prepared.trace)
     # A simulated day holds tens of thousands of decisions; the policies log each at
     # INFO, as a controller must. Here they show only at DEBUG.
@@ -408,6 +384,8 @@ def run_evaluation(
         slo_latency_s=sc.slo_latency_s,
         timeout_s=sc.timeout_s,
         faults=prepared.fault_specs,
-        runs=[(r, prepared.parameters[r.policy]) for r in results],
+        runs=[(r, prepared.parameters(r.policy)) for r in results],
+        units={name: registry.get(name).fair_units() for name in prepared.policies},
+        fault_windows=prepared.fault_windows,
     )
     return evaluation, results

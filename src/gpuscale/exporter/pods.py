@@ -8,7 +8,11 @@ The exporter calls :meth:`PodMapper.lookup` on every scrape, so a lookup only
 reads a dict. A background thread calls ``List`` every ``refresh_interval_s``,
 builds a new table and swaps it in with one assignment. When the kubelet is
 away (not started yet, restarting, socket not mounted), the last good table
-stays in use. The failure is counted and logged once per streak.
+stays in use. The failure is counted and logged once per streak. A kubelet
+that is unavailable or too slow (gRPC ``UNAVAILABLE``, ``DEADLINE_EXCEEDED``)
+is a ``TransientError``: the thread retries after its delay, 1 s doubling up
+to ``refresh_interval_s``, instead of waiting a whole interval. Other gRPC
+errors wait the interval.
 
 Device ids the kubelet reports, and what each one matches (case-insensitive):
 
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import TransientError, require
 from gpuscale.exporter.podresources import api_pb2, api_pb2_grpc
 from gpuscale.telemetry.base import GpuInfo
 
@@ -55,6 +59,9 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a node with hundreds of pods exceeds gRPC's 4 MiB default
+_SOCKET_FLAG = "--pod-resources-kubelet-socket"
+_RETRY_S = 1.0  # first retry after a transient failure; doubles up to refresh_interval_s
+_TRANSIENT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 MigResolver = Callable[[str], tuple[str, int] | None]
 """Maps a MIG device UUID to (parent GPU UUID, GPU-instance id), or None if unknown."""
@@ -186,16 +193,11 @@ class PodMapper:
         devices: Iterable[GpuInfo] = (),
         mig_resolver: MigResolver | None = None,
     ) -> None:
-        if not socket_path.strip():
-            raise ConfigError(
-                "pod-resources socket path is empty (--pod-resources-socket): "
-                f"give the kubelet socket, usually {DEFAULT_SOCKET}"
-            )
+        fix = f"give the kubelet's pod-resources socket, usually {DEFAULT_SOCKET}"
+        require(bool(socket_path.strip()), _SOCKET_FLAG, "the socket path is empty", fix)
         for name, value in (("refresh_interval_s", refresh_interval_s), ("timeout_s", timeout_s)):
-            if not value > 0:
-                raise ConfigError(
-                    f"pod-resources {name} is {value!r}: set a positive number of seconds"
-                )
+            where = f"PodMapper.{name}={value!r}"
+            require(value > 0, where, "not a positive number of seconds", "pass one above 0")
         self.socket_path = socket_path
         self.resource_names = frozenset(name.strip() for name in resource_names if name.strip())
         self.refresh_interval_s = refresh_interval_s
@@ -211,7 +213,7 @@ class PodMapper:
         }
         self._mig_resolver = mig_resolver
         self._table: dict[str, PodRef] = {}
-        self._failing = False
+        self._streak = 0  # refreshes failed in a row
         self._refresh_lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stop = threading.Event()
@@ -239,27 +241,38 @@ class PodMapper:
                 return ref
         return table.get(uuid_key(uuid)) or table.get(index_key(index))
 
-    def refresh(self) -> None:
-        """Call ``List`` once and swap in the new table; keep the old one on failure."""
+    def refresh(self) -> float:
+        """Call ``List`` once and swap in the new table; keep the old one on failure.
+
+        Returns:
+            Seconds until the next refresh: ``refresh_interval_s``, or less after a
+            ``TransientError`` (its delay).
+        """
         with self._refresh_lock:
             try:
                 response = self._list()
+            except TransientError as exc:
+                delay = min(exc.delay, self.refresh_interval_s)
+                self._fail(str(exc), delay)
+                return delay
             except grpc.RpcError as exc:
-                self._fail(exc)
-                return
+                code = exc.code() if isinstance(exc, grpc.Call) else None
+                self._fail(f"List failed ({code.name if code is not None else exc})")
+                return self.refresh_interval_s
             table = self._build(response)
             self._table = table
             self.last_success = self._clock()
-            if self._failing:
+            if self._streak:
                 logger.info(
                     "kubelet pod-resources %s answers again; %d devices mapped",
                     self.socket_path,
                     len(table),
                 )
-            self._failing = False
+            self._streak = 0
+            return self.refresh_interval_s
 
     def start(self) -> None:
-        """Refresh now and then every ``refresh_interval_s`` in a daemon thread."""
+        """Refresh now and then every ``refresh_interval_s`` (sooner after a TransientError)."""
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
@@ -279,14 +292,15 @@ class PodMapper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            delay = self.refresh_interval_s
             try:
-                self.refresh()
+                delay = self.refresh()
             except Exception:
                 # The thread must outlive any bug in a resolver or a strange answer.
                 with self._refresh_lock:
                     self.errors_total += 1
                 logger.exception("pod-resources refresh failed unexpectedly")
-            self._stop.wait(self.refresh_interval_s)
+            self._stop.wait(delay)
 
     def _list(self) -> api_pb2.ListPodResourcesResponse:
         if self._channel is None:
@@ -295,37 +309,48 @@ class PodMapper:
                 target, options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)]
             )
         stub = api_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
-        response: api_pb2.ListPodResourcesResponse = stub.List(
-            api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s
-        )
+        try:
+            response: api_pb2.ListPodResourcesResponse = stub.List(
+                api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s
+            )
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            if code is None or code not in _TRANSIENT_CODES:
+                raise
+            delay = _RETRY_S * 2 ** min(self._streak, 16)
+            raise TransientError(f"List failed ({code.name})", delay) from exc
         return response
 
-    def _fail(self, exc: grpc.RpcError) -> None:
+    def _fail(self, reason: str, delay: float | None = None) -> None:
+        """Count a failed refresh; warn on the first of a streak, with what to do."""
         self.errors_total += 1
+        self._streak += 1
         # A fresh channel next time: a failed one backs off for up to two minutes
         # before reconnecting, which would delay noticing a kubelet that came back.
         self._close_channel()
-        if self._failing:
-            logger.debug("pod-resources List still failing: %s", exc)
+        if self._streak > 1:
+            logger.debug("pod-resources %s again", reason)
             return
-        self._failing = True
+        retry = f"every {self.refresh_interval_s:.1f} s"
+        if delay is not None:
+            retry = f"in {delay:.1f} s, then up to {retry}"
         if not os.path.exists(self.socket_path):
             logger.warning(
                 "kubelet pod-resources socket %s does not exist: is the kubelet "
-                "pod-resources socket mounted? set --pod-resources-socket. Retrying "
-                "every %.1f s; GPUs carry no pod labels until then",
+                "pod-resources socket mounted? set %s. Retrying %s; "
+                "GPUs carry no pod labels until then",
                 self.socket_path,
-                self.refresh_interval_s,
+                _SOCKET_FLAG,
+                retry,
             )
             return
-        code = exc.code() if isinstance(exc, grpc.Call) else None
         logger.warning(
-            "kubelet pod-resources List on %s failed (%s); keeping the last good mapping "
-            "of %d devices and retrying every %.1f s",
+            "kubelet pod-resources %s on %s; keeping the last good mapping of %d devices "
+            "and retrying %s",
+            reason,
             self.socket_path,
-            code.name if code is not None else exc,
             len(self._table),
-            self.refresh_interval_s,
+            retry,
         )
 
     def _close_channel(self) -> None:

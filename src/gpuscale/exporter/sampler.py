@@ -5,6 +5,8 @@ and publishes it with its rendered exposition; scrapes only read what was
 published. A source that hangs cannot stall scrapes: each collect runs on a
 worker thread and is abandoned (and counted) when it overruns its timeout.
 A snapshot older than three intervals is withdrawn rather than served as fresh.
+A source that raises ``TransientError`` is asked again no sooner than the
+error's ``delay`` (and never sooner than the next interval).
 """
 
 import gzip
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gpuscale.errors import TransientError
 from gpuscale.exporter.collector import SnapshotCollector, SnapshotFamilies
 from gpuscale.exporter.exposition import render
 from gpuscale.exporter.xid import XidWindow
@@ -115,6 +118,7 @@ class Sampler:
         self._monotonic = monotonic
         self._published: _Published | None = None
         self._last_error = "no collect yet"
+        self._retry_at = float("-inf")  # monotonic time a TransientError asked to wait for
         self._down: set[str] = set()
         self._worker = _Worker(source.sample)
         self._stop = threading.Event()
@@ -183,7 +187,13 @@ class Sampler:
         except Exception as exc:  # noqa: BLE001 - the exporter must keep serving
             self._errors.labels("source").inc()
             self._last_error = f"source failed: {exc}"
-            logger.warning("collect failed: %s", exc)
+            if isinstance(exc, TransientError):
+                self._retry_at = started + exc.delay
+                logger.warning(
+                    "collect failed: %s; next try in %.1f s at the earliest", exc, exc.delay
+                )
+            else:
+                logger.warning("collect failed: %s", exc)
             return False
         if snapshot is None:
             self._errors.labels("timeout").inc()
@@ -238,16 +248,27 @@ class Sampler:
         self._thread = threading.Thread(target=self._loop, name="gpuscale-sampler", daemon=True)
         self._thread.start()
 
+    def next_collect_at(self, previous: float) -> float:
+        """When the background loop collects next, on the ``monotonic`` clock.
+
+        Args:
+            previous: When the last collect was due.
+
+        Returns:
+            One interval after ``previous``; now when the loop fell behind (missed
+            ticks are skipped, not burst); and no sooner than the delay of the last
+            ``TransientError`` from the source.
+        """
+        now = self._monotonic()
+        due = max(previous + self.interval_s, now)
+        return max(due, self._retry_at)
+
     def _loop(self) -> None:
         next_at = self._monotonic()
         while not self._stop.is_set():
             self.collect_once()
-            next_at += self.interval_s
-            delay = next_at - self._monotonic()
-            if delay < 0:  # fell behind: skip missed ticks instead of bursting
-                next_at = self._monotonic()
-                delay = 0.0
-            self._stop.wait(delay)
+            next_at = self.next_collect_at(next_at)
+            self._stop.wait(max(0.0, next_at - self._monotonic()))
 
     def stop(self) -> None:
         """Stop collecting and close the source."""

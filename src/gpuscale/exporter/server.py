@@ -13,7 +13,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import require
 from gpuscale.exporter.sampler import Sampler
 
 if TYPE_CHECKING:  # pydantic and bcrypt load only when a web-config file is given
@@ -35,10 +35,9 @@ def parse_address(address: str) -> tuple[str, int]:
         ConfigError: The address is not ``[host]:port`` with a port from 0 to 65535.
     """
     host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError(
-            f"--address {address!r}: expected [HOST]:PORT such as ':9400' or '127.0.0.1:9400'"
-        )
+    ok = bool(sep) and port_text.isdigit() and int(port_text) <= 65535
+    fix = "give [HOST]:PORT with a port from 0 to 65535, such as ':9400' or '127.0.0.1:9400'"
+    require(ok, f"--address {address!r}", "not an address to listen on", fix)
     host = host.strip("[]") or "0.0.0.0"  # noqa: S104 - dcgm-exporter's ':9400' binds all
     return host, int(port_text)
 

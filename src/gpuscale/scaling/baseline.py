@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuscale.errors import ConfigError
+from gpuscale import errors
 from gpuscale.scaling.policy import Decision, Observation, Series
 
 EPSILON_S = 1e-6
@@ -26,22 +26,6 @@ EPSILON_S = 1e-6
 
 RateKind = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
-
-
-def require(ok: bool, key: str, value: object, fix: str) -> None:
-    """Raise a one-line ConfigError naming the key, its value and what to do.
-
-    Args:
-        ok: The condition that must hold.
-        key: Where the value came from, e.g. ``HpaConfig.tolerance``.
-        value: The offending value.
-        fix: What the user should do instead.
-
-    Raises:
-        ConfigError: When ``ok`` is false.
-    """
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: {fix}")
 
 
 def check_bounds(owner: str, min_replicas: int, max_replicas: int) -> None:
@@ -55,11 +39,13 @@ def check_bounds(owner: str, min_replicas: int, max_replicas: int) -> None:
     Raises:
         ConfigError: When the bounds are negative or inverted.
     """
-    require(min_replicas >= 0, f"{owner}.min_replicas", min_replicas, "use 0 or more")
-    require(
+    errors.require(
+        min_replicas >= 0, f"{owner}.min_replicas={min_replicas!r}", "out of range", "use 0 or more"
+    )
+    errors.require(
         max_replicas >= max(min_replicas, 1),
-        f"{owner}.max_replicas",
-        max_replicas,
+        f"{owner}.max_replicas={max_replicas!r}",
+        "out of range",
         f"use at least 1 and at least min_replicas ({min_replicas})",
     )
 
@@ -208,21 +194,29 @@ class HpaBehavior:
         """
         for name, rules in (("scale_up", self.scale_up), ("scale_down", self.scale_down)):
             key = f"{owner}.{name}"
-            require(
+            errors.require(
                 bool(rules.policies) or rules.select_policy == "Disabled",
-                f"{key}.policies",
-                rules.policies,
+                f"{key}.policies={rules.policies!r}",
+                "empty",
                 "give at least one policy or set select_policy='Disabled'",
             )
             for p in rules.policies:
-                require(p.value > 0, f"{key}.policies.value", p.value, "use a positive value")
-                require(
-                    p.period_s > 0, f"{key}.policies.period_s", p.period_s, "use 1..1800 seconds"
+                errors.require(
+                    p.value > 0,
+                    f"{key}.policies.value={p.value!r}",
+                    "out of range",
+                    "use a positive value",
                 )
-            require(
+                errors.require(
+                    p.period_s > 0,
+                    f"{key}.policies.period_s={p.period_s!r}",
+                    "out of range",
+                    "use 1..1800 seconds",
+                )
+            errors.require(
                 0 <= rules.stabilization_window_s <= 3600,
-                f"{key}.stabilization_window_s",
-                rules.stabilization_window_s,
+                f"{key}.stabilization_window_s={rules.stabilization_window_s!r}",
+                "out of range",
                 "use 0..3600 seconds",
             )
 

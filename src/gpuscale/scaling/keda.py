@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import (
     EPSILON_S,
@@ -37,7 +38,6 @@ from gpuscale.scaling.baseline import (
     clamp,
     hold,
     reconcile,
-    require,
     summed_latest,
 )
 from gpuscale.scaling.hpa import (
@@ -73,47 +73,42 @@ class KedaConfig:
         hpa_sync_period_s: Sync period of the HPA KEDA creates.
         tolerance: That HPA's tolerance.
         behavior: ``advanced.horizontalPodAutoscalerConfig.behavior`` (HPA defaults).
+
+    Each numeric field's unit is in its ``metadata["unit"]`` (the report prints it);
+    the threshold's is that of the default query, requests in flight plus queued.
     """
 
-    threshold: float
+    threshold: float = field(metadata={"unit": "requests per replica"})
     query_signal: Signal | tuple[Signal, ...] = DEFAULT_QUERY
-    activation_threshold: float = 0.0
-    polling_interval_s: float = 30.0
-    cooldown_period_s: float = 300.0
-    initial_cooldown_period_s: float = 0.0
-    min_replicas: int = 0
-    max_replicas: int = 100
+    activation_threshold: float = field(default=0.0, metadata={"unit": "requests"})
+    polling_interval_s: float = field(default=30.0, metadata={"unit": "s"})
+    cooldown_period_s: float = field(default=300.0, metadata={"unit": "s"})
+    initial_cooldown_period_s: float = field(default=0.0, metadata={"unit": "s"})
+    min_replicas: int = field(default=0, metadata={"unit": "replicas"})
+    max_replicas: int = field(default=100, metadata={"unit": "replicas"})
     metric_type: Literal["AverageValue", "Value"] = "AverageValue"
-    hpa_sync_period_s: float = 15.0
-    tolerance: float = 0.1
+    hpa_sync_period_s: float = field(default=15.0, metadata={"unit": "s"})
+    tolerance: float = field(default=0.1, metadata={"unit": "fraction"})
     behavior: HpaBehavior = field(default_factory=HpaBehavior)
 
     def __post_init__(self) -> None:
-        require(self.threshold > 0, "KedaConfig.threshold", self.threshold, "use a value > 0")
-        require(
-            self.activation_threshold >= 0,
-            "KedaConfig.activation_threshold",
-            self.activation_threshold,
-            "use 0 or more",
-        )
-        for key, value in (
-            ("polling_interval_s", self.polling_interval_s),
-            ("hpa_sync_period_s", self.hpa_sync_period_s),
-        ):
-            require(value > 0, f"KedaConfig.{key}", value, "use a period > 0 s")
-        for key, value in (
-            ("cooldown_period_s", self.cooldown_period_s),
-            ("initial_cooldown_period_s", self.initial_cooldown_period_s),
-        ):
-            require(value >= 0, f"KedaConfig.{key}", value, "use 0 or more seconds")
-        require(
+        def check(ok: bool, key: str, fix: str, problem: str = "out of range") -> None:
+            require(ok, f"KedaConfig.{key}={getattr(self, key)!r}", problem, fix)
+
+        check(self.threshold > 0, "threshold", "use a value > 0")
+        check(self.activation_threshold >= 0, "activation_threshold", "use 0 or more")
+        for key in ("polling_interval_s", "hpa_sync_period_s"):
+            check(getattr(self, key) > 0, key, "use a period > 0 s")
+        for key in ("cooldown_period_s", "initial_cooldown_period_s"):
+            check(getattr(self, key) >= 0, key, "use 0 or more seconds")
+        check(
             self.metric_type in ("AverageValue", "Value"),
-            "KedaConfig.metric_type",
-            self.metric_type,
+            "metric_type",
             "use 'AverageValue' or 'Value'",
+            "unknown",
         )
-        require(0 <= self.tolerance < 1, "KedaConfig.tolerance", self.tolerance, "use 0..1")
-        require(bool(self.terms), "KedaConfig.query_signal", self.query_signal, "give a Signal")
+        check(0 <= self.tolerance < 1, "tolerance", "use 0..1")
+        check(bool(self.terms), "query_signal", "give a Signal", "empty")
         check_bounds("KedaConfig", self.min_replicas, self.max_replicas)
         self.behavior.validate("KedaConfig.behavior")
 

@@ -15,13 +15,33 @@ telemetry, so unhealthy data does not affect it.
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.baseline import check_bounds, clamp, require
+from gpuscale.scaling.baseline import check_bounds, clamp
 from gpuscale.scaling.policy import Decision, Observation, State
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OracleConfig:
+    """The oracle's parameters besides the requirement itself (see ``OraclePolicy``).
+
+    Each field's unit is in its ``metadata["unit"]``.
+    """
+
+    lead_s: float = field(metadata={"unit": "s"})
+    min_replicas: int = field(default=0, metadata={"unit": "replicas"})
+    max_replicas: int | None = field(default=None, metadata={"unit": "replicas"})
+    interval_s: float = field(default=5.0, metadata={"unit": "s"})
+    hold_s: float = field(default=0.0, metadata={"unit": "s"})
+    node_lead_s: float = field(default=0.0, metadata={"unit": "s"})
+    fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
+    node_size: int = field(default=1, metadata={"unit": "replicas per node"})
+    node_keep_s: float = field(default=0.0, metadata={"unit": "s"})
 
 
 class OraclePolicy:
@@ -59,17 +79,26 @@ class OraclePolicy:
         name: str = "oracle",
     ) -> None:
         required = tuple(int(r) for r in required_per_s)
-        require(bool(required), "OraclePolicy.required_per_s", "[]", "give one value a second")
+        where = "OraclePolicy."
+        require(bool(required), f"{where}required_per_s=[]", "empty", "give one value a second")
         require(
             min(required) >= 0,
-            "OraclePolicy.required_per_s",
-            min(required),
+            f"{where}required_per_s={min(required)!r}",
+            "out of range",
             "replica counts must be 0 or more",
         )
-        require(lead_s >= 0, "OraclePolicy.lead_s", lead_s, "use 0 or more seconds")
-        require(interval_s > 0, "OraclePolicy.interval_s", interval_s, "use a period > 0 s")
-        require(hold_s >= 0, "OraclePolicy.hold_s", hold_s, "use 0 or more seconds")
-        require(node_lead_s >= 0, "OraclePolicy.node_lead_s", node_lead_s, "use 0 or more s")
+        for key, value, ok in (
+            ("lead_s", lead_s, lead_s >= 0),
+            ("hold_s", hold_s, hold_s >= 0),
+            ("node_lead_s", node_lead_s, node_lead_s >= 0),
+        ):
+            require(ok, f"{where}{key}={value!r}", "out of range", "use 0 or more seconds")
+        require(
+            interval_s > 0,
+            f"{where}interval_s={interval_s!r}",
+            "out of range",
+            "use a period > 0 s",
+        )
         if max_replicas is None:
             max_replicas = max(1, min_replicas, *required)
         check_bounds("OraclePolicy", min_replicas, max_replicas)
@@ -87,6 +116,29 @@ class OraclePolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
+
+    @classmethod
+    def from_config(
+        cls, required_per_s: Sequence[int], config: OracleConfig, name: str = "oracle"
+    ) -> "OraclePolicy":
+        """Build the oracle for a requirement from its config.
+
+        Returns:
+            The policy.
+        """
+        return cls(
+            required_per_s,
+            config.lead_s,
+            min_replicas=config.min_replicas,
+            max_replicas=config.max_replicas,
+            interval_s=config.interval_s,
+            hold_s=config.hold_s,
+            node_lead_s=config.node_lead_s,
+            fast_capacity=config.fast_capacity,
+            node_size=config.node_size,
+            node_keep_s=config.node_keep_s,
+            name=name,
+        )
 
     def needed(self, now: float, extra_s: float = 0.0) -> int:
         """Most replicas required in ``[now, now + lead_s + interval_s + extra_s)``.

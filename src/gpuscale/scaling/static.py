@@ -7,13 +7,27 @@ simply keeps it. It reads no telemetry, so unhealthy data cannot move it.
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.baseline import require
 from gpuscale.scaling.policy import Decision, Observation, State
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StaticConfig:
+    """The parameters of a static policy; each field's unit is in its ``metadata``.
+
+    Attributes:
+        replicas: The count to keep (0 or more).
+        interval_s: How often the controller asks, seconds.
+    """
+
+    replicas: int = field(metadata={"unit": "replicas"})
+    interval_s: float = field(default=60.0, metadata={"unit": "s"})
 
 
 class StaticPolicy:
@@ -26,8 +40,15 @@ class StaticPolicy:
     """
 
     def __init__(self, replicas: int, name: str = "static", interval_s: float = 60.0) -> None:
-        require(replicas >= 0, "StaticPolicy.replicas", replicas, "use 0 or more replicas")
-        require(interval_s > 0, "StaticPolicy.interval_s", interval_s, "use a period > 0 s")
+        require(
+            replicas >= 0, f"StaticPolicy.replicas={replicas!r}", "out of range", "use 0 or more"
+        )
+        require(
+            interval_s > 0,
+            f"StaticPolicy.interval_s={interval_s!r}",
+            "out of range",
+            "use a period > 0 s",
+        )
         self.replicas = replicas
         self.name = name
         self.interval_s = interval_s
@@ -36,6 +57,15 @@ class StaticPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = replicas
         self.max_replicas = replicas
+
+    @classmethod
+    def from_config(cls, config: StaticConfig, name: str = "static") -> "StaticPolicy":
+        """Build the policy from its config.
+
+        Returns:
+            The policy.
+        """
+        return cls(config.replicas, name=name, interval_s=config.interval_s)
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Return the fixed count.

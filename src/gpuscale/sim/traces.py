@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import config_error
 from gpuscale.sim import generators
 from gpuscale.sim.serving import llm_work_seconds
 from gpuscale.sim.workload import FloatArray, Workload
@@ -113,10 +113,6 @@ def resolve_traces_dir(explicit: Path | None = None) -> Path:
     return candidates[-1]
 
 
-def _fail(path: Path, line: int, reason: str, todo: str) -> ConfigError:
-    return ConfigError(f"{path}:{line}: {reason}; {todo}")
-
-
 def _read_table(
     path: Path, columns: Sequence[str], *, optional: Sequence[str] = ()
 ) -> pd.DataFrame:
@@ -126,7 +122,7 @@ def _read_table(
     the file; blank lines are dropped.
     """
     if not path.is_file():
-        raise ConfigError(f"{path}: trace file not found; check the path or --traces-dir")
+        raise config_error(str(path), "no such file", "check the path or --traces-dir")
     try:
         frame = pd.read_csv(
             path, dtype=str, keep_default_na=False, skip_blank_lines=False, compression="infer"
@@ -135,33 +131,44 @@ def _read_table(
         detail = " ".join(str(exc).split())
         found = re.search(r"line (\d+)", detail)
         where = f"{path}:{found.group(1)}" if found else str(path)
-        raise ConfigError(f"{where}: malformed CSV ({detail}); fix that line") from exc
+        raise config_error(where, f"malformed CSV ({detail})", "fix that line") from exc
     except (UnicodeDecodeError, OSError, EOFError, pd.errors.EmptyDataError) as exc:
-        raise ConfigError(f"{path}:1: cannot read the file ({exc}); give a CSV file") from exc
+        raise config_error(f"{path}:1", f"cannot read the file ({exc})", "give a CSV file") from exc
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        wanted = ",".join([*columns, *optional])
-        raise _fail(path, 1, f"header lacks column(s) {', '.join(missing)}", f"expected {wanted}")
+        wanted = ",".join(columns)
+        if optional:
+            wanted += f" (optional: {','.join(optional)})"
+        raise config_error(
+            f"{path}:1", f"header lacks column(s) {', '.join(missing)}", f"expected {wanted}"
+        )
     frame = frame.fillna("")
     frame["_line"] = np.arange(len(frame)) + 2
     blank = (frame.drop(columns="_line") == "").all(axis=1)
     frame = frame[~blank]
     if frame.empty:
-        raise _fail(path, 2, "no data rows", "the trace needs at least one row")
+        raise config_error(f"{path}:2", "no data rows", "the trace needs at least one row")
     return frame
 
 
-def _numbers(path: Path, frame: pd.DataFrame, column: str, *, minimum: float = 0.0) -> FloatArray:
-    """A column as finite floats of at least ``minimum``, or a ConfigError at the first bad row."""
+def _numbers(
+    path: Path, frame: pd.DataFrame, column: str, *, minimum: float | None = 0.0
+) -> FloatArray:
+    """A column as finite floats (of at least ``minimum`` unless None), or a ConfigError.
+
+    The error names the first bad row; the bound is mentioned only when there is one.
+    """
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values) | (values < minimum)
+    bad = ~np.isfinite(values)
+    if minimum is not None:
+        bad |= values < minimum
     if bad.any():
         first = int(np.argmax(bad))
         raw = frame[column].iloc[first]
-        raise _fail(
-            path,
-            int(frame["_line"].iloc[first]),
-            f"{column} {raw!r} is not a finite number >= {minimum:g}",
+        wanted = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
+        raise config_error(
+            f"{path}:{int(frame['_line'].iloc[first])}",
+            f"{column} {raw!r} is not {wanted}",
             "fix or remove the row",
         )
     return values
@@ -191,9 +198,8 @@ def read_azure_llm(path: Path, *, name: str = "azure", gpu_model: str = "H100") 
     bad = stamps.isna().to_numpy()
     if bad.any():
         first = int(np.argmax(bad))
-        raise _fail(
-            path,
-            int(frame["_line"].iloc[first]),
+        raise config_error(
+            f"{path}:{int(frame['_line'].iloc[first])}",
             f"TIMESTAMP {frame['TIMESTAMP'].iloc[first]!r} is not a date-time",
             "use YYYY-MM-DD HH:MM:SS[.fraction]",
         )
@@ -280,15 +286,14 @@ def read_rate_file(path: Path, *, service_s: float, name: str | None = None) -> 
         ConfigError: The file is missing or malformed (with file, line and reason).
     """
     frame = _read_table(path, ("time_s", "rps"), optional=("service_s",))
-    times = _numbers(path, frame, "time_s", minimum=-math.inf)
+    times = _numbers(path, frame, "time_s", minimum=None)
     rps = _numbers(path, frame, "rps")
     service = _numbers(path, frame, "service_s") if "service_s" in frame.columns else None
     back = np.flatnonzero(np.diff(times) <= 0)
     if back.size:
         row = int(back[0]) + 1
-        raise _fail(
-            path,
-            int(frame["_line"].iloc[row]),
+        raise config_error(
+            f"{path}:{int(frame['_line'].iloc[row])}",
             f"time_s {times[row]:g} is not after the previous row's {times[row - 1]:g}",
             "sort the rows by strictly increasing time_s",
         )
@@ -329,20 +334,27 @@ def load_trace(
         ConfigError: Unknown name, bad scale or duration, or a malformed or missing file.
     """
     if not (math.isfinite(scale) and scale > 0):
-        raise ConfigError(f"--scale {scale}: must be a number > 0; e.g. --scale 10")
+        raise config_error(f"--scale {scale}", "must be a number > 0", "e.g. --scale 10")
     if duration_s is not None and duration_s <= 0:
-        raise ConfigError(f"--duration {duration_s}: must be > 0 seconds")
+        raise config_error(
+            f"--duration {duration_s}", "must be > 0 seconds", "e.g. --duration 3600"
+        )
     if service_s is not None and not (math.isfinite(service_s) and service_s > 0):
-        raise ConfigError(f"--service-time {service_s}: must be a number of seconds > 0")
+        raise config_error(
+            f"--service-time {service_s}",
+            "must be a number of seconds > 0",
+            "e.g. --service-time 1",
+        )
     if spec in generators.GENERATORS:
         kwargs = {} if service_s is None else {"service_s": service_s}
         return generators.generate(spec, duration_s=duration_s, scale=scale, seed=seed, **kwargs)
     workload = _read_named(spec, traces_dir, service_s)
     if duration_s is not None:
         if duration_s > workload.duration_s:
-            raise ConfigError(
-                f"--duration {duration_s}: trace {spec!r} lasts only {workload.duration_s} s; "
-                "give a shorter --duration"
+            raise config_error(
+                f"--duration {duration_s}",
+                f"trace {spec!r} lasts only {workload.duration_s} s",
+                "give a shorter --duration",
             )
         workload = workload.window(0, duration_s)
     return workload.scaled(scale) if scale != 1.0 else workload
@@ -354,18 +366,31 @@ def _read_named(spec: str, traces_dir: Path | None, service_s: float | None) -> 
         filename = AZURE_FILES.get(spec, GENTD26_QPS_FILE)
         path = directory / filename
         if not path.is_file():
-            raise ConfigError(
-                f"--trace {spec}: {filename} not found in {directory}; "
-                f"set --traces-dir or {TRACES_DIR_ENV} to the directory holding it"
+            raise config_error(
+                f"--trace {spec}",
+                f"{filename} not found in {directory}",
+                f"set --traces-dir or {TRACES_DIR_ENV} to the directory holding it",
             )
         if spec == "gentd26":
             return gentd26_workload(path)
         return read_azure_llm(path, name=spec)
     path = Path(spec)
+    if path.is_dir():
+        raise config_error(f"--trace {spec}", "is a directory", "give a time_s,rps CSV file")
     if not path.is_file():
+        if _looks_like_path(spec):
+            raise config_error(
+                f"--trace {spec}", f"no such file: {path}", "check the path to the time_s,rps CSV"
+            )
         names = ", ".join(TRACE_NAMES)
-        raise ConfigError(
-            f"--trace {spec}: neither a trace name nor a file; use one of {names} "
-            "or a path to a time_s,rps CSV"
+        raise config_error(
+            f"--trace {spec}",
+            "neither a trace name nor a file",
+            f"use one of {names} or a path to a time_s,rps CSV",
         )
     return read_rate_file(path, service_s=service_s or generators.DEFAULT_SERVICE_S)
+
+
+def _looks_like_path(spec: str) -> bool:
+    """Whether a ``--trace`` value was meant as a file (has a directory part or a CSV suffix)."""
+    return "/" in spec or os.sep in spec or spec.lower().endswith((".csv", ".csv.gz"))

@@ -3,6 +3,12 @@
 NVML and amdsmi sources sort every library error the same three ways (absent,
 field failed, device lost); this holds the reads of one device in one sample
 and records which fields failed and why, so a failure stays with its fields.
+
+Both failures are ``TransientError``s: each holds for this sample only. The
+source counts it (``failed_fields``, ``up=False``) and asks the device again
+on the next sample; nothing a person changes is needed for that retry. Where
+a failure does stop the source (every device failing at start-up), the source
+raises ``SourceUnavailableError`` instead, which is permanent.
 """
 
 import logging
@@ -10,24 +16,34 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuscale.errors import TransientError
+
 logger = logging.getLogger(__name__)
 
 
-class DeviceLostError(Exception):
-    """The device stopped answering (GPU is lost, unknown error, timeout).
+class DeviceLostError(TransientError):
+    """The device did not answer this time (GPU is lost, unknown error, timeout).
+
+    Transient: the device reports ``up=False`` for this sample and is read again
+    on the next one; a GPU that comes back is served again without a restart.
 
     Args:
         message: Which call, and the library's words.
         code: The library's error code, when it has one.
+        delay: Seconds before asking again; the sampler's next collect does.
     """
 
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, code: int | None = None, delay: float = 1.0) -> None:
+        super().__init__(message, delay)
         self.code = code
 
 
-class FieldError(Exception):
-    """One library call failed; only the fields it feeds are affected."""
+class FieldError(TransientError):
+    """One library call failed; only the fields it feeds are affected.
+
+    Transient: those fields are absent from this sample and named in
+    ``failed_fields``; the call is made again on the next sample.
+    """
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuscale.errors import ConfigError
+from gpuscale.errors import ConfigError, config_error, require
 
 logger = logging.getLogger(__name__)
 
@@ -114,18 +114,13 @@ class TraceLoad:
         return np.full(n, self.loads[row])
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 def constant(level: float) -> LoadProfile:
     """Every GPU busy ``level`` of the time.
 
     Raises:
         ConfigError: ``level`` is outside [0, 1].
     """
-    _require(0.0 <= level <= 1.0, f"constant load {level} is outside 0..1: give a busy share")
+    require(0.0 <= level <= 1.0, f"constant load {level}", "outside 0..1", "give a busy share")
     return ConstantLoad(float(level))
 
 
@@ -138,9 +133,13 @@ def sine(
         ConfigError: ``mean`` is outside [0, 1], ``amplitude`` is negative, or
             ``period_s`` is not a positive number of seconds.
     """
-    _require(0.0 <= mean <= 1.0, f"sine mean {mean} is outside 0..1: give a busy share")
-    _require(0.0 <= amplitude < math.inf, f"sine amplitude {amplitude} must be a share >= 0")
-    _require(0.0 < period_s < math.inf, f"sine period {period_s} must be seconds > 0")
+    require(0.0 <= mean <= 1.0, f"sine mean {mean}", "outside 0..1", "give a busy share")
+    require(
+        0.0 <= amplitude < math.inf, f"sine amplitude {amplitude}", "negative", "give a share >= 0"
+    )
+    require(
+        0.0 < period_s < math.inf, f"sine period {period_s}", "not positive", "give seconds > 0"
+    )
     return SineLoad(float(mean), float(amplitude), float(period_s), seed)
 
 
@@ -156,8 +155,8 @@ def from_trace_file(path: Path) -> LoadProfile:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(
-            f"{path}: cannot read load trace ({exc.strerror}): check the path after 'trace:'"
+        raise config_error(
+            str(path), f"cannot read load trace ({exc.strerror})", "check the path after 'trace:'"
         ) from None
     times: list[float] = []
     loads: list[float] = []
@@ -168,34 +167,49 @@ def from_trace_file(path: Path) -> LoadProfile:
         if not cells or not any(cells) or cells[0].startswith("#"):
             continue
         if not header_seen:
-            _require(
+            require(
                 [c.lower() for c in cells] == ["time_s", "load"],
-                f"{where}: header is {','.join(cells)!r}: the first line must be 'time_s,load'",
+                where,
+                f"header is {','.join(cells)!r}",
+                "the first line must be 'time_s,load'",
             )
             header_seen = True
             continue
-        _require(
-            len(cells) == 2, f"{where}: expected 2 columns, got {len(cells)}: write 'time_s,load'"
+        require(
+            len(cells) == 2,
+            where,
+            f"expected 2 columns, got {len(cells)}",
+            "write 'time_s,load'",
         )
         try:
             t, value = float(cells[0]), float(cells[1])
         except ValueError:
-            raise ConfigError(
-                f"{where}: {','.join(cells)!r} is not numeric: write seconds and a load, "
-                "e.g. '60,0.5'"
+            raise config_error(
+                where,
+                f"{','.join(cells)!r} is not numeric",
+                "write seconds and a load, e.g. '60,0.5'",
             ) from None
-        _require(math.isfinite(t) and t >= 0, f"{where}: time_s {cells[0]} must be seconds >= 0")
-        _require(
-            not times or t > times[-1],
-            f"{where}: time_s {cells[0]} does not increase: sort the rows by time",
+        require(
+            math.isfinite(t) and t >= 0,
+            where,
+            f"time_s {cells[0]} is negative",
+            "give seconds >= 0",
         )
-        _require(
+        require(
+            not times or t > times[-1],
+            where,
+            f"time_s {cells[0]} does not increase",
+            "sort the rows by time",
+        )
+        require(
             math.isfinite(value) and 0.0 <= value <= 100.0,
-            f"{where}: load {cells[1]} is outside 0..1 (or 0..100 %): fix the value",
+            where,
+            f"load {cells[1]} is outside 0..1 (or 0..100 %)",
+            "fix the value",
         )
         times.append(t)
         loads.append(value)
-    _require(bool(times), f"{path}:1: no data rows: add rows of 'time_s,load' after the header")
+    require(bool(times), f"{path}:1", "no data rows", "add rows of 'time_s,load' after the header")
     if max(loads) > 1.0:
         loads = [v / 100.0 for v in loads]
     gap = times[-1] - times[-2] if len(times) > 1 else 1.0
@@ -216,7 +230,7 @@ def parse_load_spec(spec: str, seed: int) -> LoadProfile:
     kind, _, rest = spec.strip().partition(":")
 
     def bad(reason: str) -> ConfigError:
-        return ConfigError(f"load spec {spec!r}: {reason}; use one of {LOAD_SPEC_FORMS}")
+        return config_error(f"load spec {spec!r}", reason, f"use one of {LOAD_SPEC_FORMS}")
 
     if kind == "trace":
         if not rest:
@@ -238,5 +252,5 @@ def parse_load_spec(spec: str, seed: int) -> LoadProfile:
     except ConfigError as exc:
         if str(exc).startswith("load spec"):
             raise
-        raise bad(str(exc)) from None
+        raise bad(str(exc).partition(";")[0]) from None  # the value and what is wrong with it
     raise bad(f"unknown kind {kind!r}")

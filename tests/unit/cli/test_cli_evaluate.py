@@ -1,13 +1,25 @@
+import io
 import json
+import logging
+import os
+import re
+import selectors
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import typer
+from rich.console import Console
 from typer.testing import CliRunner
 
 from gpuscale.cli import evaluate as evaluate_cli
 from gpuscale.errors import ConfigError
+from gpuscale.evaluate import policies
+from gpuscale.evaluate.runner import EvaluationRequest
+from gpuscale.scaling.static import StaticConfig, StaticPolicy
 
 
 @pytest.fixture
@@ -39,7 +51,7 @@ def test_help_documents_every_option_with_env_var_and_default(app, runner):
         ("--timeout", "GPUSCALE_TIMEOUT"),
         ("--duration", "GPUSCALE_DURATION"),
         ("--seed", "GPUSCALE_SEED"),
-        ("--fault", "GPUSCALE_SIM_FAULTS"),
+        ("--fault", "GPUSCALE_FAULTS"),
         ("--out", "GPUSCALE_OUT"),
         ("--jobs", "GPUSCALE_JOBS"),
         ("--traces-dir", "GPUSCALE_TRACES_DIR"),
@@ -118,7 +130,13 @@ def test_options_come_from_gpuscale_environment_variables(app, runner, tmp_path)
         (["--jobs", "0"], "--jobs 0: must be 1 or more"),
         (["--fault", "gpu-lost"], "--fault 'gpu-lost': expected KIND@SECONDS"),
         (["--slo-latency", "0"], "--slo-latency 0.0"),
-        (["--trace", "nope.csv"], "--trace nope.csv: neither a trace name nor a file"),
+        (["--trace", "nope"], "--trace nope: neither a trace name nor a file; use one of"),
+        (["--trace", "nope.csv"], "--trace nope.csv: no such file: nope.csv; check the path"),
+        (
+            ["--trace", "/nonexistent.csv"],
+            "--trace /nonexistent.csv: no such file: /nonexistent.csv; check the path",
+        ),
+        (["--trace", "data/rates"], "--trace data/rates: no such file: data/rates"),
     ],
 )
 def test_bad_options_raise_one_line_config_errors(app, runner, tmp_path, args, message):
@@ -142,3 +160,152 @@ def test_console_script_exits_2_with_one_line_on_a_bad_option(tmp_path):
     assert lines == [
         "gpuscale: error: --policy vpa: unknown policy; use one of static, hpa, keda, kpa, oracle"
     ]
+
+
+def gpuscale_command():
+    script = Path(sys.executable).parent / "gpuscale"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gpuscale"]
+
+
+def test_a_run_says_wrote_once_and_worker_logs_arrive_as_whole_lines(tmp_path):
+    proc = subprocess.run(
+        [
+            *gpuscale_command(),
+            "evaluate",
+            "--trace",
+            "bursty",
+            "--duration",
+            "300",
+            "--policy",
+            "static",
+            "--policy",
+            "hpa",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout + proc.stderr).count("wrote ") == 1
+    assert proc.stdout.strip().endswith(f"wrote {tmp_path}/results.json and {tmp_path}/report.html")
+    for name in ("static", "hpa"):  # logged in a worker, printed by the parent
+        line = rf"^\S+ \S+ INFO gpuscale.evaluate.runner: running {name} on bursty$"
+        assert len(re.findall(line, proc.stderr, re.MULTILINE)) == 1, proc.stderr
+
+
+def test_ctrl_c_stops_the_workers_at_once_says_so_and_exits_130(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*gpuscale_command(), "evaluate", "--trace", "diurnal", "--jobs", "2", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        selector = selectors.DefaultSelector()
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + 60
+        seen = ""
+        while "running " not in seen and time.monotonic() < deadline:
+            if selector.select(timeout=1.0):
+                seen += proc.stderr.readline()
+        assert "running " in seen, seen
+        time.sleep(0.5)
+        start = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: to every process of the job
+        _, err = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    assert f"gpuscale: interrupted; no results written to {out}" in err
+    assert elapsed < 2.0
+    assert "running " not in err.split("\n", 1)[-1]  # no run started after the interrupt
+    assert not (out / "results.json").exists()
+
+
+def test_log_lines_go_through_the_progress_console_while_it_is_live():
+    console = Console(file=io.StringIO(), force_terminal=True, width=200)
+    root = logging.getLogger()
+    plain = logging.StreamHandler(io.StringIO())
+    plain.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    saved = list(root.handlers)
+    root.handlers[:] = [plain]
+    try:
+        with evaluate_cli._logs_through(console):
+            logging.getLogger("gpuscale.x").warning("seen %d", 3)
+        logging.getLogger("gpuscale.x").warning("after")
+    finally:
+        root.handlers[:] = saved
+    assert "WARNING gpuscale.x: seen 3" in console.file.getvalue()
+    assert "seen 3" not in plain.stream.getvalue()
+    assert "WARNING gpuscale.x: after" in plain.stream.getvalue()
+
+
+@pytest.fixture
+def extra_policy():
+    """A policy registered once, the way a new one is added."""
+
+    def fair(f):
+        return StaticConfig(replicas=f.max_replicas)
+
+    def build(config, required, name):
+        return StaticPolicy.from_config(config, name)
+
+    spec = policies.PolicySpec("ceiling", StaticConfig, fair, build, ("replicas",))
+    policies.register(spec)
+    yield spec
+    policies.unregister("ceiling")
+
+
+def test_a_policy_registered_once_reaches_the_cli_the_runner_and_the_report(
+    extra_policy, runner, tmp_path
+):
+    from gpuscale.evaluate.report import render_html
+    from gpuscale.evaluate.runner import run_evaluation
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+    evaluate_cli.register(app)
+    bad = runner.invoke(app, ["--policy", "vpa", "--out", str(tmp_path)])
+    assert "use one of static, hpa, keda, kpa, oracle, ceiling" in str(bad.exception)
+    args = ["--trace", "ramp", "--duration", "300", "--jobs", "1", "--out", str(tmp_path)]
+    ran = runner.invoke(app, [*args, "--policy", "ceiling", "--policy", "static"])
+    assert ran.exit_code == 0, ran.output
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert list(data["policies"]) == ["ceiling", "static"]
+    assert data["policies"]["ceiling"]["units"] == {"replicas": "replicas"}
+    assert evaluate_cli._policies(None)[-1] == "ceiling"  # part of the default: all of them
+
+    prepared = EvaluationRequest("ramp", duration_s=300, policies=("ceiling", "hpa")).prepare()
+    want = prepared.configs["hpa"].max_replicas  # the fair rule registered above
+    assert prepared.configs["ceiling"] == StaticConfig(replicas=want)
+    evaluation, results = run_evaluation(prepared)
+    assert [r.policy for r in results] == ["ceiling", "hpa"]
+    assert evaluation.policies["ceiling"].parameters == {"replicas": want}
+    page = render_html(evaluation, results)
+    assert f"<td>ceiling</td><td>replicas</td><td>{want}</td><td>replicas</td>" in page
+    assert page.count("<h3>ceiling</h3>") == 1
+
+
+def test_registering_a_policy_checks_its_parameters_have_units():
+    def fair(f):
+        return StaticConfig(replicas=1)
+
+    def build(config, required, name):
+        return StaticPolicy.from_config(config, name)
+
+    with pytest.raises(ValueError, match="fair field 'nope' is unknown or has no unit"):
+        policies.register(policies.PolicySpec("broken", StaticConfig, fair, build, ("nope",)))
+    with pytest.raises(ValueError, match="registered twice"):
+        policies.register(policies.PolicySpec("static", StaticConfig, fair, build, ()))
+    for name in policies.names():
+        spec = policies.get(name)
+        assert all(spec.fair_units().values()), name

@@ -1,4 +1,6 @@
+import dataclasses
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -14,6 +16,10 @@ from gpuscale.evaluate.runner import (
     run_evaluation,
     serving_for,
 )
+from gpuscale.scaling.hpa import HpaConfig
+from gpuscale.scaling.oracle import OraclePolicy
+from gpuscale.scaling.static import StaticConfig
+from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.generators import from_rate
 from gpuscale.sim.serving import ServingConfig, required_replicas
 
@@ -33,18 +39,23 @@ def test_parameters_follow_the_documented_fair_rules(prepared):
     required = required_replicas(sc.workload, sc)
     assert np.array_equal(prepared.required, required)
     peak = int(required.max())
-    p = prepared.parameters
+    p = prepared.configs
     assert list(p) == list(POLICY_NAMES)
-    assert p["static"] == {"replicas": math.ceil(np.quantile(required, 0.95))}
-    assert p["hpa"] == {"target_average_value": 70.0, "min_replicas": 1, "max_replicas": 2 * peak}
-    assert p["keda"]["threshold"] == pytest.approx(0.7)  # one slot per replica
-    assert p["kpa"]["target"] == pytest.approx(0.7)
+    assert p["static"] == StaticConfig(replicas=math.ceil(np.quantile(required, 0.95)))
+    assert prepared.parameters("hpa") == {
+        "target_average_value": 70.0,
+        "min_replicas": 1,
+        "max_replicas": 2 * peak,
+    }
+    assert p["hpa"] == HpaConfig(target_average_value=70.0, min_replicas=1, max_replicas=2 * peak)
+    assert p["keda"].threshold == pytest.approx(0.7)  # one slot per replica
+    assert p["kpa"].target == pytest.approx(0.7)
     cold = sc.cluster.cold_start.quantile(0.95)
     grows = peak > sc.cluster.initial_nodes * sc.cluster.gpus_per_node
-    assert p["oracle"]["lead_s"] == pytest.approx(cold, abs=0.05)
-    assert p["oracle"]["node_lead_s"] == (180.0 if grows else 0.0)
-    assert p["oracle"]["fast_capacity"] == sc.cluster.floor_nodes * sc.cluster.gpus_per_node
-    assert p["oracle"]["hold_s"] == pytest.approx(30.0 + cold, abs=0.05)
+    assert p["oracle"].lead_s == pytest.approx(cold, abs=0.05)
+    assert p["oracle"].node_lead_s == (180.0 if grows else 0.0)
+    assert p["oracle"].fast_capacity == sc.cluster.floor_nodes * sc.cluster.gpus_per_node
+    assert p["oracle"].hold_s == pytest.approx(30.0 + cold, abs=0.05)
     assert sc.initial_replicas == max(int(required[:60].max()), 1)
     assert sc.cluster.max_gpus >= 2 * peak
 
@@ -64,8 +75,8 @@ def test_llm_traces_get_batched_serving_and_batch_sized_targets():
         seed=0,
     )
     slots = ServingConfig.for_llm().slots_per_replica
-    assert prepared.parameters["keda"]["threshold"] == pytest.approx(0.7 * slots)
-    assert prepared.parameters["kpa"]["target"] == pytest.approx(0.7 * slots)
+    assert prepared.configs["keda"].threshold == pytest.approx(0.7 * slots)
+    assert prepared.configs["kpa"].target == pytest.approx(0.7 * slots)
 
 
 def test_default_slo_is_four_unqueued_service_times():
@@ -91,7 +102,7 @@ def test_every_policy_runs_on_the_same_scenario(serial):
 def test_static_policy_holds_its_count_after_the_first_decision(serial, prepared):
     _, results = serial
     static = next(r for r in results if r.policy == "static")
-    want = prepared.parameters["static"]["replicas"]
+    want = prepared.configs["static"].replicas
     assert np.all(static.timeline.desired_replicas == want)
 
 
@@ -108,16 +119,19 @@ def test_process_pool_gives_the_same_numbers_as_serial(prepared, serial):
 
 
 def test_oracle_is_built_from_the_requirement(prepared):
-    oracle = build_policy("oracle", prepared.parameters["oracle"], prepared.required)
+    oracle = build_policy("oracle", prepared.configs["oracle"], prepared.required)
+    assert isinstance(oracle, OraclePolicy)
+    assert oracle.name == "oracle"
     assert oracle.min_replicas == 1
-    assert oracle.max_replicas == prepared.parameters["oracle"]["max_replicas"]
+    assert oracle.max_replicas == prepared.configs["oracle"].max_replicas
     assert oracle.needed(0.0) == int(prepared.required[: math.ceil(oracle.lead_s + 5)].max())
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"policies": ("hpa", "magic")}, r"--policy magic"),
+        ({"policies": ("hpa", "magic")}, r"--policy magic: unknown policy; use one of static"),
+        ({"policies": ("hpa", "hpa")}, r"--policy hpa hpa: a policy is named twice"),
         ({"slo_latency_s": -1.0}, r"--slo-latency -1.0: must be"),
         ({"timeout_s": math.inf}, r"--timeout inf"),
         ({"faults": ("melt@10",)}, r"--fault 'melt@10': unknown fault kind"),
@@ -144,3 +158,47 @@ def test_faults_reach_every_run():
     assert [f.kind for f in prepared.scenario.faults] == ["gpu-lost"]
     evaluation, _ = run_evaluation(prepared)
     assert evaluation.faults == ("gpu-lost@100",)
+
+
+def test_faults_are_recorded_as_windows_for_the_report():
+    prepared = EvaluationRequest(
+        "ramp",
+        duration_s=600,
+        policies=("static",),
+        faults=("thermal@100:duration=50", "ecc-dbe@200", "gpu-lost@300"),
+    ).prepare()
+    evaluation, _ = run_evaluation(prepared)
+    assert [(w.spec, w.start_s, w.end_s) for w in evaluation.fault_windows] == [
+        ("thermal@100:duration=50", 100.0, 150.0),
+        ("ecc-dbe@200", 200.0, None),  # instantaneous
+        ("gpu-lost@300", 300.0, 600.0),  # never replaced: to the end of the run
+    ]
+    assert evaluation.to_json()["fault_windows"][1] == {
+        "spec": "ecc-dbe@200",
+        "start_s": 200.0,
+        "end_s": None,
+    }
+
+
+def test_the_cluster_template_keeps_every_field_but_the_sized_node_counts():
+    template = ClusterConfig(
+        gpu_model="A100",
+        gpus_per_node=4,
+        min_nodes=1,
+        node_provision_s=99.0,
+        node_idle_remove_s=77.0,
+        termination_grace_s=11.0,
+        namespace="ml",
+        deployment="llm",
+    )
+    prepared = EvaluationRequest("ramp", duration_s=600, cluster=template).prepare()
+    sized = prepared.scenario.cluster
+    for f in dataclasses.fields(ClusterConfig):
+        if f.name not in ("initial_nodes", "max_nodes"):
+            assert getattr(sized, f.name) == getattr(template, f.name), f.name
+
+
+def test_prepared_configs_are_typed_and_pickle_to_workers(prepared):
+    copy = pickle.loads(pickle.dumps(prepared))  # noqa: S301 - our own bytes, as a worker gets them
+    assert copy.configs == prepared.configs
+    assert all(dataclasses.is_dataclass(c) for c in prepared.configs.values())

@@ -38,6 +38,7 @@ class ScriptedSource:
         self.hang = threading.Event()
         self.release = threading.Event()
         self.raise_next = False
+        self.retry_delay = 1.0  # the delay of the TransientError raise_next raises
         self.closed = 0
         self.calls = 0
 
@@ -49,7 +50,7 @@ class ScriptedSource:
         if self.hang.is_set():
             self.release.wait(10)
         if self.raise_next:
-            raise TransientError("backend went away")
+            raise TransientError("backend went away", self.retry_delay)
         samples = []
         for info in self.infos:
             i = info.index

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
+from gpuscale.exporter import pods
 from gpuscale.exporter.podresources import api_pb2, api_pb2_grpc
 from gpuscale.exporter.pods import (
     PodMapper,
@@ -55,16 +56,19 @@ def pod(
 
 
 class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
-    """Answers List with whatever pods the test sets; counts calls."""
+    """Answers List with whatever pods the test sets, or fails with ``error``; counts calls."""
 
     def __init__(self) -> None:
         self.pods: list[api_pb2.PodResources] = []
+        self.error: grpc.StatusCode | None = None
         self.calls = 0
         self._lock = threading.Lock()
 
     def List(self, request, context):  # noqa: N802 - the gRPC method name
         with self._lock:
             self.calls += 1
+            if self.error is not None:
+                context.abort(self.error, "scripted failure")
             return api_pb2.ListPodResourcesResponse(pod_resources=list(self.pods))
 
 
@@ -295,7 +299,7 @@ def test_missing_socket_warns_with_hint_then_maps_once_kubelet_starts(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert socket_path in warnings[0]
-    assert "--pod-resources-socket" in warnings[0]
+    assert "set --pod-resources-kubelet-socket." in warnings[0]
 
     kubelet.pods = [pod("late", "ns", "c", devices("nvidia.com/gpu", GPU_A))]
     late = Server(socket_path, kubelet)
@@ -312,7 +316,7 @@ def test_missing_socket_warns_with_hint_then_maps_once_kubelet_starts(
     [
         ({"refresh_interval_s": 0.0}, "refresh_interval_s"),
         ({"timeout_s": -1.0}, "timeout_s"),
-        ({"socket_path": "  "}, "--pod-resources-socket"),
+        ({"socket_path": "  "}, "--pod-resources-kubelet-socket: the socket path is empty; "),
     ],
 )
 def test_bad_settings_raise_config_error_naming_the_setting(kwargs, named):
@@ -321,6 +325,74 @@ def test_bad_settings_raise_config_error_naming_the_setting(kwargs, named):
     message = str(raised.value)
     assert named in message
     assert "\n" not in message
+
+
+def test_socket_flag_named_in_messages_is_the_exporter_option():
+    import typer
+
+    from gpuscale.cli.exporter import register
+
+    app = typer.Typer()
+    register(app)
+    command = typer.main.get_command(app)  # one command: the exporter itself
+    flags = {flag for param in command.params for flag in param.opts}
+    assert "--address" in flags
+    assert pods._SOCKET_FLAG in flags
+
+
+def test_unavailable_kubelet_is_retried_sooner_with_doubling_delay(
+    socket_path, kubelet, make_mapper, caplog
+):
+    # No server on the socket: gRPC says UNAVAILABLE, a TransientError.
+    mapper = make_mapper(refresh_interval_s=10.0)
+    with caplog.at_level(logging.WARNING, logger="gpuscale.exporter.pods"):
+        delays = [mapper.refresh() for _ in range(6)]
+
+    assert delays == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert mapper.errors_total == 6
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "Retrying in 1.0 s, then up to every 10.0 s" in warnings[0]
+
+    late = Server(socket_path, kubelet)
+    late.start()
+    try:
+        assert mapper.refresh() == 10.0  # success: back to the interval
+        late.stop()
+        assert mapper.refresh() == 1.0  # a new streak starts from the first delay
+    finally:
+        late.stop()
+
+
+def test_other_grpc_errors_wait_the_whole_interval(server, kubelet, make_mapper, caplog):
+    kubelet.error = grpc.StatusCode.UNIMPLEMENTED  # e.g. a kubelet without the v1 API
+    mapper = make_mapper(refresh_interval_s=10.0)
+    with caplog.at_level(logging.WARNING, logger="gpuscale.exporter.pods"):
+        assert mapper.refresh() == 10.0
+        assert mapper.refresh() == 10.0
+
+    assert mapper.errors_total == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"kubelet pod-resources List failed (UNIMPLEMENTED) on {server.socket_path}; keeping "
+        "the last good mapping of 0 devices and retrying every 10.0 s"
+    ]
+
+
+def test_background_thread_uses_the_transient_delay_not_the_interval(
+    socket_path, kubelet, make_mapper, monkeypatch
+):
+    monkeypatch.setattr(pods, "_RETRY_S", 0.02)
+    kubelet.pods = [pod("late", "ns", "c", devices("nvidia.com/gpu", GPU_A))]
+    mapper = make_mapper(refresh_interval_s=60.0)  # a whole interval would outlast the test
+    mapper.start()
+    assert wait_for(lambda: mapper.errors_total >= 1)
+    late = Server(socket_path, kubelet)
+    late.start()
+    try:
+        assert wait_for(lambda: mapper.lookup(GPU_A, 0) == PodRef("late", "ns", "c"))
+    finally:
+        mapper.stop()
+        late.stop()
 
 
 hex_digit = st.integers(min_value=0, max_value=255)

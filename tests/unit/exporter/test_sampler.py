@@ -19,6 +19,9 @@ def _named(body: bytes, name: str) -> list[float]:
 
 
 def _sampler(source, clock, **kw):
+    kw.setdefault(
+        "timeout_s", 10.0
+    )  # real time: a healthy collect never hits it, even on a busy box
     return Sampler(source, SnapshotFamilies(default_counters()), monotonic=clock, **kw)
 
 
@@ -61,6 +64,32 @@ def test_source_error_is_counted_and_previous_data_kept_until_stale(source, cloc
     assert errors["source"] == 1.0
     assert errors["timeout"] == 0.0
     assert _named(body, "DCGM_FI_DEV_GPU_UTIL")
+
+
+def test_next_collect_is_one_interval_later_or_now_when_behind(source, clock):
+    sampler = _sampler(source, clock, interval_s=1.0)
+    assert sampler.next_collect_at(clock.now) == clock.now + 1.0
+    due = clock.now
+    clock.advance(2.5)  # a slow collect: the missed ticks are skipped
+    assert sampler.next_collect_at(due) == clock.now
+
+
+def test_transient_source_error_holds_the_next_collect_for_its_delay(source, clock, caplog):
+    sampler = _sampler(source, clock, interval_s=1.0)
+    source.raise_next = True
+    source.retry_delay = 5.0
+    failed_at = clock.now
+    assert not sampler.collect_once()
+    assert sampler.next_collect_at(failed_at) == failed_at + 5.0
+    assert "backend went away; next try in 5.0 s at the earliest" in caplog.text
+    # A delay shorter than the interval does not make the sampler collect sooner.
+    source.retry_delay = 0.1
+    assert not sampler.collect_once()
+    assert sampler.next_collect_at(failed_at) == failed_at + 1.0
+    source.raise_next = False
+    clock.advance(1.0)
+    assert sampler.collect_once()
+    assert sampler.next_collect_at(clock.now) == clock.now + 1.0
 
 
 def test_hanging_source_times_out_and_scrapes_keep_answering(source, clock):

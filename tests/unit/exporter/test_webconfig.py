@@ -7,6 +7,7 @@ generation takes milliseconds); nothing is checked in.
 import base64
 import datetime
 import ipaddress
+import re
 import ssl
 import threading
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
-from gpuscale.exporter import webconfig
+from gpuscale.exporter import tls, webconfig
 from gpuscale.exporter.webconfig import WebConfig, load_web_config
 
 PASSWORD = "s3cret"
@@ -242,10 +243,73 @@ def test_server_cipher_preference_is_on_by_default(tmp_path, pki):
     assert context.options & ssl.OP_CIPHER_SERVER_PREFERENCE
 
 
+# exporter-toolkit's curve names (Go's crypto/tls CurveID names) and OpenSSL's for them.
+TOOLKIT_CURVES = {
+    "CurveP256": "prime256v1",
+    "CurveP384": "secp384r1",
+    "CurveP521": "secp521r1",
+    "X25519": "X25519",
+}
+
+
+def _settable(openssl_name: str) -> bool:
+    """Whether this interpreter's ssl accepts the curve (Debian's 3.11.2 refuses X25519)."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ecdh_curve(openssl_name)
+    except (ssl.SSLError, ValueError):
+        return False
+    return True
+
+
+SUPPORTED_CURVES = [name for name, openssl in TOOLKIT_CURVES.items() if _settable(openssl)]
+
+
+def _curve_error(path: Path, name: str) -> str:
+    return (
+        f"{path}:4 tls_server_config.curve_preferences: curve {name!r} is not supported by "
+        f"this Python's TLS ({ssl.OPENSSL_VERSION}); use one of {', '.join(SUPPORTED_CURVES)}"
+    )
+
+
+@pytest.fixture
+def fresh_curve_probe() -> Iterator[None]:
+    tls._supported_curves.cache_clear()
+    yield
+    tls._supported_curves.cache_clear()
+
+
 def test_more_than_one_curve_logs_that_only_the_first_is_used(tmp_path, pki, caplog):
-    extra = "  curve_preferences: [X25519, CurveP384]\n"
+    if len(SUPPORTED_CURVES) < 2:
+        pytest.skip(f"this Python's ssl sets only {SUPPORTED_CURVES}")
+    extra = f"  curve_preferences: [{SUPPORTED_CURVES[-1]}, {SUPPORTED_CURVES[0]}]\n"
     assert load_web_config(_config(tmp_path, _tls_yaml(pki, extra))).ssl_context is not None
     assert "only the first of curve_preferences" in caplog.text
+
+
+@pytest.mark.parametrize("name", list(TOOLKIT_CURVES))
+def test_each_toolkit_curve_loads_where_this_python_sets_it_else_is_one_line(tmp_path, pki, name):
+    path = _config(tmp_path, _tls_yaml(pki, f"  curve_preferences: [{name}]\n"))
+    if name in SUPPORTED_CURVES:
+        assert load_web_config(path).ssl_context is not None
+    else:
+        assert _error_for(path) == _curve_error(path, name)
+
+
+def test_curve_this_python_cannot_set_names_it_and_the_supported_ones(
+    tmp_path, pki, monkeypatch, fresh_curve_probe
+):
+    # A toolkit name whose OpenSSL name no ssl accepts: what X25519 is on Debian's Python 3.11.2.
+    monkeypatch.setitem(tls._CURVES, "CurveP999", "secp999r1")
+    path = _config(tmp_path, _tls_yaml(pki, "  curve_preferences: [CurveP256, CurveP999]\n"))
+    assert _error_for(path) == _curve_error(path, "CurveP999")
+
+
+def test_no_curve_this_python_sets_asks_to_remove_the_key(
+    tmp_path, pki, monkeypatch, fresh_curve_probe
+):
+    monkeypatch.setattr(tls, "_CURVES", {"CurveP999": "secp999r1"})
+    path = _config(tmp_path, _tls_yaml(pki, "  curve_preferences: [CurveP999]\n"))
+    assert _error_for(path).endswith("; remove curve_preferences")
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -257,22 +321,22 @@ def _error_for(path: Path) -> str:
     message = str(info.value)
     assert info.value.exit_code == 2
     assert "\n" not in message
-    assert message.startswith(f"{path}: ")
-    assert len(message.split(": ")) >= 4, message  # path: where: what: what to do
+    # path[:line] [dotted.key]: what is wrong; what to do
+    assert re.fullmatch(rf"{re.escape(str(path))}(:\d+)?( [\w.-]+)?: [^;]+; .+", message), message
     return message
 
 
 def test_missing_file_names_the_file(tmp_path):
     message = _error_for(tmp_path / "absent.yml")
     assert message == (
-        f"{tmp_path / 'absent.yml'}: file: cannot be read (No such file or directory): "
+        f"{tmp_path / 'absent.yml'}: cannot be read (No such file or directory); "
         "check the --web-config-file path and permissions"
     )
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path):
     path = _config(tmp_path, "tls_server_config:\n  cert_file: [unclosed\n  key_file: x\n")
-    assert _error_for(path).startswith(f"{path}: line 3: YAML syntax error: ")
+    assert _error_for(path).startswith(f"{path}:3: YAML syntax error: ")
 
 
 def _case(text: str, *expected: str) -> tuple[str, tuple[str, ...]]:
@@ -282,127 +346,128 @@ def _case(text: str, *expected: str) -> tuple[str, tuple[str, ...]]:
 BAD = {
     "unknown top-level key": _case(
         "tls_config:\n  cert_file: a\n",
-        "tls_config (line 1): unknown key: remove it or fix its spelling",
+        "web.yml:1 tls_config: unknown key; remove it or fix its spelling",
         "valid: tls_server_config, http_server_config, basic_auth_users",
     ),
     "unknown nested key": _case(
         "tls_server_config:\n  cert_fil: a.crt\n",
-        "tls_server_config.cert_fil (line 2): unknown key",
+        "web.yml:2 tls_server_config.cert_fil: unknown key",
         "cert_file",
     ),
     "cert_file without key_file": _case(
         "tls_server_config:\n  cert_file: {crt}\n",
-        "tls_server_config.key_file: missing: set it to the certificate's private key",
+        "web.yml tls_server_config.key_file: missing; set it to the certificate's private key",
     ),
     "key_file without cert_file": _case(
         "tls_server_config:\n  key_file: {key}\n",
-        "tls_server_config.cert_file: missing",
+        "web.yml tls_server_config.cert_file: missing",
     ),
     "cert_file that does not exist": _case(
         "tls_server_config:\n  cert_file: nope.crt\n  key_file: {key}\n",
-        "tls_server_config.cert_file (line 2): cannot read ",
-        "nope.crt (No such file or directory): check the path and permissions",
+        "web.yml:2 tls_server_config.cert_file: cannot read ",
+        "nope.crt (No such file or directory); check the path and permissions",
     ),
     "cert_file that is a directory": _case(
         "tls_server_config:\n  cert_file: {dir}\n  key_file: {key}\n",
-        "tls_server_config.cert_file (line 2): cannot read",
+        "web.yml:2 tls_server_config.cert_file: cannot read",
     ),
     "cert_file that holds a key": _case(
         "tls_server_config:\n  cert_file: {key}\n  key_file: {key}\n",
-        "tls_server_config.cert_file (line 2):",
+        "web.yml:2 tls_server_config.cert_file:",
         "is not a PEM certificate",
     ),
     "key_file that is junk": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {junk}\n",
-        "tls_server_config.key_file (line 3):",
+        "web.yml:3 tls_server_config.key_file:",
         "is not a usable key for the certificate",
     ),
     "key_file of another certificate": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {other}\n",
-        "tls_server_config.key_file (line 3):",
+        "web.yml:3 tls_server_config.key_file:",
         "KEY_VALUES_MISMATCH",
     ),
     "password instead of a bcrypt hash": _case(
         "basic_auth_users:\n  alice: hunter2\n",
-        "basic_auth_users.alice (line 2): is not a bcrypt hash: write the output of `htpasswd",
+        "web.yml:2 basic_auth_users.alice: is not a bcrypt hash; write the output of `htpasswd",
     ),
     "number instead of a bcrypt hash": _case(
         "basic_auth_users:\n  alice: 12345\n",
-        "basic_auth_users.alice (line 2): input should be a valid string",
+        "web.yml:2 basic_auth_users.alice: input should be a valid string",
     ),
     "unknown client_auth_type": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n  client_auth_type: Always\n",
-        "tls_server_config.client_auth_type (line 4): invalid value 'Always': use one of ",
+        "web.yml:4 tls_server_config.client_auth_type: invalid value 'Always'; use one of ",
         "RequireAndVerifyClientCert",
     ),
     "unknown client_auth_type with TLS otherwise off": _case(
         "tls_server_config:\n  client_auth_type: Always\n",
-        "tls_server_config.client_auth_type (line 2): invalid value 'Always'",
+        "web.yml:2 tls_server_config.client_auth_type: invalid value 'Always'",
     ),
     "unknown TLS version": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n  min_version: TLS14\n",
-        "tls_server_config.min_version (line 4): invalid value 'TLS14': use one of TLS10, TLS11",
+        "web.yml:4 tls_server_config.min_version: invalid value 'TLS14'; use one of TLS10, TLS11",
     ),
     "min_version above max_version": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n"
         "  min_version: TLS13\n  max_version: TLS12\n",
-        "tls_server_config.max_version (line 5): is below min_version",
+        "web.yml:5 tls_server_config.max_version: is below min_version",
     ),
     "client CA without client auth": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n  client_ca_file: {ca}\n",
-        "tls_server_config.client_auth_type: NoClientCert with a client CA",
+        "web.yml tls_server_config.client_auth_type: NoClientCert with a client CA",
     ),
     "client auth without client CA": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n"
         "  client_auth_type: RequireAndVerifyClientCert\n",
-        "tls_server_config.client_auth_type (line 4): RequireAndVerifyClientCert needs a client CA",
+        "web.yml:4 tls_server_config.client_auth_type: "
+        "RequireAndVerifyClientCert needs a client CA",
     ),
     "client CA file that is junk": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n"
         "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {junk}\n",
-        "tls_server_config.client_ca_file (line 5):",
+        "web.yml:5 tls_server_config.client_ca_file:",
         "is not a PEM CA certificate",
     ),
     "unknown cipher suite": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n  cipher_suites: [RC4]\n",
-        "tls_server_config.cipher_suites (line 4): invalid value 'RC4': use one of ",
+        "web.yml:4 tls_server_config.cipher_suites: invalid value 'RC4'; use one of ",
     ),
     "unknown curve": _case(
         "tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n  curve_preferences: [P256]\n",
-        "tls_server_config.curve_preferences (line 4): invalid value 'P256'",
+        "web.yml:4 tls_server_config.curve_preferences: invalid value 'P256'; use one of ",
     ),
     "header that cannot be set": _case(
         "http_server_config:\n  headers:\n    Server: gpuscale\n",
-        "http_server_config.headers.Server (line 3): this header cannot be set",
+        "web.yml:3 http_server_config.headers.Server: this header cannot be set",
     ),
     "header value outside its enumeration": _case(
         "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
-        "http_server_config.headers.X-Frame-Options (line 3): invalid value 'allow'",
+        "web.yml:3 http_server_config.headers.X-Frame-Options: invalid value 'allow'",
         "use one of deny, sameorigin",
     ),
     "non-boolean http2": _case(
         "http_server_config:\n  http2: 'yes'\n",
-        "http_server_config.http2 (line 2): input should be a valid boolean",
+        "web.yml:2 http_server_config.http2: input should be a valid boolean",
     ),
     "section that is not a mapping": _case(
-        "tls_server_config: [a, b]\n", "tls_server_config (line 1): is not a mapping"
+        "tls_server_config: [a, b]\n", "web.yml:1 tls_server_config: is not a mapping"
     ),
-    "top level that is not a mapping": _case("- a\n- b\n", ": file: is not a mapping"),
+    "top level that is not a mapping": _case("- a\n- b\n", "web.yml: is not a mapping"),
     "duplicate key": _case(
         "basic_auth_users:\n  alice: x\nbasic_auth_users:\n  bob: y\n",
-        "line 3: duplicate key basic_auth_users: keep only one",
+        "web.yml:3: duplicate key basic_auth_users; keep only one",
     ),
     "client_allowed_sans": _case(
         "tls_server_config:\n  client_allowed_sans: [a]\n",
-        "tls_server_config.client_allowed_sans (line 2): is not supported by gpuscale: remove it",
+        "web.yml:2 tls_server_config.client_allowed_sans: is not supported by gpuscale; remove it",
     ),
     "rate_limit": _case(
         "rate_limit:\n  interval: 1s\n  burst: 5\n",
-        "rate_limit (line 1): is not supported by gpuscale",
+        "web.yml:1 rate_limit: is not supported by gpuscale",
     ),
     "inline key": _case(
         "tls_server_config:\n  key: |\n    -----BEGIN PRIVATE KEY-----\n",
-        "tls_server_config.key (line 2): is not supported by gpuscale",
+        "web.yml:2 tls_server_config.key: is not supported by gpuscale",
         "set key_file",
     ),
 }

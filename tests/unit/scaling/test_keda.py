@@ -1,5 +1,6 @@
 """KEDA Prometheus-trigger baseline: activation, cooldown to zero, polling, and its HPA."""
 
+import dataclasses
 import json
 
 import pytest
@@ -231,3 +232,18 @@ def test_replicas_always_within_bounds(steps, lo, hi):
         decision = policy.decide(obs, state)
         assert lo <= decision.replicas <= hi
         state = json.loads(json.dumps(decision.state))
+
+
+def test_config_errors_read_where_what_and_fix():
+    with pytest.raises(ConfigError) as info:
+        KedaConfig(threshold=0.0)
+    assert str(info.value) == "KedaConfig.threshold=0.0: out of range; use a value > 0"
+
+
+def test_every_numeric_setting_states_its_unit():
+    numeric = [f for f in dataclasses.fields(KedaConfig) if f.type in (float, int, "float", "int")]
+    assert numeric
+    assert all(f.metadata.get("unit") for f in numeric), [f.name for f in numeric]
+    units = {f.name: f.metadata["unit"] for f in numeric}
+    assert units["threshold"] == "requests per replica"
+    assert units["polling_interval_s"] == "s"

@@ -1,5 +1,6 @@
 """The oracle asks for replicas exactly lead_s before they are needed and drops them after."""
 
+import dataclasses
 import math
 
 import pytest
@@ -7,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling.oracle import OraclePolicy
+from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
 from gpuscale.scaling.policy import Observation, TargetStatus
 
 
@@ -95,7 +96,7 @@ def test_never_short_over_the_lead_window_and_within_bounds(required, lead_s, no
     assert 0 <= replicas <= 60
     # every second from now until a replica requested at the next decision is Ready
     start = max(0, math.floor(now))
-    end = math.ceil(now + lead_s + policy.interval_s)
+    end = max(start, math.ceil(now + lead_s + policy.interval_s))  # a negative end is no slice
     assert replicas >= max(required[start:end], default=0)
 
 
@@ -141,3 +142,18 @@ def test_a_node_still_up_needs_no_provisioning_lead():
     assert policy.decide(at(180.0, desired=4), state).replicas == 12  # [180, 205) has t=200
     # Without that memory it would have asked a node-provisioning earlier.
     assert policy.decide(at(150.0, desired=4), {}).replicas == 12
+
+
+def test_built_from_its_config_like_from_its_arguments():
+    config = OracleConfig(lead_s=3.0, hold_s=10.0, min_replicas=1, max_replicas=9, node_size=4)
+    a = OraclePolicy.from_config([1, 2, 5, 3, 0], config)
+    b = OraclePolicy([1, 2, 5, 3, 0], 3.0, min_replicas=1, max_replicas=9, hold_s=10.0, node_size=4)
+    assert (a.required, a.lead_s, a.hold_s, a.min_replicas, a.max_replicas, a.node_size) == (
+        b.required,
+        b.lead_s,
+        b.hold_s,
+        b.min_replicas,
+        b.max_replicas,
+        b.node_size,
+    )
+    assert all(f.metadata.get("unit") for f in dataclasses.fields(OracleConfig))

@@ -12,9 +12,10 @@ from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.policy import Decision, Observation
 from gpuscale.sim.cluster import Cluster, ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario, simulate
-from gpuscale.sim.faults import FaultInjector, SimFault, parse_sim_fault
+from gpuscale.sim.faults import FaultInjector, parse_sim_fault
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
+from gpuscale.telemetry.faults import Fault
 from gpuscale.telemetry.physics import FleetPhysics, gpu_model
 
 PER_POD = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_XID_ERRORS")
@@ -65,12 +66,13 @@ def run(faults, *, load=0.5, seconds=1800, gpus=4, nodes=1, replicas=4, slo=5.0,
 @pytest.mark.parametrize(
     ("spec", "fault"),
     [
-        ("gpu-lost@600", SimFault("gpu-lost", 600.0)),
-        ("thermal@300:duration=600", SimFault("thermal", 300.0, duration_s=600.0)),
-        ("ecc-dbe@900:replica=2", SimFault("ecc-dbe", 900.0, replica=2)),
-        ("straggler@120:factor=0.3", SimFault("straggler", 120.0, factor=0.3)),
-        ("thermal@0:extra_c=50", SimFault("thermal", 0.0, extra_c=50.0)),
-        (" gpu-lost@1.5:duration=60 ", SimFault("gpu-lost", 1.5, duration_s=60.0)),
+        ("gpu-lost@600", Fault("gpu-lost", 600.0)),
+        ("thermal@300:duration=600", Fault("thermal", 300.0, duration_s=600.0)),
+        ("ecc-dbe@900:replica=2", Fault("ecc-dbe", 900.0, replica=2)),
+        ("straggler@120:factor=0.3", Fault("straggler", 120.0, factor=0.3)),
+        ("thermal@0:rise_c=50", Fault("thermal", 0.0, rise_c=50.0)),
+        ("thermal@0:extra_c=50", Fault("thermal", 0.0, rise_c=50.0)),  # old spelling
+        (" gpu-lost@1.5:duration=60 ", Fault("gpu-lost", 1.5, duration_s=60.0)),
     ],
 )
 def test_good_fault_specs_parse(spec, fault):
@@ -78,27 +80,32 @@ def test_good_fault_specs_parse(spec, fault):
 
 
 @pytest.mark.parametrize(
-    "spec",
+    ("spec", "problem"),
     [
-        "gpu-lost",
-        "melt@5",
-        "thermal@soon",
-        "thermal@-5",
-        "straggler@5:factor=2",
-        "straggler@5:factor=0",
-        "thermal@5:bogus=1",
-        "thermal@5:duration=1:duration=2",
-        "gpu-lost@5:replica=1.5",
-        "gpu-lost@5:replica",
+        ("gpu-lost", "expected KIND@SECONDS"),
+        ("melt@5", "unknown fault kind 'melt'"),
+        ("thermal@soon", "at='soon' is not a number"),
+        ("straggler@5:factor=2", "factor must be in (0, 1]"),
+        ("thermal@5:bogus=1", "'bogus=1' is not one of"),
+        ("gpu-lost@5:replica=1.5", "replica=1.5 must be a whole number"),
+        ("xid@5:code=13", "the simulator (gpuscale evaluate) cannot inject xid faults"),
+        ("row-remap@5", "the simulator (gpuscale evaluate) cannot inject row-remap faults"),
+        ("gpu-lost@5:gpu=1", "gpu=N does not apply to the simulator"),
     ],
 )
-def test_bad_fault_specs_are_config_errors_naming_the_spec_and_forms(spec):
+def test_bad_fault_specs_are_config_errors_naming_the_spec_and_the_simulator_forms(spec, problem):
     with pytest.raises(ConfigError) as err:
         parse_sim_fault(spec)
     message = str(err.value)
-    assert repr(spec) in message
-    assert "KIND@SECONDS" in message
+    assert message.startswith(f"--fault {spec!r}: {problem}")
+    assert "straggler@SECONDS[:replica=N][:factor=F][:duration=SECONDS]" in message
+    assert "xid@SECONDS" not in message
     assert "\n" not in message
+
+
+def test_injector_rejects_a_fault_built_for_the_exporter():
+    with pytest.raises(ConfigError, match="cannot inject row-remap"):
+        FaultInjector((Fault("row-remap", 5.0),))
 
 
 @given(
@@ -109,8 +116,9 @@ def test_bad_fault_specs_are_config_errors_naming_the_spec_and_forms(spec):
     st.integers(1, 100),
 )
 def test_fault_specs_round_trip(kind, at, replica, duration, pct):
-    span = None if duration is None else float(duration)
-    fault = SimFault(kind, float(at), replica, span, pct / 100)
+    span = None if duration is None or kind == "ecc-dbe" else float(duration)
+    factor = pct / 100 if kind == "straggler" else 0.5
+    fault = Fault(kind, float(at), replica=replica, duration_s=span, factor=factor)
     assert parse_sim_fault(fault.spec()) == fault
 
 

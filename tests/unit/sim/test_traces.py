@@ -291,3 +291,30 @@ def test_bursty_alternates_between_base_and_burst_rates():
     assert set(np.unique(rate)) == {10.0, 40.0}
     share = float((rate == 40.0).mean())
     assert 0.03 < share < 0.2  # about 60 s of burst per 660 s
+
+
+def test_a_bad_time_names_no_bound_since_time_has_none(tmp_path):
+    path = write(tmp_path, "time_s,rps\n0,1\nsoon,2\n")
+    with pytest.raises(ConfigError) as info:
+        read_rate_file(path, service_s=1.0)
+    assert str(info.value) == (
+        f"{path}:3: time_s 'soon' is not a finite number; fix or remove the row"
+    )
+
+
+def test_missing_columns_name_the_required_ones_and_the_optional_one(tmp_path):
+    path = write(tmp_path, "t,rps\n0,1\n")
+    with pytest.raises(ConfigError) as info:
+        read_rate_file(path, service_s=1.0)
+    assert str(info.value) == (
+        f"{path}:1: header lacks column(s) time_s; expected time_s,rps (optional: service_s)"
+    )
+
+
+@pytest.mark.parametrize("spec", ["/nonexistent.csv", "rates.csv", "data/rates", "r.CSV.gz"])
+def test_a_missing_file_given_as_a_path_says_no_such_file(spec):
+    with pytest.raises(ConfigError) as info:
+        load_trace(spec)
+    assert str(info.value) == (
+        f"--trace {spec}: no such file: {spec}; check the path to the time_s,rps CSV"
+    )

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuscale.errors import SourceUnavailableError
+from gpuscale.errors import GpuscaleError, PermanentError, SourceUnavailableError, TransientError
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.telemetry.base import GpuSource, ProcessUsage, XidEvent
+from gpuscale.telemetry.batch import DeviceLostError, FieldError
 from gpuscale.telemetry.nvml import NvmlSource
 
 FAKES = Path(__file__).resolve().parents[2] / "fakes"
@@ -237,6 +238,21 @@ def test_lost_gpu_says_gpu_is_lost_and_reports_again_when_it_answers(nv):
     assert source.sample().devices[1].up
     gpus[0].lost = False
     assert source.sample().devices[0].up
+
+
+@pytest.mark.parametrize("error", [DeviceLostError, FieldError])
+def test_lost_device_and_failed_field_are_transient_gpuscale_errors(error):
+    # Each holds for one sample: the source counts it and asks again next time.
+    assert issubclass(error, TransientError)
+    assert issubclass(error, GpuscaleError)
+    assert not issubclass(error, PermanentError)
+    err = error("nvmlDeviceGetClockInfo: GPU is lost")
+    assert (str(err), err.delay) == ("nvmlDeviceGetClockInfo: GPU is lost", 1.0)
+
+
+def test_lost_device_error_keeps_the_library_code():
+    err = DeviceLostError("nvmlDeviceGetClockInfo: GPU is lost", 15, delay=2.0)
+    assert (err.code, err.delay) == (15, 2.0)
 
 
 def test_gpu_lost_at_start_up_is_skipped_and_the_rest_start(nv):

@@ -1,19 +1,18 @@
-"""The sim GpuSource: identity, snapshots on a fake clock, scheduled faults, fault-spec parsing."""
+"""The sim GpuSource: identity, snapshots on a fake clock, scheduled faults."""
 
 import itertools
 import math
 import re
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.telemetry.base import GpuSource, Snapshot, XidEvent
+from gpuscale.telemetry.faults import Fault, parse_fault
 from gpuscale.telemetry.loads import constant
 from gpuscale.telemetry.physics import GPU_MODELS
-from gpuscale.telemetry.sim import LOST_ERROR, FaultSpec, SimSource, parse_fault
+from gpuscale.telemetry.sim import LOST_ERROR, SimSource
 
 START = 1_700_000_000.0
 
@@ -69,7 +68,7 @@ def test_same_seed_gives_identical_snapshots_and_other_seeds_other_uuids():
             gpus=3,
             models=("H100", "A100"),
             seed=seed,
-            faults=[parse_fault("ecc-dbe:gpu=1:at=20")],
+            faults=[parse_fault("ecc-dbe@20:gpu=1", "exporter")],
         )
         return run(src, clock, 6)
 
@@ -116,7 +115,7 @@ def test_physics_advances_by_clock_time_clamped_to_a_minute():
 
 def test_xid_79_fault_loses_one_gpu_at_its_time_and_others_keep_reporting():
     clock = FakeClock()
-    src = source(clock, gpus=3, faults=[parse_fault("xid:79:gpu=1:at=30")])
+    src = source(clock, gpus=3, faults=[parse_fault("gpu-lost@30:gpu=1", "exporter")])
     snaps = run(src, clock, 5)  # samples at 0, 15, 30, 45, 60 s
     assert [s.devices[1].up for s in snaps] == [True, True, False, False, False]
     lost = snaps[2].devices[1]
@@ -132,7 +131,7 @@ def test_xid_79_fault_loses_one_gpu_at_its_time_and_others_keep_reporting():
 
 def test_ecc_dbe_fault_increments_counters_and_reports_xid_48():
     clock = FakeClock()
-    src = source(clock, gpus=2, faults=[parse_fault("ecc-dbe:gpu=1:at=10")])
+    src = source(clock, gpus=2, faults=[parse_fault("ecc-dbe@10:gpu=1", "exporter")])
     before, after = run(src, clock, 2)
     for name in (
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
@@ -150,7 +149,7 @@ def test_ecc_dbe_fault_increments_counters_and_reports_xid_48():
 def test_row_remap_fault_sets_failure_flag_and_reports_xid_64():
     clock = FakeClock()
     src = source(clock, gpus=1)
-    src.inject(parse_fault("row-remap:gpu=0"))
+    src.inject(parse_fault("row-remap@0:gpu=0", "exporter"))
     sample = src.sample().devices[0]
     assert sample.values["DCGM_FI_DEV_ROW_REMAP_FAILURE"] == 1
     assert [e.xid for e in sample.xid_events] == [64]
@@ -158,7 +157,7 @@ def test_row_remap_fault_sets_failure_flag_and_reports_xid_64():
 
 def test_thermal_fault_throttles_a_busy_gpu():
     clock = FakeClock()
-    src = source(clock, gpus=2, load=constant(1.0), faults=[FaultSpec("thermal", gpu=0, at_s=60)])
+    src = source(clock, gpus=2, load=constant(1.0), faults=[Fault("thermal", 60.0, gpu=0)])
     last = run(src, clock, 60)[-1]  # 15 minutes
     hot, cool = last.devices[0].values, last.devices[1].values
     h100 = GPU_MODELS["H100"]
@@ -170,8 +169,11 @@ def test_thermal_fault_throttles_a_busy_gpu():
 
 
 def test_fault_on_a_missing_gpu_is_a_config_error():
-    with pytest.raises(ConfigError, match="gpu=4"):
-        source(FakeClock(), gpus=4, faults=[parse_fault("thermal:gpu=4")])
+    with pytest.raises(ConfigError) as err:
+        source(FakeClock(), gpus=4, faults=[parse_fault("thermal@0:gpu=4")])
+    assert str(err.value) == (
+        "--fault 'thermal@0:gpu=4': this simulated host has GPUs 0..3; pick an index in that range"
+    )
 
 
 @pytest.mark.parametrize(("gpus", "models"), [(0, ("H100",)), (2, ()), (2, ("H100", "TPU"))])
@@ -180,62 +182,48 @@ def test_bad_host_shape_is_a_config_error(gpus, models):
         source(FakeClock(), gpus=gpus, models=models)
 
 
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        ("xid:79:gpu=3:at=30", FaultSpec("xid", 3, 30.0, 79)),
-        ("xid:13:gpu=0", FaultSpec("xid", 0, 0.0, 13)),
-        ("xid:gpu=2", FaultSpec("xid", 2, 0.0, 79)),
-        ("ecc-dbe:gpu=1:at=10", FaultSpec("ecc-dbe", 1, 10.0)),
-        ("thermal:gpu=0", FaultSpec("thermal", 0)),
-        ("thermal:gpu=0:extra=35:at=5.5", FaultSpec("thermal", 0, 5.5, extra_c=35.0)),
-        ("row-remap:gpu=2:at=5", FaultSpec("row-remap", 2, 5.0)),
-    ],
-)
-def test_parse_fault_accepts_the_documented_forms(spec, expected):
-    assert parse_fault(spec) == expected
-
-
-@pytest.mark.parametrize(
-    "spec",
-    [
-        "",
-        "meltdown:gpu=1",
-        "xid:79",
-        "xid:abc:gpu=1",
-        "xid:0:gpu=1",
-        "ecc-dbe:gpu=x",
-        "ecc-dbe:gpu=-1",
-        "ecc-dbe:1",
-        "ecc-dbe:gpu=1:gpu=2",
-        "thermal:gpu=1:at=soon",
-        "thermal:gpu=1:at=-5",
-        "thermal:gpu=0:extra=0",
-        "xid:79:gpu=1:at=inf",
-        "row-remap:gpu=1:extra=3",
-    ],
-)
-def test_bad_fault_spec_names_the_spec_and_accepted_forms(spec):
+def test_no_gpu_models_names_the_real_flag():
     with pytest.raises(ConfigError) as err:
-        parse_fault(spec)
-    message = str(err.value)
-    assert f"fault spec {spec!r}" in message
-    assert "xid:CODE:gpu=N" in message
-    assert "row-remap:gpu=N" in message
+        source(FakeClock(), gpus=2, models=())
+    assert str(err.value) == "--gpu-models: names no GPU model; name at least one, e.g. H100"
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    kind=st.sampled_from(["xid", "ecc-dbe", "thermal", "row-remap"]),
-    gpu=st.integers(0, 1023),
-    at_s=st.floats(0.0, 1e6).map(lambda v: round(v, 3)),
-    xid=st.integers(1, 200),
-    extra_c=st.floats(0.5, 80.0).map(lambda v: round(v, 2)),
+def test_xid_fault_reports_its_code_and_keeps_the_gpu():
+    clock = FakeClock()
+    src = source(clock, gpus=2, faults=[parse_fault("xid@15:code=13:gpu=1", "exporter")])
+    before, after = run(src, clock, 2)
+    assert before.devices[1].xid_events == ()
+    assert after.devices[1].xid_events == (XidEvent(timestamp=START + 15.0, xid=13),)
+    assert after.devices[1].up
+
+
+def test_old_exporter_spelling_still_injects():
+    clock = FakeClock()
+    src = source(clock, gpus=2, faults=[parse_fault("xid:79:gpu=1:at=15", "exporter")])
+    assert [s.devices[1].up for s in run(src, clock, 3)] == [True, False, False]
+
+
+def test_thermal_fault_with_a_duration_cools_down_again():
+    clock = FakeClock()
+    spec = "thermal@0:gpu=0:rise_c=40:duration=600"
+    src = source(clock, gpus=2, load=constant(1.0), faults=[parse_fault(spec, "exporter")])
+    snaps = run(src, clock, 120)  # 30 minutes: hot for 10, then 20 to cool
+    h100 = GPU_MODELS["H100"]
+    hot = snaps[39].devices[0].values  # 9:45, still failed
+    cooled = snaps[-1].devices[0].values
+    assert hot["DCGM_FI_DEV_SM_CLOCK"] < h100.max_sm_clock_mhz
+    assert hot["DCGM_FI_DEV_GPU_TEMP"] >= h100.slowdown_temp_c
+    assert cooled["DCGM_FI_DEV_SM_CLOCK"] == h100.max_sm_clock_mhz
+    assert cooled["DCGM_FI_DEV_GPU_TEMP"] < h100.slowdown_temp_c - 5
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        (Fault("straggler", 0.0, replica=0), "gpuscale exporter cannot inject straggler faults"),
+        (Fault("ecc-dbe", 0.0), "gpu=N is required"),
+    ],
 )
-def test_fault_spec_round_trips_through_its_cli_form(kind, gpu, at_s, xid, extra_c):
-    head = f"xid:{xid}" if kind == "xid" else kind
-    tail = f":extra={extra_c}" if kind == "thermal" else ""
-    fault = parse_fault(f"{head}:gpu={gpu}:at={at_s}{tail}")
-    assert fault == FaultSpec(
-        kind, gpu, at_s, xid if kind == "xid" else 79, extra_c if kind == "thermal" else 20.0
-    )
+def test_faults_the_exporter_cannot_inject_are_config_errors(fault, message):
+    with pytest.raises(ConfigError, match=message):
+        source(FakeClock(), gpus=2, faults=[fault])
