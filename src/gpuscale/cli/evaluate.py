@@ -1,8 +1,12 @@
 """``gpuscale evaluate``: run scaling policies on one trace and compare them.
 
-Every policy sees the same trace, scale, seed and faults; the command prints a
-comparison table and writes ``results.json`` and a self-contained
-``report.html`` with timelines. Option combinations are checked before any
+Every policy sees the same trace, scale, seeds and faults. Each policy's main
+knob is swept over ``--knob-values`` values on ``--seeds`` seeds, and an
+unlimited fleet gives the trace's ceiling; the runs go to local worker
+processes or a Dask cluster (``--dask-scheduler``). The command prints a
+comparison table (GPU-hours at the target attainment, means with 95 %
+intervals) and writes ``results.json`` and a self-contained ``report.html``
+with the curves and timelines. Option combinations are checked before any
 simulation starts, and a mistake ends with one line and exit status 2.
 """
 
@@ -21,7 +25,7 @@ from gpuscale.errors import config_error
 from gpuscale.evaluate import policies as registry
 
 if TYPE_CHECKING:
-    from gpuscale.evaluate.runner import EvaluationRequest
+    from gpuscale.evaluate.sweep import SweepRequest
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +169,52 @@ def evaluate(
             show_default=False,
         ),
     ] = None,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            help="Seeds each figure is the mean over (--seed and the ones after it); "
+            "intervals are 95 % Student t.",
+            envvar="GPUSCALE_SEEDS",
+        ),
+    ] = 10,
+    warmup: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds at the start of each run that are not scored "
+            "\\[default: 600, or a fifth of a run shorter than 3000 s].",
+            envvar="GPUSCALE_WARMUP",
+            show_default=False,
+        ),
+    ] = None,
+    target_attainment: Annotated[
+        float,
+        typer.Option(
+            help="SLO attainment (0-1) at which each policy's GPU-hours are read off its "
+            "knob sweep.",
+            envvar="GPUSCALE_TARGET_ATTAINMENT",
+        ),
+    ] = 0.99,
+    knob_values: Annotated[
+        int,
+        typer.Option(
+            help="Values of each policy's main knob to sweep, besides the fair one; "
+            "0 runs the fair parameters only.",
+            envvar="GPUSCALE_KNOB_VALUES",
+        ),
+    ] = 8,
+    dask_scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="Run on this Dask distributed scheduler (e.g. tcp://10.0.0.5:8786) instead "
+            "of local worker processes; needs gpuscale[dask] \\[default: local].",
+            envvar="GPUSCALE_DASK_SCHEDULER",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run scaling policies on the same trace and compare GPU-hours, SLO and latency."""
     from gpuscale.evaluate.runner import EvaluationRequest
+    from gpuscale.evaluate.sweep import SweepRequest
 
     if jobs < 1:
         raise config_error(f"--jobs {jobs}", "must be 1 or more", "e.g. --jobs 2")
@@ -183,41 +230,64 @@ def evaluate(
         traces_dir=traces_dir,
         service_s=service_time,
     )
+    sweep = SweepRequest(
+        request,
+        seeds=seeds,
+        knob_values=knob_values,
+        warmup_s=warmup,
+        target_attainment=target_attainment,
+    )
     try:
-        _run(request, jobs, out)
+        _run(sweep, jobs, dask_scheduler, out)
     except KeyboardInterrupt:
         typer.echo(f"gpuscale: interrupted; no results written to {out}", err=True)
         raise typer.Exit(INTERRUPTED_EXIT) from None
 
 
-def _run(request: "EvaluationRequest", jobs: int, out: Path) -> None:
-    """Prepare, run with a live progress display, then write and print the results."""
-    from gpuscale.evaluate.pool import RunPool
+def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path) -> None:
+    """Plan, run with a live progress display, then write and print the results."""
+    from gpuscale.evaluate.executor import open_runner
     from gpuscale.evaluate.report import comparison_table, write_report
-    from gpuscale.evaluate.runner import run_evaluation
+    from gpuscale.evaluate.scoring import evaluation_from_sweep
+    from gpuscale.evaluate.sweep import keys_by_policy, policy_of, run_sweep
 
-    prepared = request.prepare()  # every ConfigError surfaces here, before any run
-    workers = min(jobs, len(prepared.policies))
-    # Workers start before the progress display's thread does (see RunPool).
-    pool: RunPool | None = RunPool(workers) if workers > 1 else None
+    plan = sweep.prepare()  # every ConfigError surfaces here, before any run
+    specs = plan.specs()
     console = Console(stderr=True)
-    progress = Progress(
-        TextColumn("{task.description:<8}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>5.1f}%"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
-    with pool if pool is not None else contextlib.nullcontext(), progress, _logs_through(console):
-        tasks: dict[str, TaskID] = {
-            name: progress.add_task(name, total=1.0) for name in prepared.policies
-        }
+    # Local workers start before the progress display's thread does (see RunPool).
+    with open_runner(jobs, len(specs), dask_scheduler) as runner:
+        where = (
+            f"Dask at {dask_scheduler}"
+            if dask_scheduler
+            else f"{min(jobs, len(specs))} local worker(s)"
+        )
+        console.print(
+            f"{plan.base.trace}: {len(specs)} runs ({sweep.seeds} seeds x each policy's knob "
+            f"values, and an unlimited fleet for the ceiling) on {where}; warm-up "
+            f"{plan.warmup_s:g} s not scored; target attainment {sweep.target_attainment:g}",
+            markup=False,
+            highlight=False,
+        )
+        progress = _progress(console)
+        with progress, _logs_through(console):
+            overall = progress.add_task("all", total=len(specs), finished=0)
+            tasks = {
+                name: progress.add_task(name, total=count, finished=0)
+                for name, count in keys_by_policy(specs).items()
+            }
+            done: dict[str, float] = {}
+            finished: dict[TaskID, int] = dict.fromkeys([overall, *tasks.values()], 0)
 
-        def update(name: str, fraction: float) -> None:
-            progress.update(tasks[name], completed=fraction)
+            def update(key: str, fraction: float) -> None:
+                step = fraction - done.get(key, 0.0)
+                ends = fraction >= 1.0 > done.get(key, 0.0)
+                done[key] = fraction
+                for task in (overall, tasks[policy_of(key)]):
+                    finished[task] += ends
+                    progress.update(task, advance=step, finished=finished[task])
 
-        evaluation, results = run_evaluation(prepared, pool=pool, progress=update)
+            runs = run_sweep(plan, runner, update)
+    evaluation, results = evaluation_from_sweep(plan, runs)
     try:
         json_path, html_path = write_report(evaluation, results, out)
     except KeyboardInterrupt:
@@ -228,6 +298,18 @@ def _run(request: "EvaluationRequest", jobs: int, out: Path) -> None:
         table_console = Console(width=160)
     table_console.print(comparison_table(evaluation))
     typer.echo(f"wrote {json_path} and {html_path}")
+
+
+def _progress(console: Console) -> Progress:
+    """One overall bar and one per policy, each counting its finished runs."""
+    return Progress(
+        TextColumn("{task.description:<8}"),
+        BarColumn(),
+        TextColumn("{task.fields[finished]:>5}/{task.total:.0f} runs"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -172,7 +172,12 @@ def policy_figure(
 
 
 def tradeoff_figure(evaluation: Evaluation) -> Figure:
-    """GPU-hours against SLO attainment, one point per policy.
+    """GPU-hours against SLO attainment: each policy's sweep as a curve, on one plot.
+
+    Each curve joins the means over seeds of one policy's knob values in order of
+    cost, with the 95 % intervals as error bars; the fair parameters' point is a
+    larger marker. The
+    target attainment and the ceiling (an unlimited fleet) are horizontal lines.
 
     Returns:
         The figure.
@@ -180,15 +185,50 @@ def tradeoff_figure(evaluation: Evaluation) -> Figure:
     figure = Figure(figsize=TRADEOFF_FIGSIZE, layout="constrained")
     axes = figure.subplots()
     for name, summary in evaluation.policies.items():
+        points = sorted(
+            (c for c in summary.curve if c.slo_attainment is not None), key=lambda c: c.gpu_hours
+        )
+        color = None
+        if len(points) > 1:
+            x = np.array([c.gpu_hours for c in points])
+            y = np.array([c.slo_attainment for c in points], dtype=np.float64) * 100.0
+            drawn = axes.errorbar(
+                x,
+                y,
+                xerr=_half_widths([c.gpu_hours_ci95 for c in points]),
+                yerr=_half_widths([c.slo_attainment_ci95 for c in points]) * 100.0,
+                marker="o",
+                markersize=3,
+                capsize=2,
+                label=name,
+            )
+            color = drawn.lines[0].get_color()
         attainment = summary.slo_attainment
         if attainment is None:
             continue
-        axes.scatter(summary.gpu_hours, attainment * 100.0)
+        axes.scatter(summary.gpu_hours, attainment * 100.0, s=60, zorder=3, color=color)
         axes.annotate(name, (summary.gpu_hours, attainment * 100.0), fontsize="small")
+    if evaluation.target_attainment is not None:
+        axes.axhline(
+            evaluation.target_attainment * 100.0, color="black", linestyle="--", label="target"
+        )
+    if evaluation.ceiling is not None:
+        axes.axhline(evaluation.ceiling * 100.0, color="grey", linestyle=":", label="ceiling")
     axes.set_xlabel("GPU-hours")
     axes.set_ylabel("within SLO (%)")
+    axes.set_ylim(top=101.0)  # a 95 % interval may reach past 100 % with few seeds
     axes.grid(visible=True, alpha=0.3)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(loc="lower right", fontsize="small")
     return figure
+
+
+def _half_widths(intervals: Sequence[tuple[float | None, float | None]]) -> FloatArray:
+    """Half-widths of intervals for error bars (0 where an end is unknown)."""
+    return np.array(
+        [0.0 if lo is None or hi is None else (hi - lo) / 2.0 for lo, hi in intervals],
+        dtype=np.float64,
+    )
 
 
 TRADEOFF_TITLE = "GPU-hours vs SLO attainment"

@@ -17,11 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from gpuscale.errors import config_error
-from gpuscale.scaling.hpa import HpaConfig, HpaPolicy
+from gpuscale.evaluate.knobs import Knob
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR, HpaConfig, HpaPolicy
+from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy
 from gpuscale.scaling.keda import KedaConfig, KedaPolicy
 from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
 from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
 from gpuscale.scaling.policy import ScalingPolicy
+from gpuscale.scaling.predictive import PredictiveConfig, PredictivePolicy
 from gpuscale.scaling.static import StaticConfig, StaticPolicy
 
 C = TypeVar("C")
@@ -72,6 +76,10 @@ class PolicySpec(Generic[C]):
             and printed, with units, in the report.
         units: Units by field name, for fields whose meaning the harness fixes (the
             signal a target is on); they override the field's ``metadata["unit"]``.
+        knob: The main knob a sweep varies for the cost-against-attainment curve
+            (``evaluate.knobs``); None runs the fair config alone.
+        default: Whether ``gpuscale evaluate`` runs it when no ``--policy`` is given
+            (every policy can be chosen by name).
     """
 
     name: str
@@ -80,6 +88,8 @@ class PolicySpec(Generic[C]):
     build: Callable[[C, Sequence[int], str], ScalingPolicy]
     fair_fields: tuple[str, ...]
     units: Mapping[str, str] = field(default_factory=dict)
+    knob: Knob | None = None
+    default: bool = True
 
     def unit(self, key: str) -> str | None:
         """The unit of a config field: ``units``, else its ``metadata["unit"]``.
@@ -161,8 +171,17 @@ def get(name: str) -> PolicySpec[Any]:
     return spec
 
 
+def default_names() -> tuple[str, ...]:
+    """The policies run when none is chosen, in run and report order.
+
+    Returns:
+        The names of the specs with ``default`` set.
+    """
+    return tuple(name for name, spec in _REGISTRY.items() if spec.default)
+
+
 def choose(requested: Sequence[str]) -> tuple[str, ...]:
-    """Check a selection of policies; none selected means all of them.
+    """Check a selection of policies; none selected means the defaults (``default_names``).
 
     Returns:
         The names, in the order given.
@@ -171,7 +190,7 @@ def choose(requested: Sequence[str]) -> tuple[str, ...]:
         ConfigError: A name is unknown or repeated.
     """
     if not requested:
-        return names()
+        return default_names()
     for name in requested:
         get(name)
     if len(set(requested)) != len(requested):
@@ -183,8 +202,23 @@ def choose(requested: Sequence[str]) -> tuple[str, ...]:
 
 # Units the harness knows better than the config's own metadata: what the target
 # measures depends on the signal the harness gives the policy.
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+"""Share of time a kernel runs (percent): what the paper and most guides scale on."""
+
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+"""Share of SM cycles with a warp resident (ratio): what a knowledgeable user scales on."""
+
 HPA_UNITS = {"target_average_value": "% GPU utilisation per pod"}
-"""The harness's HPA reads ``DCGM_FI_DEV_GPU_UTIL`` (percent)."""
+"""The harness's ``hpa`` and ``hpa-behavior`` read ``DCGM_FI_DEV_GPU_UTIL`` (percent)."""
+
+HPA_SM_UNITS = {"target_average_value": "SM active ratio per pod"}
+"""``hpa-sm`` reads ``DCGM_FI_PROF_SM_ACTIVE`` (a ratio, 0 to 1)."""
+
+KEDA_UTIL_UNITS = {"threshold": "% GPU utilisation per replica"}
+"""``keda-util`` sums ``DCGM_FI_DEV_GPU_UTIL`` over the pods' GPUs."""
+
+KEDA_SM_UNITS = {"threshold": "SM active ratio per replica"}
+"""``keda-sm`` sums ``DCGM_FI_PROF_SM_ACTIVE`` over the pods' GPUs."""
 
 KPA_UNITS = {"target": "concurrent requests per replica"}
 """The harness's KPA reads in-flight plus queued requests."""
@@ -202,9 +236,31 @@ def _hpa(f: FairInputs) -> HpaConfig:
     )
 
 
+def _hpa_behavior(f: FairInputs) -> HpaConfig:
+    return dataclasses.replace(_hpa(f), behavior=DEFAULT_BEHAVIOR)
+
+
+def _hpa_sm(f: FairInputs) -> HpaConfig:
+    return dataclasses.replace(_hpa(f), metric=SM_ACTIVE, target_average_value=f.target_utilization)
+
+
 def _keda(f: FairInputs) -> KedaConfig:
     return KedaConfig(
         threshold=f.per_replica, min_replicas=f.min_replicas, max_replicas=f.max_replicas
+    )
+
+
+def _keda_util(f: FairInputs) -> KedaConfig:
+    return dataclasses.replace(
+        _keda(f),
+        query_signal=Signal(GPU_UTIL, aggregation="sum"),
+        threshold=f.target_utilization * 100.0,
+    )
+
+
+def _keda_sm(f: FairInputs) -> KedaConfig:
+    return dataclasses.replace(
+        _keda(f), query_signal=Signal(SM_ACTIVE, aggregation="sum"), threshold=f.target_utilization
     )
 
 
@@ -247,14 +303,93 @@ def _build_oracle(c: OracleConfig, required: Sequence[int], name: str) -> Scalin
 
 _BOUNDS = ("min_replicas", "max_replicas")
 
-register(PolicySpec("static", StaticConfig, _static, _build_static, ("replicas",)))
 register(
     PolicySpec(
-        "hpa", HpaConfig, _hpa, _build_hpa, ("target_average_value", *_BOUNDS), units=HPA_UNITS
+        "static",
+        StaticConfig,
+        _static,
+        _build_static,
+        ("replicas",),
+        knob=Knob("replicas", "replicas", 0.5, 1.5, integer=True),
     )
 )
-register(PolicySpec("keda", KedaConfig, _keda, _build_keda, ("threshold", *_BOUNDS)))
-register(PolicySpec("kpa", KpaConfig, _kpa, _build_kpa, ("target", *_BOUNDS), units=KPA_UNITS))
+register(
+    PolicySpec(
+        "hpa",
+        HpaConfig,
+        _hpa,
+        _build_hpa,
+        ("target_average_value", *_BOUNDS),
+        units=HPA_UNITS,
+        knob=Knob(
+            "target_average_value", HPA_UNITS["target_average_value"], 30.0, 95.0, relative=False
+        ),
+    )
+)
+register(
+    PolicySpec(
+        "keda",
+        KedaConfig,
+        _keda,
+        _build_keda,
+        ("threshold", *_BOUNDS),
+        knob=Knob("threshold", "requests per replica", 0.4, 1.4),
+    )
+)
+register(
+    PolicySpec(
+        "kpa",
+        KpaConfig,
+        _kpa,
+        _build_kpa,
+        ("target", *_BOUNDS),
+        units=KPA_UNITS,
+        knob=Knob("target", "concurrent requests per replica", 0.4, 1.4),
+    )
+)
+register(
+    PolicySpec(
+        "hpa-behavior",
+        HpaConfig,
+        _hpa_behavior,
+        _build_hpa,
+        ("target_average_value", *_BOUNDS),
+        units=HPA_UNITS,
+        default=False,
+    )
+)
+register(
+    PolicySpec(
+        "hpa-sm",
+        HpaConfig,
+        _hpa_sm,
+        _build_hpa,
+        ("metric", "target_average_value", *_BOUNDS),
+        units={**HPA_SM_UNITS, "metric": "DCGM field"},
+    )
+)
+register(
+    PolicySpec(
+        "keda-util",
+        KedaConfig,
+        _keda_util,
+        _build_keda,
+        ("threshold", *_BOUNDS),
+        units=KEDA_UTIL_UNITS,
+        default=False,
+    )
+)
+register(
+    PolicySpec(
+        "keda-sm",
+        KedaConfig,
+        _keda_sm,
+        _build_keda,
+        ("threshold", *_BOUNDS),
+        units=KEDA_SM_UNITS,
+        default=False,
+    )
+)
 register(
     PolicySpec(
         "oracle",
@@ -270,5 +405,61 @@ register(
             "hold_s",
             *_BOUNDS,
         ),
+    )
+)
+
+
+# Predictive and hybrid (issue 9): not in the default set until their matched-SLO
+# targets are shown. Demand per replica is KEDA's and KPA's (in flight plus queued at
+# the 70 % target); node provisioning counts beyond the always-up nodes, as the
+# oracle's; the cold start is measured from the run's own pods (60 s until then).
+def _predictive(f: FairInputs) -> PredictiveConfig:
+    return PredictiveConfig(
+        per_replica=f.per_replica,
+        node_provision_s=f.node_lead_s,
+        fast_capacity=f.fast_capacity,
+        min_replicas=f.min_replicas,
+        max_replicas=f.max_replicas,
+    )
+
+
+def _hybrid(f: FairInputs) -> HybridConfig:
+    p = _predictive(f)
+    fields = {k.name: getattr(p, k.name) for k in dataclasses.fields(PredictiveConfig)}
+    return HybridConfig(**fields, sm_target=f.target_utilization)
+
+
+def _build_predictive(c: PredictiveConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+    return PredictivePolicy(c, name)
+
+
+def _build_hybrid(c: HybridConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+    return HybridPolicy(c, name)
+
+
+_PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", *_BOUNDS)
+_PLAN_KNOB = Knob("per_replica", "requests per replica", 0.4, 1.4)
+register(
+    PolicySpec(
+        "predictive",
+        PredictiveConfig,
+        _predictive,
+        _build_predictive,
+        _PLAN_FIELDS,
+        units={"per_replica": "requests (in flight + queued) per replica"},
+        knob=_PLAN_KNOB,
+        default=False,
+    )
+)
+register(
+    PolicySpec(
+        "hybrid",
+        HybridConfig,
+        _hybrid,
+        _build_hybrid,
+        (*_PLAN_FIELDS, "sm_target"),
+        units={"per_replica": "requests (in flight + queued) per replica"},
+        knob=_PLAN_KNOB,
+        default=False,
     )
 )

@@ -2,7 +2,7 @@
 
 Policies on one scenario do not depend on each other, so on a multi-core machine
 they run side by side. Each worker sends its fraction done and its log records
-through one queue the caller drains, so one progress bar per run keeps moving
+through one queue the caller drains, so the caller's progress display keeps moving
 and log lines reach the caller's handlers (and its live display) instead of
 being written to the terminal from another process. On POSIX the workers are
 forked, all at once and before the caller starts any thread (a progress
@@ -13,13 +13,14 @@ runs not started and terminates the workers (``RunPool.run``), so an
 interrupt stops everything at once instead of letting queued runs start.
 """
 
+import contextlib
 import logging
 import logging.handlers
 import multiprocessing
 import queue
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
@@ -41,6 +42,23 @@ STOP_TIMEOUT_S = 1.0
 
 FLUSH_TIMEOUT_S = 2.0
 """How long ``run`` waits, after the last result, for the workers' last messages, seconds."""
+
+
+@contextlib.contextmanager
+def decisions_at_debug() -> Iterator[None]:
+    """Show the policies' decisions (logged at INFO, as a controller must) only at DEBUG.
+
+    Yields:
+        Nothing; the level is restored on exit.
+    """
+    decisions = logging.getLogger("gpuscale.scaling")
+    saved = decisions.level
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        decisions.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        decisions.setLevel(saved)
 
 
 class _QueueLogHandler(logging.handlers.QueueHandler):

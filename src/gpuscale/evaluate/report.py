@@ -15,24 +15,32 @@ from pathlib import Path
 from rich.table import Table
 
 from gpuscale.evaluate.plots import all_figures
-from gpuscale.evaluate.results import Evaluation, PolicySummary, write_results
+from gpuscale.evaluate.results import Evaluation, Interval, PolicySummary, write_results
 from gpuscale.sim.outcome import RunResult
 
 logger = logging.getLogger(__name__)
 
 COLUMNS = (
     "policy",
-    "GPU-h",
+    "GPU-h @ target",
     "x oracle",
+    "GPU-h",
     "within SLO",
     "GPU util",
     "p50 s",
     "p99 s",
     "requests",
     "dropped",
+    "in flight",
     "scale events",
 )
-"""Table columns, in order."""
+"""Table columns, in order. ``GPU-h @ target`` is read off the policy's knob sweep at
+the target attainment and ``x oracle`` compares it with the oracle's (without a target,
+``x oracle`` compares ``GPU-h``); ``GPU-h`` onwards are the fair parameters' means over
+seeds, with the half-width of the 95 % interval after ``±``."""
+
+NEVER = "never reaches"
+"""What the table says for a policy whose curve never reaches the target attainment."""
 
 PARAMETER_COLUMNS = ("policy", "parameter", "value", "unit")
 """Columns of the parameter table (``parameter_rows``)."""
@@ -46,40 +54,82 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100.0:.1f}%"
 
 
+def _plus_minus(mean: float | None, interval: Interval, fmt: str, factor: float = 1.0) -> str:
+    """``mean ±half-width`` of a symmetric interval, scaled by ``factor``; ``-`` if no mean."""
+    if mean is None:
+        return "-"
+    text = format(mean * factor, fmt)
+    low, high = interval
+    if low is not None and high is not None:
+        text += " ±" + format((high - low) / 2.0 * factor, fmt)
+    return text
+
+
+def _percent_ci(mean: float | None, interval: Interval, fmt: str) -> str:
+    """``mean% ±half-width`` of a share, in percent; ``-`` if no mean."""
+    text = _plus_minus(mean, (None, None), fmt, 100.0)
+    low, high = interval
+    if mean is not None:
+        text += "%"
+        if low is not None and high is not None:
+            text += " ±" + format((high - low) * 50.0, fmt)
+    return text
+
+
 def table_rows(evaluation: Evaluation) -> list[list[str]]:
     """The comparison as rows of text, one per policy, in ``COLUMNS`` order.
 
     Returns:
         Rows of formatted cells.
     """
+    swept = evaluation.target_attainment is not None
     ratios = evaluation.gpu_hours_vs("oracle")
     rows = []
     for name, s in evaluation.policies.items():
-        rows.append(_row(name, s, ratios.get(name)))
+        if not swept:
+            at_target, ratio = "-", _number(ratios.get(name), ".2f")
+        elif s.gpu_hours_at_target is None:
+            at_target, ratio = NEVER, "-"
+        else:
+            at_target = _plus_minus(s.gpu_hours_at_target, s.gpu_hours_at_target_ci95, ".2f")
+            ratio = _plus_minus(s.x_oracle_at_target, s.x_oracle_at_target_ci95, ".2f")
+        rows.append(_row(name, s, at_target, ratio))
     return rows
 
 
-def _row(name: str, s: PolicySummary, ratio: float | None) -> list[str]:
+def _row(name: str, s: PolicySummary, at_target: str, ratio: str) -> list[str]:
     return [
         name,
-        f"{s.gpu_hours:.2f}",
-        _number(ratio, ".2f"),
-        _percent(s.slo_attainment),
+        at_target,
+        ratio,
+        _plus_minus(s.gpu_hours, s.gpu_hours_ci95, ".2f"),
+        _percent_ci(s.slo_attainment, s.slo_attainment_ci95, ".1f"),
         _percent(s.mean_gpu_utilization),
         _number(s.p50_latency_s, ".2f"),
         _number(s.p99_latency_s, ".2f"),
         f"{s.requests:.0f}",
         f"{s.dropped_requests:.0f}",
+        f"{s.in_flight_requests:.0f}",
         str(s.scale_events),
     ]
 
 
 def _caption(evaluation: Evaluation) -> str:
     faults = ", ".join(evaluation.faults) or "none"
-    return (
-        f"trace {evaluation.trace} x{evaluation.scale:g}, {evaluation.duration_s:.0f} s, "
-        f"seed {evaluation.seed}, SLO {evaluation.slo_latency_s:g} s, faults: {faults}"
+    e = evaluation
+    seeds = f"seed {e.seed}" if e.seeds == 1 else f"seeds {e.seed}-{e.seed + e.seeds - 1}"
+    text = (
+        f"trace {e.trace} x{e.scale:g}, {e.duration_s:.0f} s, {seeds}, "
+        f"warm-up {e.warmup_s:g} s not scored"
     )
+    if not e.attainment_from_warmup:
+        text += " (GPU-hours; attainment over the whole run)"
+    text += f", SLO {e.slo_latency_s:g} s"
+    if e.target_attainment is not None:
+        text += f", target {e.target_attainment * 100.0:g}%"
+    if e.ceiling is not None:
+        text += f", ceiling {_percent_ci(e.ceiling, e.ceiling_ci95, '.2f')}"
+    return f"{text}, faults: {faults}"
 
 
 def comparison_table(evaluation: Evaluation) -> Table:

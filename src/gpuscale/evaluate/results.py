@@ -18,6 +18,9 @@ import numpy as np
 from gpuscale.sim.faults import SimFault
 from gpuscale.sim.outcome import FloatArray, RunResult
 
+Interval = tuple[float | None, float | None]
+"""A 95 % confidence interval, (low, high); None ends when unknown (one seed)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PolicySummary:
@@ -36,6 +39,22 @@ class PolicySummary:
         scale_events: Changes of the desired replica count.
         parameters: The parameters the harness gave the policy, for the record.
         units: The unit of each parameter, by name.
+        completed_requests: Requests served to completion.
+        in_flight_requests: Requests queued or in service at the end; with the completed
+            and dropped ones they add up to ``requests``.
+        slo_attainment_ci95: 95 % interval of ``slo_attainment`` over seeds, [low, high]
+            (None ends with one seed).
+        gpu_hours_ci95: 95 % interval of ``gpu_hours`` over seeds.
+        gpu_hours_at_target: GPU-hours at the target attainment on the policy's mean
+            cost-against-attainment curve; None when the curve never reaches it.
+        gpu_hours_at_target_ci95: Its 95 % interval from each seed's own curve; None
+            ends unless every seed's curve reaches the target.
+        seeds_reaching_target: Seeds whose own curve reaches the target.
+        x_oracle_at_target: ``gpu_hours_at_target`` over the oracle's.
+        x_oracle_at_target_ci95: Its 95 % interval from the per-seed ratios.
+        knob: The config field the sweep varied; None for a policy without one.
+        knob_unit: Its unit.
+        curve: The sweep's points in knob order (means over seeds, with intervals).
     """
 
     gpu_hours: float
@@ -48,6 +67,37 @@ class PolicySummary:
     scale_events: int
     parameters: Mapping[str, Any] = field(default_factory=dict)
     units: Mapping[str, str] = field(default_factory=dict)
+    completed_requests: float = 0.0
+    in_flight_requests: float = 0.0
+    slo_attainment_ci95: Interval = (None, None)
+    gpu_hours_ci95: Interval = (None, None)
+    gpu_hours_at_target: float | None = None
+    gpu_hours_at_target_ci95: Interval = (None, None)
+    seeds_reaching_target: int = 0
+    x_oracle_at_target: float | None = None
+    x_oracle_at_target_ci95: Interval = (None, None)
+    knob: str | None = None
+    knob_unit: str | None = None
+    curve: tuple["CurvePoint", ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    """One knob value of a policy's sweep: means over seeds and their 95 % intervals.
+
+    Attributes:
+        knob_value: The knob's value; None for a policy without a knob.
+        gpu_hours: Mean GPU-hours (from the warm-up on).
+        gpu_hours_ci95: Its interval, [low, high].
+        slo_attainment: Mean attainment, 0 to 1; None when no request arrived.
+        slo_attainment_ci95: Its interval.
+    """
+
+    knob_value: float | None
+    gpu_hours: float
+    gpu_hours_ci95: Interval
+    slo_attainment: float | None
+    slo_attainment_ci95: Interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +194,8 @@ def summarise(
         scale_events=int(result.scale_events),
         parameters=dict(parameters or {}),
         units=dict(units or {}),
+        completed_requests=float(result.completed_requests),
+        in_flight_requests=float(result.in_flight_requests),
     )
 
 
@@ -161,6 +213,13 @@ class Evaluation:
         faults: Fault specs injected into every run.
         policies: Policy name to its summary, in the order run.
         fault_windows: When each fault acted, in the order of ``faults``.
+        ceiling: Mean attainment of an unlimited fleet over the seeds; None if not run.
+        ceiling_ci95: Its 95 % interval.
+        target_attainment: The attainment the curves are compared at; None without sweeps.
+        seeds: Seeds each figure is the mean over (``seed`` and the ones after it).
+        warmup_s: Seconds at the start of each run that are not scored.
+        attainment_from_warmup: Whether attainment skipped the warm-up too (it needs
+            per-step counts from the simulator); GPU-hours always do.
     """
 
     trace: str
@@ -172,6 +231,12 @@ class Evaluation:
     faults: tuple[str, ...]
     policies: Mapping[str, PolicySummary]
     fault_windows: tuple[FaultWindow, ...] = ()
+    ceiling: float | None = None
+    ceiling_ci95: Interval = (None, None)
+    target_attainment: float | None = None
+    seeds: int = 1
+    warmup_s: float = 0.0
+    attainment_from_warmup: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document: scenario keys at the top, one object per policy.
@@ -188,6 +253,12 @@ class Evaluation:
             "timeout_s": self.timeout_s,
             "faults": list(self.faults),
             "fault_windows": [asdict(w) for w in self.fault_windows],
+            "ceiling": self.ceiling,
+            "ceiling_ci95": list(self.ceiling_ci95),
+            "target_attainment": self.target_attainment,
+            "seeds": self.seeds,
+            "warmup_s": self.warmup_s,
+            "attainment_from_warmup": self.attainment_from_warmup,
             "policies": {name: asdict(s) for name, s in self.policies.items()},
         }
 
@@ -201,6 +272,19 @@ class Evaluation:
         if base is None or base.gpu_hours <= 0:
             return {name: None for name in self.policies}
         return {name: s.gpu_hours / base.gpu_hours for name, s in self.policies.items()}
+
+    def at_target_vs(self, reference: str = "oracle") -> dict[str, float | None]:
+        """Each policy's GPU-hours at the target attainment as a multiple of ``reference``'s.
+
+        Returns:
+            Policy name to the ratio; None where either curve never reaches the target.
+        """
+        base = self.policies.get(reference)
+        ref = None if base is None else base.gpu_hours_at_target
+        return {
+            name: s.gpu_hours_at_target / ref if ref and s.gpu_hours_at_target is not None else None
+            for name, s in self.policies.items()
+        }
 
 
 def write_results(evaluation: Evaluation, path: Path) -> None:

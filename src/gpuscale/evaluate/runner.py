@@ -40,7 +40,7 @@ import numpy as np
 
 from gpuscale.errors import config_error
 from gpuscale.evaluate import policies as registry
-from gpuscale.evaluate.pool import RunPool
+from gpuscale.evaluate.pool import RunPool, decisions_at_debug
 from gpuscale.evaluate.results import Evaluation, FaultWindow, evaluation_from, fault_windows
 from gpuscale.scaling.policy import ScalingPolicy
 from gpuscale.sim.cluster import ClusterConfig
@@ -53,8 +53,8 @@ from gpuscale.sim.workload import Workload
 
 logger = logging.getLogger(__name__)
 
-POLICY_NAMES = registry.names()
-"""The policies registered when this module was imported (``policies.names()`` is live)."""
+POLICY_NAMES = registry.default_names()
+"""The policies run by default when this module was imported (``policies.default_names()``)."""
 
 
 TARGET_UTILIZATION = 0.70
@@ -306,25 +306,21 @@ def build_policy(name: str, config: object, required: np.ndarray) -> ScalingPoli
 
 
 def run_one(
-    prepared: PreparedEvaluation, name: str, *, progress: Callable[[float], None] | None = None
+    prepared: PreparedEvaluation,
+    name: str,
+    *,
+    progress: Callable[[float], None] | None = None,
+    quiet: bool = False,
 ) -> RunResult:
-    """Simulate one policy on the prepared scenario.
+    """Simulate one policy on the prepared scenario; ``quiet`` logs its start at DEBUG.
 
     Returns:
         The run's result.
     """
     policy = build_policy(name, prepared.configs[name], prepared.required)
-    logger.info("running %s on %s", name, prepared.trace)
-    # A simulated day holds tens of thousands of decisions; the policies log each at
-    # INFO, as a controller must. Here they show only at DEBUG.
-    decisions = logging.getLogger("gpuscale.scaling")
-    saved = decisions.level
-    if not logging.getLogger().isEnabledFor(logging.DEBUG):
-        decisions.setLevel(logging.WARNING)
-    try:
+    logger.log(logging.DEBUG if quiet else logging.INFO, "running %s on %s", name, prepared.trace)
+    with decisions_at_debug():
         return simulate(prepared.scenario, policy, progress=progress)
-    finally:
-        decisions.setLevel(saved)
 
 
 def run_all(

@@ -282,7 +282,7 @@ class MetricStore:
         window = max(float(signal.window), 1e-9)
         hi = np.searchsorted(ts, times, side="right")
         lo = np.searchsorted(ts, times - window, side="right")
-        first, last = int(lo.min()), int(hi.max())
+        first, last = int(np.min(lo)), int(np.max(hi))
         block = fam.values[first:last][:, columns]
         if getattr(signal, "rate", False):
             return self._rate(block, ts[first:last], lo - first, hi - first)

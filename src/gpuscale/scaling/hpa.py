@@ -42,7 +42,7 @@ from typing import Any, Literal
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import HpaBehavior, check_bounds, hold, reconcile
-from gpuscale.scaling.policy import Decision, Observation, PodStatus, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, PodStatus, State
 
 logger = logging.getLogger(__name__)
 
@@ -353,6 +353,7 @@ class HpaPolicy:
         self.name = name
         self.interval_s = self.config.sync_period_s
         self.history_s = 0.0
+        self.signal_path = PROMETHEUS_QUERY  # prometheus-adapter queries at each sync
         self.signals: Mapping[str, Signal] = MappingProxyType({})
         self.pod_signals: Mapping[str, Signal] = MappingProxyType(
             {self.config.metric: Signal(self.config.metric, aggregation="avg", by=("pod",))}

@@ -12,10 +12,16 @@ runs two loops, both reproduced here:
   ``scale_scaledobjects.go``, ``RequestScale`` and ``scaleToZeroOrIdle``.)
 * Above 0, the HPA KEDA created does the rest every sync period (15 s): an
   External metric with an ``AverageValue`` target equal to the threshold, so
-  ``desired = ceil(value / threshold)`` outside the tolerance, then the same
-  behaviour (300 s down-stabilisation, +4 pods / +100 % per 15 s) as any HPA.
-  That part is ``hpa.external_average_value_replicas`` and
-  ``baseline.reconcile``, not a copy.
+  ``desired = ceil(value / threshold)`` outside the tolerance. KEDA sets
+  ``spec.behavior`` on that HPA only when the ScaledObject gives
+  ``advanced.horizontalPodAutoscalerConfig.behavior``; without it (the default,
+  ``behavior=None``) the controller runs its legacy path (``max(2 x current, 4)``
+  per sync, 300 s downscale stabilisation), ``hpa.reconcile_legacy``; with it,
+  ``baseline.reconcile``. Neither is a copy.
+
+Signal path: KEDA's Prometheus scaler sends the raw query at each poll and each
+HPA sync (``signal_path = PROMETHEUS_QUERY``: no recording rule in between);
+what it reads is as old as the scraped series.
 
 The default query is the workload's total demand, requests in flight plus
 queued. A missing result holds the replicas (our fail-safe rule); note that
@@ -44,8 +50,9 @@ from gpuscale.scaling.hpa import (
     Proposal,
     external_average_value_replicas,
     external_value_replicas,
+    reconcile_legacy,
 )
-from gpuscale.scaling.policy import Decision, Observation, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, State
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +79,10 @@ class KedaConfig:
         metric_type: Trigger ``metricType``: ``AverageValue`` or ``Value``.
         hpa_sync_period_s: Sync period of the HPA KEDA creates.
         tolerance: That HPA's tolerance.
-        behavior: ``advanced.horizontalPodAutoscalerConfig.behavior`` (HPA defaults).
+        behavior: ``advanced.horizontalPodAutoscalerConfig.behavior``; None (the
+            default, as upstream) leaves ``spec.behavior`` out: the legacy path.
+        downscale_stabilization_s: The controller's
+            ``--horizontal-pod-autoscaler-downscale-stabilization`` (legacy path).
 
     Each numeric field's unit is in its ``metadata["unit"]`` (the report prints it);
     the threshold's is that of the default query, requests in flight plus queued.
@@ -89,7 +99,8 @@ class KedaConfig:
     metric_type: Literal["AverageValue", "Value"] = "AverageValue"
     hpa_sync_period_s: float = field(default=15.0, metadata={"unit": "s"})
     tolerance: float = field(default=0.1, metadata={"unit": "fraction"})
-    behavior: HpaBehavior = field(default_factory=HpaBehavior)
+    behavior: HpaBehavior | None = field(default=None, metadata={"unit": ""})
+    downscale_stabilization_s: float = field(default=300.0, metadata={"unit": "s"})
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, fix: str, problem: str = "out of range") -> None:
@@ -109,8 +120,12 @@ class KedaConfig:
         )
         check(0 <= self.tolerance < 1, "tolerance", "use 0..1")
         check(bool(self.terms), "query_signal", "give a Signal", "empty")
+        check(
+            0 <= self.downscale_stabilization_s <= 3600, "downscale_stabilization_s", "use 0..3600"
+        )
         check_bounds("KedaConfig", self.min_replicas, self.max_replicas)
-        self.behavior.validate("KedaConfig.behavior")
+        if self.behavior is not None:
+            self.behavior.validate("KedaConfig.behavior")
 
     @property
     def terms(self) -> tuple[Signal, ...]:
@@ -140,6 +155,7 @@ class KedaPolicy:
         self.name = name
         self.interval_s = min(config.polling_interval_s, config.hpa_sync_period_s)
         self.history_s = self.interval_s
+        self.signal_path = PROMETHEUS_QUERY  # raw PromQL at each poll: no recording rule
         self._keys = tuple(f"query_{i}" for i in range(len(config.terms)))
         self.signals: Mapping[str, Signal] = MappingProxyType(
             dict(zip(self._keys, config.terms, strict=True))
@@ -206,15 +222,25 @@ class KedaPolicy:
         if current > 0 and _due(st, "last_hpa", cfg.hpa_sync_period_s, now):
             st["last_hpa"] = now
             proposal = self._proposal(observation, value)
-            replicas, why, st["hpa"] = reconcile(
-                now,
-                current,
-                proposal.replicas,
-                min_replicas=max(cfg.min_replicas, 1),
-                max_replicas=cfg.max_replicas,
-                behavior=cfg.behavior,
-                state=st.get("hpa", {}),
-            )
+            bounds = {"min_replicas": max(cfg.min_replicas, 1), "max_replicas": cfg.max_replicas}
+            if cfg.behavior is None:
+                replicas, why, st["hpa"] = reconcile_legacy(
+                    now,
+                    current,
+                    proposal.replicas,
+                    **bounds,
+                    downscale_stabilization_s=cfg.downscale_stabilization_s,
+                    state=st.get("hpa", {}),
+                )
+            else:
+                replicas, why, st["hpa"] = reconcile(
+                    now,
+                    current,
+                    proposal.replicas,
+                    **bounds,
+                    behavior=cfg.behavior,
+                    state=st.get("hpa", {}),
+                )
             reason = (
                 f"hpa: value {value:g} vs {cfg.metric_type} {cfg.threshold:g} "
                 f"-> {proposal.replicas} ({proposal.note}); {why}"

@@ -10,8 +10,8 @@ module reproduces the decider (``pkg/autoscaler/scaling/autoscaler.go``,
 
 Signal: the autoscaler scrapes every queue-proxy once a second
 (``scrapeTickInterval``) into 1 s buckets (``BucketSize``), with no Prometheus
-in between. The policy declares that path as ``signal_interval_s`` (1 s) and
-``signal_delay_s`` (0 s) for the engine. Concurrency here is requests in flight
+in between. The policy declares that path as ``signal_path = QUEUE_PROXY`` (sampled
+directly every 1 s, no delay), which the engine honours. Concurrency here is requests in flight
 on the pods plus requests waiting in the queue: the queue-proxy and activator
 count requests they hold, which is what lets Knative scale from zero.
 
@@ -51,7 +51,7 @@ from typing import Any
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_series
-from gpuscale.scaling.policy import Decision, Observation, Series, State
+from gpuscale.scaling.policy import QUEUE_PROXY, Decision, Observation, Series, State
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +165,8 @@ def window_average(points: Series, window_s: float) -> float:
 class KpaPolicy:
     """Knative's KPA decider and reconciler, as a pure ``ScalingPolicy``.
 
-    ``signal_interval_s`` and ``signal_delay_s`` declare the concurrency path: the
-    engine should sample ``signals`` every second, undelayed, not through the
-    Prometheus scrape and rule delay it gives the other baselines.
+    ``signal_path`` (``QUEUE_PROXY``) declares the concurrency path: the engine
+    samples the summed ``signals`` every second, undelayed, not through Prometheus.
 
     State keys: ``created_at``; the decider's ``panic_time`` (seconds or None) and
     ``max_panic_pods``; the PodAutoscaler's ``active`` (``activating``, ``active``
@@ -180,8 +179,7 @@ class KpaPolicy:
         self.name = name
         self.interval_s = self.config.tick_interval_s
         self.history_s = self.config.stable_window_s
-        self.signal_interval_s = SCRAPE_INTERVAL_S
-        self.signal_delay_s = 0.0
+        self.signal_path = QUEUE_PROXY
         signals = {"concurrency": Signal(self.config.metric, aggregation="sum")}
         if self.config.queue_metric is not None:
             signals["queue"] = Signal(self.config.queue_metric, aggregation="sum")

@@ -1,15 +1,21 @@
-"""An oracle that knows the future demand: the lower bound every policy is measured against.
+"""A hindsight oracle: knows the demand and each pod's cold start in advance.
 
-A replica requested at ``t`` serves from ``t + lead_s`` (cold start, plus node
-provisioning when the cluster must grow), and the next decision comes at
-``t + interval_s``. So the fewest replicas that meet the SLO without ever
-being caught short is the most needed over ``[t, t + lead_s + interval_s)``:
-scale-up requests land exactly ``lead_s`` before the need. A replica released
-now and wanted again later costs its termination grace plus a new cold start
-in GPU time that serves nothing, so the oracle keeps a replica through any dip
-shorter than that break-even (``hold_s``) and releases it otherwise. The simulator computes
-``required_per_s`` (``sim.serving.required_replicas``); the oracle reads no
-telemetry, so unhealthy data does not affect it.
+It is the reference every policy's GPU-hours are divided by. A replica requested
+at ``t`` serves from ``t`` plus its own cold start (the ``k``-th pod created takes
+the ``k``-th draw of the cluster's cold-start stream, ``cold_starts_s``), plus node
+provisioning when the standing nodes are full; the next decision comes at
+``t + interval_s``. So the oracle asks for the ``j``-th extra replica exactly when
+the requirement over ``[t, t + interval_s + its lead)`` reaches the current count
+plus ``j``: each replica is Ready when it is needed and not before. A replica
+released now and wanted again later costs its termination grace plus a new cold
+start in GPU time that serves nothing, so the oracle keeps a replica through any
+dip shorter than that break-even (``hold_s``) and releases it otherwise.
+
+The requirement is ``required_per_s`` (``sim.serving.required_replicas``, a
+queueing estimate), raised by ``margin`` and widened by ``slack_s`` on both sides;
+``evaluate.oracle_search`` searches those two until the simulated attainment
+meets the target. The result is the best plan found in hindsight, not a proven
+lower bound. The oracle reads no telemetry, so unhealthy data does not affect it.
 """
 
 import logging
@@ -17,6 +23,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+import numpy as np
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
@@ -42,6 +50,9 @@ class OracleConfig:
     fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
     node_size: int = field(default=1, metadata={"unit": "replicas per node"})
     node_keep_s: float = field(default=0.0, metadata={"unit": "s"})
+    margin: float = field(default=0.0, metadata={"unit": "fraction of the requirement"})
+    slack_s: float = field(default=0.0, metadata={"unit": "s"})
+    cold_starts_s: tuple[float, ...] = field(default=(), metadata={"unit": "s per pod"})
 
 
 class OraclePolicy:
@@ -61,6 +72,13 @@ class OraclePolicy:
         node_size: Replicas per node.
         node_keep_s: An idle node is removed after this long; until then the replicas it
             held fit again without provisioning.
+        margin: Plans for ``ceil(required x (1 + margin))`` replicas (a negative margin
+            plans for fewer than the requirement).
+        slack_s: Widens the planning window by this much on both sides: replicas come
+            ``slack_s`` earlier and stay ``slack_s`` longer.
+        cold_starts_s: Cold start of each pod in creation order (pod uid - 1), as the
+            cluster will draw them (``sim.coldstart.pod_cold_starts``); a pod past the
+            end, or every pod when empty, is planned with ``lead_s``.
         name: Policy name in results.
     """
 
@@ -76,6 +94,9 @@ class OraclePolicy:
         fast_capacity: int | None = None,
         node_size: int = 1,
         node_keep_s: float = 0.0,
+        margin: float = 0.0,
+        slack_s: float = 0.0,
+        cold_starts_s: Sequence[float] = (),
         name: str = "oracle",
     ) -> None:
         required = tuple(int(r) for r in required_per_s)
@@ -91,18 +112,33 @@ class OraclePolicy:
             ("lead_s", lead_s, lead_s >= 0),
             ("hold_s", hold_s, hold_s >= 0),
             ("node_lead_s", node_lead_s, node_lead_s >= 0),
+            ("slack_s", slack_s, slack_s >= 0),
         ):
             require(ok, f"{where}{key}={value!r}", "out of range", "use 0 or more seconds")
+        require(margin > -1.0, f"{where}margin={margin!r}", "out of range", "use more than -1")
         require(
             interval_s > 0,
             f"{where}interval_s={interval_s!r}",
             "out of range",
             "use a period > 0 s",
         )
+        colds = tuple(float(c) for c in cold_starts_s)
+        require(
+            all(c >= 0 for c in colds),
+            f"{where}cold_starts_s",
+            "has a negative time",
+            "give each pod's cold start in seconds >= 0",
+        )
+        planned = np.ceil(np.asarray(required, dtype=float) * (1.0 + margin) - 1e-9)
         if max_replicas is None:
-            max_replicas = max(1, min_replicas, *required)
+            max_replicas = max(1, min_replicas, int(planned.max()))
         check_bounds("OraclePolicy", min_replicas, max_replicas)
         self.required = required
+        self._planned = planned.astype(np.int64)
+        self.margin = margin
+        self.slack_s = slack_s
+        self.cold_starts_s = colds
+        self._cold_array = np.asarray(colds, dtype=float)
         self.lead_s = lead_s
         self.hold_s = hold_s
         self.node_lead_s = node_lead_s
@@ -137,55 +173,131 @@ class OraclePolicy:
             fast_capacity=config.fast_capacity,
             node_size=config.node_size,
             node_keep_s=config.node_keep_s,
+            margin=config.margin,
+            slack_s=config.slack_s,
+            cold_starts_s=config.cold_starts_s,
             name=name,
         )
 
-    def needed(self, now: float, extra_s: float = 0.0) -> int:
-        """Most replicas required in ``[now, now + lead_s + interval_s + extra_s)``.
+    def _window_max(self, now: float, horizons: np.ndarray) -> np.ndarray:
+        """Most replicas planned over ``[now - slack_s, now + h + slack_s)`` for each ``h``.
 
-        Past the end of ``required_per_s`` the last value holds.
+        Past the end of the requirement the last value holds.
+        """
+        plan = self._planned
+        start = max(0, math.floor(now - self.slack_s))
+        ends = np.maximum(start + 1, np.ceil(now + horizons + self.slack_s)).astype(np.int64)
+        if start >= plan.size:
+            return np.full(horizons.shape, int(plan[-1]), dtype=np.int64)
+        stop = int(np.max(ends))
+        running = np.maximum.accumulate(plan[start:stop])
+        return np.asarray(running[np.minimum(ends - start, running.size) - 1], dtype=np.int64)
+
+    def needed(self, now: float, extra_s: float = 0.0) -> int:
+        """Most replicas planned in ``[now, now + lead_s + interval_s + extra_s)``.
+
+        The window is widened by ``slack_s`` on both sides; past the end of
+        ``required_per_s`` the last value holds.
 
         Returns:
             Replicas.
         """
-        start = max(0, math.floor(now))
-        end = max(start + 1, math.ceil(now + self.lead_s + self.interval_s + extra_s))
-        if start >= len(self.required):
-            return self.required[-1]
-        return max(self.required[start:end])
+        horizon = np.array([self.lead_s + self.interval_s + extra_s])
+        return int(self._window_max(now, horizon)[0])
 
-    def _capacity(self, now: float, recent: list[list[float]]) -> int | None:
-        """Replicas that fit without waiting for a node: standing nodes plus recent ones."""
-        if self.fast_capacity is None:
-            return None
-        held = max((r for t, r in recent if now - t <= self.node_keep_s), default=0.0)
-        nodes = math.ceil(held / self.node_size)
-        return max(self.fast_capacity, nodes * self.node_size)
+    def cold_start(self, k: int) -> float:
+        """The cold start the ``k``-th pod created (0-based) will take, seconds."""
+        return float(self._colds(np.array([k]))[0])
+
+    def _colds(self, index: np.ndarray) -> np.ndarray:
+        known = self._cold_array
+        if known.size == 0:
+            return np.full(index.shape, self.lead_s)
+        inside = (index >= 0) & (index < known.size)
+        return np.where(inside, known[np.clip(index, 0, known.size - 1)], self.lead_s)
+
+    def _node_waits(self, now: float, recent: list[list[float]], slots: np.ndarray) -> np.ndarray:
+        """Seconds a pod filling each slot (1-based replica count) would wait for a node.
+
+        Slots on the standing nodes wait nothing; slots on nodes that recent requests
+        brought up wait until those nodes join, while the nodes stay up for a further
+        ``node_lead_s`` past the next decision (idle nodes go ``node_keep_s`` after
+        their pods, so a pod deferred past that asks for a new node in time); the rest
+        wait a node's provisioning.
+        """
+        if self.node_lead_s <= 0 or self.fast_capacity is None:
+            return np.zeros(slots.shape)
+        wait = np.where(slots > self.fast_capacity, self.node_lead_s, 0.0)
+        for last, held, ready_at in recent:
+            if now + self.interval_s + self.node_lead_s - last > self.node_keep_s:
+                continue  # gone within a provisioning: a pod deferred past it asks for one
+            covered = slots <= math.ceil(held / self.node_size) * self.node_size
+            wait = np.where(covered, np.minimum(wait, max(0.0, ready_at - now)), wait)
+        return wait
+
+    def _created(self, observation: Observation, state: State) -> int:
+        """Pods the cluster has created so far: the index of the next pod's cold start.
+
+        The oracle counts the pods it asked for; pods it did not ask for (the
+        ReplicaSet replacing a failed one) show as pods created since its last look.
+        """
+        pods = observation.target.pods
+        last = state.get("at")
+        if last is None:
+            return len(pods)
+        since = sum(1 for p in pods if float(last) < p.created_at <= observation.now)
+        return int(state.get("created", 0)) + since
+
+    def _recent(self, now: float, desired: int, state: State) -> list[list[float]]:
+        """Node memory: ``[last held, replicas, nodes ready at]`` of recent requests.
+
+        A level still held is refreshed; one idle for ``node_keep_s`` is forgotten (its
+        nodes are gone). At the first decision the current pods' nodes are up.
+        """
+        if self.node_lead_s <= 0 or self.fast_capacity is None:
+            return []
+        if "recent" not in state:
+            return [[now, float(desired), now]]
+        out = []
+        for t, held, ready_at in state["recent"]:
+            last = now if held <= desired else t
+            if now - last <= self.node_keep_s:
+                out.append([last, held, ready_at])
+        return out
 
     def decide(self, observation: Observation, state: State) -> Decision:
-        """Look ahead and ask for what will be needed.
+        """Ask now for every replica whose own lead would make it late at the next decision.
+
+        Slot ``j`` (the ``j``-th replica) is wanted when the plan over ``[now, now +
+        interval_s + lead_j)`` reaches ``j``; ``lead_j`` is the cold start of the pod
+        that would fill it (the next ones created, in order) plus its node wait. A
+        replica needed again within ``hold_s`` is kept.
 
         Returns:
-            The clamped look-ahead requirement, and the recent requests (which tell
-            which nodes are still up).
+            The clamped replicas, and the state: pods created so far, the decision time
+            and the node memory.
         """
         now = observation.now
-        recent = [list(p) for p in state.get("recent", []) if now - p[0] <= self.node_keep_s]
-        need = self.needed(now)
-        capacity = self._capacity(now, recent)
-        if self.node_lead_s > 0:
-            # Replicas beyond the nodes that are up wait for a node too: ask that much earlier.
-            far = self.needed(now, self.node_lead_s)
-            if capacity is None or far > capacity:
-                need = max(need, far)
+        desired = observation.target.desired
+        created = self._created(observation, state)
+        recent = self._recent(now, desired, state)
+        slots = np.arange(1, self.max_replicas + 1)
+        index = created + np.maximum(slots - desired - 1, 0)
+        leads = self._colds(index) + self._node_waits(now, recent, slots) + self.interval_s
+        wanted = self._window_max(now, leads) >= slots
+        need = int(np.max(slots[wanted])) if wanted.any() else 0
         # Never grow on the longer horizon, only decline to shrink across short dips.
-        keep = min(observation.target.desired, self.needed(now, self.hold_s))
+        keep = min(desired, self.needed(now, self.hold_s))
         replicas = clamp(max(need, keep), self.min_replicas, self.max_replicas)
-        horizon = self.lead_s + self.interval_s
-        reason = f"max required over next {horizon:g} s is {need}"
+        reason = f"{need} replicas are due within their own lead (next cold start "
+        reason += f"{self.cold_start(created):.0f} s)"
         if keep > need:
             reason += f"; keeping {keep}: needed again within {self.hold_s:g} s"
-        logger.info("%s: %d -> %d: %s", self.name, observation.target.desired, replicas, reason)
-        if self.node_keep_s > 0 and (not recent or recent[-1][1] != replicas):
-            recent.append([now, float(replicas)])
-        return Decision(replicas, reason, {"recent": recent} if self.node_keep_s > 0 else {})
+        logger.info("%s: %d -> %d: %s", self.name, desired, replicas, reason)
+        if recent and replicas > desired:
+            recent.append([now, float(replicas), now + self.node_lead_s])
+        live = len(observation.target.pods)
+        out: dict[str, object] = {"created": created + max(0, replicas - live), "at": now}
+        if recent:
+            out["recent"] = recent
+        return Decision(replicas, reason, out)

@@ -8,7 +8,7 @@ what lets a policy proven in the simulator run unchanged in production.
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gpuscale.metrics.signal import Signal
 
@@ -58,6 +58,53 @@ class TargetStatus:
 
 Series = tuple[tuple[float, float], ...]
 """(time seconds, value) points, oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalPath:
+    """How a controller's signals reach it, and so how old they are when it decides.
+
+    A policy declares its path as an optional ``signal_path`` attribute (read with
+    ``signal_path_of``); the simulator and the live controller honour it.
+
+    Attributes:
+        source: ``prometheus``: the series Prometheus scraped (dcgm-exporter's
+            fields, collected every ``collect_interval_s`` and scraped every
+            ``scrape_interval_s``; the pods' serving metrics, scraped). ``direct``:
+            the controller samples the pods' serving totals (requests in flight and
+            queued) itself every ``interval_s``, as Knative's autoscaler scrapes
+            queue-proxy, with no Prometheus in between.
+        interval_s: ``direct`` only: the sampling period, seconds.
+        delay_s: The policy evaluates its signals this far in the past, seconds: a
+            recording rule's evaluation delay; 0 for a query at decision time.
+    """
+
+    source: Literal["prometheus", "direct"] = "prometheus"
+    interval_s: float = 1.0
+    delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.source not in ("prometheus", "direct"):
+            raise ValueError(f"SignalPath.source must be prometheus or direct, got {self.source!r}")
+        if not (self.interval_s > 0 and self.delay_s >= 0):
+            raise ValueError("SignalPath: interval_s must be > 0 and delay_s >= 0")
+
+
+PROMETHEUS_QUERY = SignalPath("prometheus", delay_s=0.0)
+"""An instant PromQL query at decision time: prometheus-adapter at each HPA sync, KEDA's poll."""
+
+QUEUE_PROXY = SignalPath("direct", interval_s=1.0, delay_s=0.0)
+"""Knative's autoscaler scraping every queue-proxy each second (``scrapeTickInterval``)."""
+
+
+def signal_path_of(policy: object, default: SignalPath) -> SignalPath:
+    """The signal path a policy declares, or ``default`` when it declares none.
+
+    Returns:
+        The policy's ``signal_path`` attribute when it is a ``SignalPath``, else ``default``.
+    """
+    path = getattr(policy, "signal_path", None)
+    return path if isinstance(path, SignalPath) else default
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +163,9 @@ class ScalingPolicy(Protocol):
         pod_signals: Per-pod signals (grouped by ``pod``), by the key it expects in ``pod_metrics``.
         min_replicas: Lower bound of every decision.
         max_replicas: Upper bound of every decision.
+
+    A policy may also declare ``signal_path`` (a ``SignalPath``); one that does not
+    reads Prometheus through a recording rule, at the caller's default delay.
     """
 
     name: str

@@ -16,7 +16,11 @@ bad one. This module reproduces the delays a GPU deployment sees:
   ReplicaSet deletes pods in Kubernetes' order: unscheduled, then not Ready, then
   the most recently Ready.
 
-All randomness comes from one seeded generator, so a seed fixes the pod timeline.
+All randomness comes from the seed, so a seed fixes the pod timeline. The
+``k``-th pod created takes the ``k``-th draw of a cold-start stream fixed by the
+seed alone (``coldstart.ColdStartStream``; ``coldstart.pod_cold_starts`` reads
+it in advance), so a hindsight planner knows each pod's cold start before asking for it.
+A crashed pod's restart draws from a second stream and does not shift the first.
 """
 
 import heapq
@@ -28,7 +32,7 @@ import numpy as np
 
 from gpuscale.errors import ConfigError, check_ranges
 from gpuscale.scaling.policy import PodStatus, TargetStatus
-from gpuscale.sim.coldstart import ColdStart
+from gpuscale.sim.coldstart import ColdStart, ColdStartStream
 
 logger = logging.getLogger(__name__)
 
@@ -133,13 +137,14 @@ class Cluster:
 
     Args:
         config: The node pool.
-        seed: Seeds cold-start draws.
+        seed: Seeds cold-start draws (see ``coldstart.pod_cold_starts``).
         spare_gpus: Extra device indices reserved for replaced GPUs.
     """
 
     def __init__(self, config: ClusterConfig, *, seed: int = 0, spare_gpus: int = 0) -> None:
         self.config = config
-        self._rng = np.random.default_rng(seed)
+        self._cold = ColdStartStream(config.cold_start, seed)
+        self._restart_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))
         g = config.gpus_per_node
         self.n_slots = config.max_gpus
         self.slot_pod = np.full(self.n_slots, -1, dtype=np.int64)
@@ -280,11 +285,9 @@ class Cluster:
         for pod, slot in zip(started, free, strict=False):
             self._bind(pod, slot)
             pod.state = STARTING
-        if started:
-            draws = self.config.cold_start.sample(self._rng, len(started))
-            for pod, cold in zip(started, draws, strict=True):
-                pod.due = now + float(cold)
-                self._push(pod.due, 0, pod.uid)
+        for pod in started:  # the k-th pod created takes the stream's k-th draw
+            pod.due = now + self._cold.draw(pod.uid - 1)
+            self._push(pod.due, 0, pod.uid)
         waiting = len(pending) - len(started)
         if waiting > 0:
             self._provision(waiting, now)
@@ -353,7 +356,7 @@ class Cluster:
         if pod.state not in (STARTING, READY):
             return
         pod.state, pod.ready_at = STARTING, None
-        pod.due = now + float(self.config.cold_start.sample(self._rng, 1)[0])
+        pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
         self.version += 1
 

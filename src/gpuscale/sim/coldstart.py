@@ -89,3 +89,65 @@ class ColdStart:
         """Mean cold start, seconds."""
         q = np.asarray(self.quantiles_s, dtype=float)
         return float(0.5 * (q[1:] + q[:-1]).mean()) + self.extra_s
+
+
+class ColdStartStream:
+    """The cold starts of a cluster's pods, in the order the pods are created.
+
+    The ``k``-th pod a cluster creates (0-based) takes the ``k``-th draw, whenever
+    it is scheduled; a pod that never cold-starts (Ready from the start, or deleted
+    while Pending) leaves its draw unused. So the draws are fixed by the seed alone,
+    not by what a policy does, and anyone holding the seed can read them in advance
+    (``draws``): the hindsight oracle does. Draws are made in blocks from one
+    generator; a block boundary does not change them.
+
+    Args:
+        cold_start: The distribution.
+        seed: Seed of the stream.
+    """
+
+    def __init__(self, cold_start: ColdStart, seed: int) -> None:
+        self.cold_start = cold_start
+        self._rng = np.random.default_rng(seed)
+        self._drawn = np.zeros(0)
+
+    def draws(self, n: int) -> np.ndarray:
+        """The first ``n`` draws, seconds.
+
+        Returns:
+            A copy; the stream is unchanged by reading it.
+        """
+        if n > self._drawn.size:
+            more = max(n - self._drawn.size, 64, self._drawn.size)
+            self._drawn = np.concatenate([self._drawn, self.cold_start.sample(self._rng, more)])
+        return self._drawn[:n].copy()
+
+    def draw(self, k: int) -> float:
+        """The cold start of the ``k``-th pod created (0-based), seconds."""
+        if k >= self._drawn.size:
+            self.draws(k + 1)
+        return float(self._drawn[k])
+
+
+def cluster_seed(run_seed: int) -> int:
+    """The seed ``sim.engine.simulate`` gives the cluster of a run seeded ``run_seed``.
+
+    It mirrors the engine's own derivation; tests/unit/scaling/test_oracle.py checks
+    that the pods of a simulated run take exactly these draws.
+
+    Returns:
+        The first of the run seed's three spawned streams, as an integer.
+    """
+    return int(np.random.SeedSequence(run_seed).spawn(3)[0].generate_state(1)[0])
+
+
+def pod_cold_starts(cold_start: ColdStart, run_seed: int, n: int) -> np.ndarray:
+    """The cold starts of the first ``n`` pods that a run seeded ``run_seed`` creates.
+
+    The initial replicas are the first pods (they start Ready and leave their draws
+    unused); every pod created later takes its own draw when it is scheduled.
+
+    Returns:
+        Seconds, indexed by creation order (pod uid - 1).
+    """
+    return ColdStartStream(cold_start, cluster_seed(run_seed)).draws(n)

@@ -57,7 +57,11 @@ class DesRun:
         return self.within_slo / self.requests if self.requests else 1.0
 
 
-def _work_per_request(rng: np.random.Generator, mean: FloatArray, service_scv: float) -> FloatArray:
+def _work_per_request(
+    rng: np.random.Generator, mean: FloatArray, service_scv: float, work_q: FloatArray | None
+) -> FloatArray:
+    if work_q is not None:  # the measured shape: one equal-probability point per request
+        return np.asarray(mean * work_q[rng.integers(0, work_q.size, mean.size)], dtype=float)
     if service_scv <= 0.0:
         return mean.copy()
     shape = 1.0 / service_scv
@@ -84,7 +88,9 @@ def simulate_requests(
         timeout_s: A request that would wait longer is dropped.
         speed: Work each replica does per second, reference-GPU seconds.
         slots: Requests a replica serves at once, each at ``speed / slots``.
-        service_scv: Squared coefficient of variation of work per request (gamma).
+        service_scv: Squared coefficient of variation of work per request (gamma),
+            used when the workload has no ``profile``; with one, work is drawn from
+            its measured shape (``profile.work_q``).
         seed: Seeds arrival times and work.
 
     Returns:
@@ -99,7 +105,8 @@ def simulate_requests(
     second = np.floor(arrival).astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = np.where(a > 0, workload.work_s / a, 0.0)[second]
-    service = _work_per_request(rng, mean, service_scv) * slots / speed
+    work_q = workload.profile.work_q if workload.profile is not None else None
+    service = _work_per_request(rng, mean, service_scv, work_q) * slots / speed
     servers = [0.0] * max(replicas * slots, 0)
     latency = np.empty(arrival.size)
     served = np.zeros(arrival.size, dtype=bool)

@@ -4,12 +4,16 @@
 applies due events (nodes join, pods become Ready or free their GPU), faults
 fall due, and the deployment's fluid queue serves that second's demand with the
 Ready replicas' capacity; a pod that leaves Ready drains or has its requests
-retried (``fluid.FluidQueue``). Every scrape interval the GPU physics advances
-over the interval's load and its telemetry, with the serving metrics, is written
-into the in-process metric store. Every ``policy.interval_s`` the policy gets an
-``Observation`` built only from that store, evaluated ``rule_delay_s`` in the
-past, and from the deployment's status, never from the simulator's state; its
-decision, clamped to its bounds, becomes ``spec.replicas``. The run ends by
+retried (``fluid.FluidQueue``). Every collect interval the GPU physics advances
+over the interval's serving state (``scrape.Telemetry``); every scrape interval
+the last collected DCGM fields and the serving metrics are written into the
+in-process metric store. Every ``policy.interval_s`` the policy gets an
+``Observation`` (``scaling.observe.observe``) built only from its signal source
+and the deployment's status, never from the simulator's state: the metric store
+for a policy on the Prometheus path, evaluated its declared ``delay_s`` in the
+past (``rule_delay_s`` when it declares no path), or a ring of per-second
+serving totals for one on the direct path (Knative's); its decision, clamped to
+its bounds, becomes ``spec.replicas``. The run ends by
 checking that every arrival was counted once (``outcome.check_conservation``).
 
 Costs per simulated second are a few scalar updates; per-GPU work is numpy and
@@ -25,15 +29,20 @@ from typing import Any
 import numpy as np
 
 from gpuscale.errors import ConfigError, check_ranges
+from gpuscale.metrics.ring import SecondTotals
+from gpuscale.metrics.signal import MetricsSource
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
-from gpuscale.scaling.policy import Observation, ScalingPolicy, Series
+from gpuscale.scaling.observe import observe
+from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
 from gpuscale.sim.cluster import READY, STARTING, TERMINATING, Cluster, ClusterConfig, Pod
 from gpuscale.sim.faults import FaultInjector, SimFault
 from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
-from gpuscale.sim.latency import LATENCY_EDGES_S, summarise_latency
+from gpuscale.sim.latency import LATENCY_EDGES_S
 from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
-from gpuscale.sim.series import SeriesWriter
-from gpuscale.sim.serving import ServingConfig, relative_speed
+from gpuscale.sim.scrape import Telemetry
+from gpuscale.sim.series import IN_FLIGHT, QUEUE, SeriesWriter
+from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, service_scv
+from gpuscale.sim.summary import summarise_run
 from gpuscale.sim.workload import Workload
 from gpuscale.telemetry.physics import FleetPhysics, gpu_model
 
@@ -53,9 +62,15 @@ class Scenario:
         seed: Seeds cold starts, fault targets, GPU variation and identities.
         initial_replicas: Ready replicas at the start (a warmed-up deployment).
         faults: Faults to inject.
-        scrape_interval_s: Telemetry sampling period, seconds.
-        rule_delay_s: Policies evaluate their signals this far in the past (rule evaluation).
+        scrape_interval_s: Prometheus' scrape period, seconds.
+        rule_delay_s: A policy that declares no ``signal_path`` evaluates its signals
+            this far in the past (a recording rule's evaluation), seconds.
         record_interval_s: Timeline row length, seconds.
+        collect_interval_s: dcgm-exporter's collect period (``-c``, default 30 s):
+            the GPU physics advances and the DCGM fields change only then, seconds.
+        collect_offset_s: When the first periodic collect falls (one also runs at
+            0 s), seconds; 7 s makes the age of the DCGM fields at a scrape average
+            about 15 s, as with a collect phase unrelated to the scrape's.
     """
 
     workload: Workload
@@ -69,6 +84,8 @@ class Scenario:
     scrape_interval_s: float = 15.0
     rule_delay_s: float = 15.0
     record_interval_s: float = 10.0
+    collect_interval_s: float = 30.0
+    collect_offset_s: float = 7.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -78,6 +95,8 @@ class Scenario:
             "scrape_interval_s": self.scrape_interval_s >= 1,
             "rule_delay_s": self.rule_delay_s >= 0,
             "record_interval_s": self.record_interval_s >= 1,
+            "collect_interval_s": self.collect_interval_s >= 1,
+            "collect_offset_s": self.collect_offset_s >= 0,
         }
         check_ranges(
             "scenario",
@@ -85,17 +104,6 @@ class Scenario:
             checks,
             "times must be positive (intervals >= 1 s) and replicas fit the cluster",
         )
-
-
-def _merge(results: list[Any]) -> Series:
-    """One series from a query's results: itself, or the sum of several at equal times."""
-    if len(results) == 1:
-        return tuple(results[0].points)
-    totals: dict[float, float] = {}
-    for res in results:
-        for t, v in res.points:
-            totals[t] = totals.get(t, 0.0) + v
-    return tuple(sorted(totals.items()))
 
 
 class _Run:
@@ -111,23 +119,28 @@ class _Run:
         self.physics = FleetPhysics(
             [model] * self.cluster.n_devices, seed=int(seeds[1].generate_state(1)[0])
         )
+        self.path = signal_path_of(policy, SignalPath(delay_s=scenario.rule_delay_s))
         windows = [s.window for s in (*policy.signals.values(), *policy.pod_signals.values())]
-        retention = (
-            policy.history_s + max(windows, default=0.0) + scenario.rule_delay_s + LOOKBACK_S
-        )
+        retention = policy.history_s + max(windows, default=0.0) + self.path.delay_s + LOOKBACK_S
         self.store = MetricStore(retention_s=retention + 4 * scenario.scrape_interval_s)
         self.writer = SeriesWriter(self.store, self.cluster, model.name, scenario.seed)
+        self.ring: SecondTotals | None = None
+        self.source: MetricsSource = self.store
+        self.step_s = scenario.scrape_interval_s
+        if self.path.source == "direct":  # sampled by the controller itself (Knative)
+            keep = policy.history_s + self.path.delay_s + 2 * self.path.interval_s
+            self.ring = SecondTotals((IN_FLIGHT, QUEUE), int(keep) + 2)
+            self.source, self.step_s = self.ring, self.path.interval_s
         serving = scenario.serving
         self.queue = FluidQueue(
             timeout_s=scenario.timeout_s,
-            service_scv=serving.service_scv,
+            service_scv=service_scv(serving, scenario.workload),
             arrival_scv=residual_arrival_scv(scenario.workload),
         )
         self.faults = FaultInjector(scenario.faults, int(seeds[2].generate_state(1)[0]))
         self.model_speed = relative_speed(cfg.gpu_model, serving.reference_model)
-        self.slots = serving.slots_per_replica
+        self.slots = replica_slots(serving, cfg.gpu_model, scenario.workload)
         self.state: dict[str, Any] = {}
-        self._names: tuple[int, set[str]] = (-1, set())
         self.scale_events = 0
         self._cap_version = -1
         self._cap_dirty = True
@@ -139,19 +152,14 @@ class _Run:
         self._ready_uids = np.zeros(0, dtype=np.int64)
         self._loading = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
         self._stopping = np.zeros(0, dtype=np.int64)
-        self._busy_acc = 0.0  # busy fraction-seconds of each Ready GPU since the last flush
-        self._done_acc = 0.0
-        self._load = np.zeros(self.cluster.n_devices)
+        self.tel = Telemetry(
+            self.cluster, self.physics, self.writer, serving, scenario.workload, self.slots
+        )
         self._drain_dev: dict[int, int] = {}  # pod uid -> device, of each pod drained
 
     # ----------------------------------------------------------------- capacity
     def _flush(self) -> None:
-        if self._ready_devs.size:
-            self._load[self._ready_devs] += self._busy_acc
-            self.writer.add_completions(
-                self._ready_slots, self._ready_uids, self._shares, self._done_acc
-            )
-        self._busy_acc = self._done_acc = 0.0
+        self.tel.flush(self._ready_devs, self._ready_slots, self._ready_uids, self._shares)
 
     def _sync_pods(self, t: int) -> None:
         """A deleted pod drains its share of the requests in service; a failed one's retry.
@@ -207,7 +215,7 @@ class _Run:
         up = speed > 0
         self.servers = int(up.sum()) * self.slots
         self.capacity = total
-        base = self.sc.serving.service_scv
+        base = service_scv(self.sc.serving, self.sc.workload)
         if up.sum() > 1:  # a mix of speeds widens service times
             s = speed[up]
             mix = float((1.0 / s).sum() * s.sum()) / float(s.size) ** 2
@@ -217,47 +225,22 @@ class _Run:
         self._cap_version, self._cap_dirty = c.version, False
 
     # ----------------------------------------------------------------- telemetry
-    def _scrape(self, t: float, dt: float) -> None:
+    def _telemetry(self, t: float, collect: bool, scrape: bool) -> None:
+        """dcgm-exporter's collect and/or Prometheus' scrape at ``t`` (``scrape.Telemetry``)."""
         self._flush()
-        serving = self.sc.serving
-        load = self._load / dt if dt > 0 else self._load
         per_pod = self.queue.busy / len(self.ready) if self.ready else 0.0
-        working = np.zeros(self.cluster.n_devices)
-        working[self._stopping] = serving.model_bytes
-        working[self._ready_devs] = serving.model_bytes + serving.kv_bytes_per_request * per_pod
-        devs, due, span = self._loading  # loading pods: the model fills the GPU as it loads
-        with np.errstate(invalid="ignore"):
-            done = np.clip(1.0 - (due - t) / np.maximum(span, 1.0), 0.0, 1.0)
-        working[devs] = serving.model_bytes * np.nan_to_num(done, nan=0.0)
-        self.physics.step(dt, np.clip(load, 0.0, 1.0), working)
-        self.physics.drain_xid_events()
-        self.writer.write(t, self.physics.fields(), per_pod, self.queue.waiting)
-        self._load[:] = 0.0
-        self._cap_dirty = True
+        if collect:
+            self.tel.collect(t, self._ready_devs, self._stopping, self._loading, per_pod)
+            self._cap_dirty = True  # clocks (capacity) change with the physics
+        if scrape:
+            self.tel.scrape(t, per_pod, self.queue.waiting)
 
     # ----------------------------------------------------------------- decisions
     def _observe(self, t: float) -> Observation:
-        at = t - self.sc.rule_delay_s
-        target = self.cluster.status()
-        if self.policy.pod_signals and self._names[0] != self.cluster.version:
-            self._names = (self.cluster.version, {p.name for p in target.pods})
-        names = self._names[1]
-        pod_metrics: dict[str, dict[str, float]] = {}
-        for key, sig in self.policy.pod_signals.items():
-            values = pod_metrics.setdefault(key, {})
-            for res in self.store.instant(sig, at):
-                pod = res.labels.get("pod")
-                if pod in names and res.points:
-                    values[pod] = res.points[-1][1]
-        series: dict[str, Series] = {}
-        hist = self.policy.history_s
-        for key, sig in self.policy.signals.items():
-            if hist > 0:
-                found = self.store.range(sig, at - hist, at, self.sc.scrape_interval_s)
-            else:
-                found = self.store.instant(sig, at)
-            series[key] = _merge(found) if found else ()
-        return Observation(t, target, pod_metrics, series, healthy=at >= 0.0)
+        status = self.cluster.status()
+        return observe(
+            self.source, self.policy, status, t, delay_s=self.path.delay_s, step_s=self.step_s
+        )
 
     def _decide(self, t: float) -> None:
         obs = self._observe(t)
@@ -278,8 +261,10 @@ class _Run:
         self.cluster.start(sc.initial_replicas, 0.0)
         ready_n, held_n, busy, cap = (np.zeros(n) for _ in range(4))
         desired = np.zeros(n)
-        next_scrape, last_scrape = 0.0, -sc.scrape_interval_s
-        next_decision = 0.0
+        next_scrape = next_collect = next_sample = next_decision = 0.0
+        collect_s, sample_s = sc.collect_interval_s, self.path.interval_s
+        ring, tel = self.ring, self.tel
+        occupancy, drain_seq = tel.occupancy, tel.drain_seq
         tick = max(n // 100, 1)
         queue, cluster = self.queue, self.cluster
         drains, drained = queue.drains, queue.drained
@@ -288,23 +273,30 @@ class _Run:
                 cluster.advance(t)
             if t >= self.faults.next_due():
                 self.faults.step(t, cluster, self.physics)
-            if t >= next_scrape:
+            if t >= next_scrape or t >= next_collect:
                 if self._cap_dirty or cluster.version != self._cap_version:
                     self._refresh_capacity(t)
-                self._scrape(float(t), t - last_scrape)
-                last_scrape, next_scrape = t, next_scrape + sc.scrape_interval_s
+                collect, scrape = t >= next_collect, t >= next_scrape
+                self._telemetry(float(t), collect, scrape)
+                if collect:  # at 0 s, then at the offset and every interval after it
+                    periods = math.floor((t - sc.collect_offset_s) / collect_s) + 1
+                    next_collect = sc.collect_offset_s + collect_s * max(periods, 0)
+                if scrape:
+                    next_scrape += sc.scrape_interval_s
+            if ring is not None and t >= next_sample:  # the controller's own 1 s scrape
+                ring.record(t, (queue.busy, queue.waiting))
+                next_sample += sample_s
             if t >= next_decision:
                 self._decide(float(t))
                 next_decision += self.policy.interval_s
             if self._cap_dirty or cluster.version != self._cap_version:
                 self._refresh_capacity(t)
             queue.step(t, arrivals[t], work[t], self.servers, self.capacity)
-            if self.servers:
-                self._busy_acc += queue.busy / self.servers
-                self._done_acc += queue.last_departures
+            occupancy.append(queue.busy / self.servers if self.servers else 0.0)
+            tel.done += queue.last_departures
             busy[t] = (queue.busy + queue.draining) / self.slots
             for uid, d in drains.items():  # a draining pod's GPU is busy too
-                self._load[self._drain_dev[uid]] += d.requests / self.slots
+                drain_seq[self._drain_dev[uid]] += d.requests
             while drained:  # a drained pod frees its GPU
                 cluster.release(drained.pop(0), t + 1.0)
             ready_n[t], held_n[t], cap[t] = len(self.ready), self.n_held, self.capacity
@@ -327,15 +319,7 @@ class _Run:
         n, rec = wl.duration_s, int(sc.record_interval_s)
         rows = max(math.ceil(n / rec), 1)
         in_flight = self.queue.finish()
-        summary = summarise_latency(
-            self.queue.records,
-            slo_s=sc.slo_latency_s,
-            timeout_s=sc.timeout_s,
-            row_steps=rec,
-            n_rows=rows,
-            rate_window_s=sc.serving.rate_window_s,
-            service_scv=sc.serving.service_scv,
-        )
+        summary = summarise_run(self.queue.records, sc, self.slots, row_steps=rec, n_rows=rows)
         row = np.arange(n) // rec
 
         def total(x: np.ndarray) -> np.ndarray:
@@ -359,6 +343,8 @@ class _Run:
             gpu_utilization=np.clip(util, 0.0, 1.0),
             p50_latency_s=summary.p50_s,
             p99_latency_s=summary.p99_s,
+            completed=summary.row_completed,
+            within_slo=summary.row_within_slo,
         )
         result = RunResult(
             policy=self.policy.name,
@@ -374,6 +360,8 @@ class _Run:
             completed_requests=summary.completed,
             in_flight_requests=in_flight,
             retried_requests=self.queue.retried,
+            ttft_within_slo=summary.ttft_within_slo,
+            tpot_within_slo=summary.tpot_within_slo,
         )
         check_conservation(result)
         return result

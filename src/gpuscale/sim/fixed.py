@@ -50,9 +50,14 @@ def serve_fixed(
 ) -> FixedRun:
     """Run the fluid queue with ``replicas`` Ready replicas of equal ``speed`` throughout.
 
+    A workload with a ``profile`` is served and scored with its measured
+    service-time shape (``service_scv`` is then the profile's).
+
     Returns:
         Request totals and latency of the run.
     """
+    if workload.profile is not None:
+        service_scv = workload.profile.scv
     q = FluidQueue(
         timeout_s=timeout_s,
         service_scv=service_scv,
@@ -69,6 +74,7 @@ def serve_fixed(
         row_steps=workload.duration_s,
         n_rows=1,
         service_scv=service_scv,
+        profile=workload.profile,
     )
     return FixedRun(
         float(workload.arrivals.sum()),

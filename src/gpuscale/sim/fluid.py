@@ -192,6 +192,8 @@ class FluidQueue:
             else:
                 self.in_service.served(left)
         self.busy = busy
+        rec.busy.append(busy)
+        rec.arrivals.append(arrivals)
         self.last_departures = departures
         self.departed += departures
         if self.drains:

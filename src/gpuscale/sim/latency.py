@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpuscale.sim.llm import LlmScoring, tpot_ok_per_second
 from gpuscale.sim.queueing import erlang_c, latency_cdf, service_phases
-from gpuscale.sim.workload import FloatArray
+from gpuscale.sim.workload import FloatArray, RequestProfile
 
 LATENCY_EDGES_S: FloatArray = np.concatenate([[0.0], np.geomspace(1e-3, 1e5, 161)])
 """Latency histogram edges: 0, then 20 bins per decade from 1 ms to 1e5 s (tail in the last)."""
@@ -36,6 +37,8 @@ class LatencyRecords:
         per_size_s: Service seconds per reference-GPU second of work, per second.
         offered_s: Service seconds that arrived, per second.
         servers: Ready slots, per second.
+        busy: Requests in service at the end of each second.
+        arrivals: Requests arriving, per second.
         retried: Indices of portions that are requests on their second try.
     """
 
@@ -46,6 +49,8 @@ class LatencyRecords:
     per_size_s: list[float] = field(default_factory=list)
     offered_s: list[float] = field(default_factory=list)
     servers: list[int] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
     retried: set[int] = field(default_factory=set)
 
 
@@ -149,6 +154,10 @@ class LatencySummary:
         counts: Served requests per ``LATENCY_EDGES_S`` bin.
         p50_s: Median latency per row, seconds (NaN for rows with none).
         p99_s: 99th percentile per row, seconds.
+        row_completed: Requests served, per row (by the second they entered service).
+        row_within_slo: Of those, requests within the SLO, per row.
+        ttft_within_slo: LLM scoring: requests meeting the TTFT objective, else None.
+        tpot_within_slo: LLM scoring: requests meeting the TPOT objective, else None.
     """
 
     completed: float
@@ -158,6 +167,10 @@ class LatencySummary:
     counts: FloatArray
     p50_s: FloatArray
     p99_s: FloatArray
+    row_completed: FloatArray
+    row_within_slo: FloatArray
+    ttft_within_slo: float | None = None
+    tpot_within_slo: float | None = None
 
 
 def centred_mean(x: FloatArray, window: int) -> FloatArray:
@@ -186,6 +199,8 @@ def summarise_latency(
     n_rows: int,
     rate_window_s: int = 60,
     service_scv: float = 1.0,
+    profile: RequestProfile | None = None,
+    llm: LlmScoring | None = None,
     chunk: int = 4096,
 ) -> LatencySummary:
     """Turn portions entering service into latency distributions, totals and percentiles.
@@ -200,6 +215,12 @@ def summarise_latency(
     time. Without a backlog, the spread's tail past the timeout is dropped; with one,
     the FIFO has already dropped what waited too long and the tail is cut instead.
 
+    With a ``profile`` the SLO attainment takes service times from its measured
+    distribution (``work_q`` scaled to each portion's mean) instead of the
+    two-moment fit; the histogram and percentiles keep the fit. With ``llm`` a request
+    is within the SLO when it meets both its TTFT and its TPOT objective
+    (``llm.LlmScoring``); the histogram stays end-to-end latency.
+
     Returns:
         The summary; percentiles per row of ``row_steps`` seconds.
     """
@@ -207,8 +228,11 @@ def summarise_latency(
     row_cdf = np.zeros((n_rows, edges.size))
     if not records.count:
         counts = np.zeros(edges.size - 1)
-        nan = np.full(n_rows, np.nan)
-        return LatencySummary(0.0, 0.0, 0.0, float("nan"), counts, nan, nan.copy())
+        nan, zero = np.full(n_rows, np.nan), np.zeros(n_rows)
+        none = None if llm is None else 0.0
+        return LatencySummary(
+            0.0, 0.0, 0.0, float("nan"), counts, nan, nan.copy(), zero, zero.copy(), none, none
+        )
     step = np.asarray(records.step, dtype=np.int64)
     n = np.asarray(records.count, dtype=float)
     servers = np.maximum(np.asarray(records.servers, dtype=float), 1.0)
@@ -231,9 +255,23 @@ def summarise_latency(
     f_slo = np.zeros(n.size)
     for weight, mean in phases:
         f_slo += weight * latency_cdf(np.asarray(slo_s), start, pe, theta, mean * m)
-    f_slo = np.minimum(f_slo * scale, 1.0)
-    if slo_s > timeout_s:
-        f_slo = np.maximum(f_slo - p_drop, 0.0)
+    ttft_within = tpot_within = None
+    if llm is not None and profile is not None and profile.context_q is not None:
+        ones = np.ones(n.size)
+        budget = llm.ttft_budget_s(profile.context_q)
+        ttft = _mean_wait_cdf(-d0, ones, budget, pe, theta, chunk)
+        ttft = np.minimum(ttft * scale, 1.0)
+        tpot_ok = tpot_ok_per_second(llm, records.busy, records.arrivals, records.servers, profile)
+        ok = tpot_ok[step]
+        ttft_within = float((n * ttft).sum())
+        tpot_within = float((keep * ok).sum())
+        f_slo = ttft * ok
+    else:
+        if profile is not None:
+            f_slo = _mean_wait_cdf(slo_s - d0, -m, profile.work_q, pe, theta, chunk)
+        f_slo = np.minimum(f_slo * scale, 1.0)
+        if slo_s > timeout_s:
+            f_slo = np.maximum(f_slo - p_drop, 0.0)
     rows = np.minimum(step // max(row_steps, 1), n_rows - 1)
     coefficients = [(w, _cdf_coefficients(pe, theta, mean * m)) for w, mean in phases]
     for lo in range(0, n.size, chunk):
@@ -259,7 +297,39 @@ def summarise_latency(
         counts,
         _row_quantile(row_cdf, 0.5),
         _row_quantile(row_cdf, 0.99),
+        np.asarray(np.bincount(rows, weights=keep, minlength=n_rows)[:n_rows], dtype=float),
+        np.asarray(np.bincount(rows, weights=n * f_slo, minlength=n_rows)[:n_rows], dtype=float),
+        ttft_within,
+        tpot_within,
     )
+
+
+def _mean_wait_cdf(
+    offset: FloatArray,
+    factor: FloatArray,
+    points: FloatArray,
+    pe: FloatArray,
+    theta: FloatArray,
+    chunk: int,
+) -> FloatArray:
+    """Per portion ``i``, the mean over ``points`` of P(W <= offset[i] + factor[i] * point).
+
+    W is 0 with probability ``1 - pe`` and else exponential with mean ``theta``;
+    ``points`` are equal-probability values of a distribution.
+
+    Returns:
+        One probability per portion.
+    """
+    out = np.empty(offset.size)
+    th = np.where(np.isfinite(theta), np.maximum(theta, 1e-12), np.inf)
+    for lo in range(0, offset.size, chunk):
+        sl = slice(lo, lo + chunk)
+        y = offset[sl, None] + factor[sl, None] * points[None, :]
+        with np.errstate(over="ignore", invalid="ignore"):
+            tail = pe[sl, None] * np.exp(-np.maximum(y, 0.0) / th[sl, None])
+        cdf = np.where(y >= 0.0, 1.0 - tail, 0.0)
+        out[sl] = cdf.mean(axis=1)
+    return out
 
 
 def _cdf_coefficients(

@@ -4,7 +4,7 @@ The engine writes these; the evaluation harness turns them into GPU-hours,
 SLO attainment and plots. Nothing here depends on how the run was computed.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,9 @@ class Timeline:
         gpu_utilization: Busy fraction averaged over allocated GPUs (0 to 1).
         p50_latency_s: Median end-to-end latency of requests completing in the step (NaN if none).
         p99_latency_s: 99th percentile of the same (NaN if none).
+        completed: Requests served that entered service in the step (empty if not
+            recorded); sum over steps from a warm-up on to score without it.
+        within_slo: Of those, requests within the SLO (TTFT and TPOT for LLM runs).
     """
 
     time_s: FloatArray
@@ -39,6 +42,8 @@ class Timeline:
     gpu_utilization: FloatArray
     p50_latency_s: FloatArray
     p99_latency_s: FloatArray
+    completed: FloatArray = field(default_factory=lambda: np.zeros(0))
+    within_slo: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,9 @@ class RunResult:
         retried_requests: Requests interrupted in service (their pod was deleted past
             its grace, failed or restarted) and queued again; each is still one
             request, counted once in the totals above.
+        ttft_within_slo: LLM runs: requests meeting the TTFT objective; None otherwise.
+        tpot_within_slo: LLM runs: requests meeting the TPOT objective; None otherwise.
+            ``within_slo`` counts the requests meeting both.
 
     Every arrival ends exactly once: ``completed_requests + dropped_requests +
     in_flight_requests == requests`` (``check_conservation``).
@@ -79,6 +87,8 @@ class RunResult:
     completed_requests: float = 0.0
     in_flight_requests: float = 0.0
     retried_requests: float = 0.0
+    ttft_within_slo: float | None = None
+    tpot_within_slo: float | None = None
 
     @property
     def dropped_requests(self) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 
 from gpuscale.errors import ConfigError, check_ranges
 from gpuscale.sim.latency import centred_mean
+from gpuscale.sim.llm import STEP_MODELS, LlmScoring, LlmSlo, request_work_s, step_model
 from gpuscale.sim.queueing import stationary_attainment
 from gpuscale.sim.workload import FloatArray, Workload
 
@@ -89,7 +90,11 @@ def llm_throughput(gpu_model: str) -> LlmThroughput:
 def llm_work_seconds(
     context_tokens: np.ndarray, generated_tokens: np.ndarray, gpu_model: str = "H100"
 ) -> FloatArray:
-    """GPU time an LLM request costs on one GPU of ``gpu_model`` serving at full batch.
+    """Replica time an LLM request costs on a replica of ``gpu_model`` GPUs at full batch.
+
+    The continuous-batching step model of ``llm.STEP_MODELS`` (Splitwise's measured
+    Llama-2-70B step times): the request's share of its decode steps in a batch as
+    full as the KV cache allows for these requests' mean length, plus its prefill.
 
     Args:
         context_tokens: Prompt tokens per request.
@@ -97,11 +102,38 @@ def llm_work_seconds(
         gpu_model: GPU short name (``H100``).
 
     Returns:
-        Seconds of that GPU per request (amortised over the batch).
+        Seconds of that replica per request (amortised over the batch).
     """
-    t = llm_throughput(gpu_model)
+    model = step_model(gpu_model)
     ctx = np.asarray(context_tokens, dtype=float)
     gen = np.asarray(generated_tokens, dtype=float)
+    per_seq = float(ctx.mean() + gen.mean()) if ctx.size else 1.0
+    batch = model.max_batch(per_seq)
+    kv = batch * float(ctx.mean() + 0.5 * gen.mean()) if ctx.size else 0.0
+    return request_work_s(ctx, gen, model, batch, kv)
+
+
+def relative_speed(gpu_model: str, reference_model: str = "H100") -> float:
+    """How much work of the reference GPU one ``gpu_model`` GPU does per second.
+
+    Where both GPUs have measured LLM step times (``llm.STEP_MODELS``) the ratio is
+    theirs; otherwise it comes from the ``LLM_THROUGHPUT`` table.
+
+    Returns:
+        Speed ratio for a typical request (1,024 prompt and 256 output tokens).
+    """
+    ctx, gen = np.array([_TYPICAL_REQUEST[0]]), np.array([_TYPICAL_REQUEST[1]])
+    if gpu_model.upper() in STEP_MODELS and reference_model.upper() in STEP_MODELS:
+        ref = float(llm_work_seconds(ctx, gen, reference_model.upper())[0])
+        return ref / float(llm_work_seconds(ctx, gen, gpu_model.upper())[0])
+    ref = float(_table_work_seconds(ctx, gen, reference_model)[0])
+    return ref / float(_table_work_seconds(ctx, gen, gpu_model)[0])
+
+
+def _table_work_seconds(context: np.ndarray, generated: np.ndarray, gpu_model: str) -> FloatArray:
+    """Per-request GPU seconds from the ``LLM_THROUGHPUT`` cost constants."""
+    t = llm_throughput(gpu_model)
+    ctx, gen = np.asarray(context, dtype=float), np.asarray(generated, dtype=float)
     return np.asarray(
         ctx / t.prefill_tokens_per_s
         + gen / t.decode_tokens_per_s
@@ -110,15 +142,23 @@ def llm_work_seconds(
     )
 
 
-def relative_speed(gpu_model: str, reference_model: str = "H100") -> float:
-    """How much work of the reference GPU one ``gpu_model`` GPU does per second.
+def replica_slots(serving: "ServingConfig", gpu_model: str, workload: Workload) -> int:
+    """Batch slots of one replica: the configured slots, bounded by the KV cache for LLMs.
+
+    For an LLM config (``llm_slo`` set) serving a trace with token counts, a replica
+    batches at most as many sequences as its KV cache holds at the trace's mean
+    prompt plus output length (``StepModel.max_batch``).
 
     Returns:
-        Speed ratio for a typical request (1,024 prompt and 256 output tokens).
+        Slots, at least 1.
     """
-    ctx, gen = np.array([_TYPICAL_REQUEST[0]]), np.array([_TYPICAL_REQUEST[1]])
-    ref = float(llm_work_seconds(ctx, gen, reference_model)[0])
-    return ref / float(llm_work_seconds(ctx, gen, gpu_model)[0])
+    slots = serving.slots_per_replica
+    profile = workload.profile
+    if serving.llm_slo is None or profile is None or profile.context_q is None:
+        return slots
+    gen = 0.0 if profile.generated_q is None else float(profile.generated_q.mean())
+    bound = step_model(gpu_model).max_batch(float(profile.context_q.mean()) + gen)
+    return max(min(slots, bound), 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +177,9 @@ class ServingConfig:
             of the requests that would meet the SLO with no waiting at all.
         rate_window_s: ``required_replicas`` plans for the arrival rate averaged over a
             centred window of this many seconds.
+        llm_slo: For LLM serving, the TTFT and TPOT objectives a request must meet
+            (with a trace's token counts, attainment is scored on them); None: the
+            end-to-end latency SLO of the scenario.
     """
 
     reference_model: str = "H100"
@@ -146,6 +189,7 @@ class ServingConfig:
     kv_bytes_per_request: float = 1e9
     slo_quantile: float = 0.99
     rate_window_s: int = 60
+    llm_slo: LlmSlo | None = None
 
     def __post_init__(self) -> None:
         llm_throughput(self.reference_model)
@@ -166,7 +210,30 @@ class ServingConfig:
         """
         defaults: dict[str, float | str] = {"model_bytes": 14e9, "kv_bytes_per_request": 0.5e9}
         defaults.update(kwargs)
-        return cls(slots_per_replica=slots, **defaults)  # type: ignore[arg-type]
+        return cls(slots_per_replica=slots, llm_slo=LlmSlo(), **defaults)  # type: ignore[arg-type]
+
+
+def service_scv(serving: "ServingConfig", workload: Workload) -> float:
+    """Service-time variability: the trace's measured one if it has a profile, else the config's.
+
+    Returns:
+        Squared coefficient of variation of work per request.
+    """
+    return workload.profile.scv if workload.profile is not None else serving.service_scv
+
+
+def llm_scoring(
+    serving: "ServingConfig", gpu_model: str, slots: int, workload: Workload
+) -> LlmScoring | None:
+    """How to score TTFT and TPOT, for an LLM config on a trace with token counts.
+
+    Returns:
+        The scoring inputs, or None (score end-to-end latency).
+    """
+    profile = workload.profile
+    if serving.llm_slo is None or profile is None or profile.context_q is None:
+        return None
+    return LlmScoring(step_model(gpu_model), serving.llm_slo, slots)
 
 
 def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
@@ -183,7 +250,7 @@ def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
         Integer replica counts, one per second of the workload.
     """
     serving = scenario.serving
-    slots = serving.slots_per_replica
+    slots = replica_slots(serving, scenario.cluster.gpu_model, workload)
     speed = relative_speed(scenario.cluster.gpu_model, serving.reference_model)
     rate = centred_mean(workload.arrivals, serving.rate_window_s)
     work = centred_mean(workload.work_s, serving.rate_window_s)
@@ -195,11 +262,10 @@ def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
     service = work[active] / lam * slots / speed  # seconds per request on one slot
     best = 1.0 - np.exp(-scenario.slo_latency_s / np.maximum(service, 1e-12))
     goal = serving.slo_quantile * best
+    scv = service_scv(serving, workload)
 
     def meets(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        got = stationary_attainment(
-            r * slots, lam[idx], service[idx], scenario.slo_latency_s, serving.service_scv
-        )
+        got = stationary_attainment(r * slots, lam[idx], service[idx], scenario.slo_latency_s, scv)
         return np.asarray(got >= goal[idx] - 1e-12)
 
     # Fewer than the offered load in replicas is unstable, so ``fail`` never meets the SLO.
@@ -211,7 +277,7 @@ def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
         fail[todo] = ok_r[todo]
         step[todo] *= 2
         ok_r[todo] = fail[todo] + step[todo]
-        if int(ok_r[todo].max()) > _MAX_REPLICAS:
+        if int(np.max(ok_r[todo])) > _MAX_REPLICAS:
             raise ConfigError(
                 f"slo_latency_s={scenario.slo_latency_s}: no replica count meets it; raise it"
             )

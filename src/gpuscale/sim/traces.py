@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from gpuscale.errors import config_error
-from gpuscale.sim import generators
+from gpuscale.sim import demand, generators
 from gpuscale.sim.serving import llm_work_seconds
-from gpuscale.sim.workload import FloatArray, Workload
+from gpuscale.sim.workload import FloatArray, RequestProfile, Workload
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,12 @@ GENTD26_REQUEST_TYPE = "Generative Requests"
 The other type, ``API Requests``, is sampled at the gateway (no container) and
 counts a different request class; only generative requests reach the GPUs.
 """
+
+GENTD26_PREDICT_FILE = "gentd26_model_predict_ms.csv.gz"
+"""Alibaba GenTD26 per-request pure inference time, milliseconds: the service times."""
+
+GENTD26_QUEUE_TIME_FILE = "gentd26_queue_time_ms.csv.gz"
+"""Alibaba GenTD26 gateway queueing time, milliseconds; used for calibration."""
 
 GENTD26_SERVICE_S = 39.0
 """Mean GPU service time of one GenTD26 (Stable Diffusion) request, seconds.
@@ -206,9 +212,9 @@ def read_azure_llm(path: Path, *, name: str = "azure", gpu_model: str = "H100") 
     context = _numbers(path, frame, "ContextTokens")
     generated = _numbers(path, frame, "GeneratedTokens")
     ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    offset_s = (ns - ns.min()) / 1e9
+    offset_s = (ns - np.min(ns)) / 1e9
     second = np.floor(offset_s).astype(np.int64)
-    duration = int(second.max()) + 1
+    duration = int(np.max(second)) + 1
     work = llm_work_seconds(context, generated, gpu_model)
     arrivals = np.bincount(second, minlength=duration).astype(np.float64)
     work_s = np.asarray(np.bincount(second, weights=work, minlength=duration), dtype=np.float64)
@@ -220,7 +226,8 @@ def read_azure_llm(path: Path, *, name: str = "azure", gpu_model: str = "H100") 
         axis=1,
     ).astype(np.float64)
     logger.info("read %s: %d requests over %d s", path, len(frame), duration)
-    return Workload(name, arrivals, work_s, tokens)
+    profile = RequestProfile.from_samples(work, context, generated)
+    return Workload(name, arrivals, work_s, tokens, profile)
 
 
 def read_gentd26_qps(path: Path) -> RateSeries:
@@ -248,13 +255,33 @@ def read_gentd26_qps(path: Path) -> RateSeries:
     start = float(unique[0])
     slot = np.rint((stamps - start) / step).astype(np.int64)
     generative = (frame["request_type"] == GENTD26_REQUEST_TYPE).to_numpy()
-    rps = np.bincount(slot[generative], weights=values[generative], minlength=int(slot.max()) + 1)
+    rps = np.bincount(slot[generative], weights=values[generative], minlength=int(np.max(slot)) + 1)
     logger.info("read %s: %d steps of %.0f s", path, len(rps), step)
     return RateSeries(start, step, rps.astype(np.float64))
 
 
+def read_gentd26_service(path: Path) -> RequestProfile:
+    """Read GenTD26's per-request inference times as a service-time profile.
+
+    Args:
+        path: ``gentd26_model_predict_ms.csv.gz`` (column ``value``, milliseconds).
+
+    Returns:
+        The shape of the service-time distribution (mean 1).
+
+    Raises:
+        ConfigError: The file is missing or malformed.
+    """
+    frame = _read_table(path, ("value",))
+    return RequestProfile.from_samples(_numbers(path, frame, "value"))
+
+
 def gentd26_workload(path: Path, *, service_s: float = GENTD26_SERVICE_S) -> Workload:
     """The GenTD26 generative request rate as a workload.
+
+    Service times follow the measured ``model_predict_ms`` distribution when that
+    file lies next to ``path`` (its shape, scaled to ``service_s``); otherwise they
+    are exponential.
 
     Args:
         path: ``gentd26_qps.csv.gz``.
@@ -264,7 +291,9 @@ def gentd26_workload(path: Path, *, service_s: float = GENTD26_SERVICE_S) -> Wor
         The workload, the 57 s rate held over each second.
     """
     arrivals = read_gentd26_qps(path).per_second()
-    return Workload("gentd26", arrivals, arrivals * service_s)
+    predict = path.parent / GENTD26_PREDICT_FILE
+    profile = read_gentd26_service(predict) if predict.is_file() else None
+    return Workload("gentd26", arrivals, arrivals * service_s, profile=profile)
 
 
 def read_rate_file(path: Path, *, service_s: float, name: str | None = None) -> Workload:
@@ -320,9 +349,10 @@ def load_trace(
     Args:
         spec: ``azure-code``, ``azure-conv``, ``gentd26``, a generator name
             (``diurnal``, ``bursty``, ``flash-crowd``, ``ramp``) or a rate file path.
-        scale: Multiplies the request rate (and the work), to run a trace at fleet size.
+        scale: Multiplies the request rate (and the work), to run a trace at fleet size;
+            an Azure trace is redrawn as Poisson arrivals at that rate (``sim.demand``).
         duration_s: Keep the first this many seconds (generators: their length).
-        seed: Seed of the generators' randomness.
+        seed: Seed of the generators' randomness and of that redraw.
         traces_dir: Directory of the shared trace files.
         service_s: GPU seconds per request for generators and rate files
             (default: each one's own default); GenTD26 uses its measured mean.
@@ -357,7 +387,7 @@ def load_trace(
                 "give a shorter --duration",
             )
         workload = workload.window(0, duration_s)
-    return workload.scaled(scale) if scale != 1.0 else workload
+    return demand.scale_demand(workload, scale, seed=seed, counts=spec in AZURE_FILES)
 
 
 def _read_named(spec: str, traces_dir: Path | None, service_s: float | None) -> Workload:

@@ -11,6 +11,57 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
+PROFILE_POINTS = 128
+"""Equal-probability bins a ``RequestProfile`` keeps of each distribution."""
+
+
+def _midpoint_quantiles(samples: npt.ArrayLike, points: int) -> FloatArray:
+    x = np.asarray(samples, dtype=float)
+    return np.asarray(np.quantile(x, (np.arange(points) + 0.5) / points), dtype=float)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestProfile:
+    """Per-request distributions of a trace, as quantiles at equal-probability midpoints.
+
+    Each array holds the ``(i + 0.5) / n`` quantiles of its distribution, so a mean
+    over the array is an expectation over requests. The fluid model draws no
+    requests; it scores against these.
+
+    Attributes:
+        work_q: Work per request relative to the mean (mean 1).
+        context_q: Prompt tokens per request (LLM traces), else None.
+        generated_q: Output tokens per request (LLM traces), else None.
+    """
+
+    work_q: FloatArray
+    context_q: FloatArray | None = None
+    generated_q: FloatArray | None = None
+
+    @classmethod
+    def from_samples(
+        cls,
+        work: npt.ArrayLike,
+        context: npt.ArrayLike | None = None,
+        generated: npt.ArrayLike | None = None,
+        points: int = PROFILE_POINTS,
+    ) -> "RequestProfile":
+        """Summarise per-request samples.
+
+        Returns:
+            The profile; ``work_q`` rescaled to mean 1.
+        """
+        q = _midpoint_quantiles(work, points)
+        q = q / max(float(q.mean()), 1e-300)
+        ctx = None if context is None else _midpoint_quantiles(context, points)
+        gen = None if generated is None else _midpoint_quantiles(generated, points)
+        return cls(q, ctx, gen)
+
+    @property
+    def scv(self) -> float:
+        """Squared coefficient of variation of work per request."""
+        return float(self.work_q.var() / max(float(self.work_q.mean()) ** 2, 1e-300))
+
 
 @dataclass(frozen=True, slots=True)
 class Workload:
@@ -22,12 +73,15 @@ class Workload:
         work_s: Service time those requests need in each second, in seconds of one
             reference GPU at full speed (sum over the second's requests).
         tokens: Optional per-second (context, generated) token totals for LLM traces.
+        profile: Optional per-request distributions measured in the trace (service
+            time shape, prompt and output lengths); None: exponential service.
     """
 
     name: str
     arrivals: FloatArray
     work_s: FloatArray
     tokens: FloatArray | None = None
+    profile: RequestProfile | None = None
 
     def __post_init__(self) -> None:
         if self.arrivals.shape != self.work_s.shape or self.arrivals.ndim != 1:
@@ -46,10 +100,14 @@ class Workload:
     def scaled(self, factor: float) -> "Workload":
         """The same shape with the request rate multiplied by ``factor``."""
         tokens = None if self.tokens is None else self.tokens * factor
-        return Workload(self.name, self.arrivals * factor, self.work_s * factor, tokens)
+        return Workload(
+            self.name, self.arrivals * factor, self.work_s * factor, tokens, self.profile
+        )
 
     def window(self, start_s: int, duration_s: int) -> "Workload":
         """A slice of the workload, ``duration_s`` seconds from ``start_s``."""
         end = start_s + duration_s
         tokens = None if self.tokens is None else self.tokens[start_s:end]
-        return Workload(self.name, self.arrivals[start_s:end], self.work_s[start_s:end], tokens)
+        return Workload(
+            self.name, self.arrivals[start_s:end], self.work_s[start_s:end], tokens, self.profile
+        )

@@ -56,10 +56,17 @@ def test_help_documents_every_option_with_env_var_and_default(app, runner):
         ("--jobs", "GPUSCALE_JOBS"),
         ("--traces-dir", "GPUSCALE_TRACES_DIR"),
         ("--service-time", "GPUSCALE_SERVICE_TIME"),
+        ("--seeds", "GPUSCALE_SEEDS"),
+        ("--warmup", "GPUSCALE_WARMUP"),
+        ("--target-attainment", "GPUSCALE_TARGET_ATTAINMENT"),
+        ("--knob-values", "GPUSCALE_KNOB_VALUES"),
+        ("--dask-scheduler", "GPUSCALE_DASK_SCHEDULER"),
     ]:
         assert option in text
         assert env in text
-    assert text.count("[default:") >= 12
+    assert text.count("[default:") >= 17
+    for default in ("[default: 10]", "[default: 0.99]", "[default: 8]", "[default: 600, or"):
+        assert default in text
 
 
 def test_evaluate_writes_results_and_report_and_prints_the_table(app, runner, tmp_path):
@@ -158,7 +165,8 @@ def test_console_script_exits_2_with_one_line_on_a_bad_option(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == [
-        "gpuscale: error: --policy vpa: unknown policy; use one of static, hpa, keda, kpa, oracle"
+        "gpuscale: error: --policy vpa: unknown policy; use one of static, hpa, keda, kpa, "
+        "hpa-behavior, hpa-sm, keda-util, keda-sm, oracle"
     ]
 
 
@@ -182,6 +190,10 @@ def test_a_run_says_wrote_once_and_worker_logs_arrive_as_whole_lines(tmp_path):
             "hpa",
             "--jobs",
             "2",
+            "--seeds",
+            "1",
+            "--knob-values",
+            "0",
             "--out",
             str(tmp_path),
         ],
@@ -275,7 +287,8 @@ def test_a_policy_registered_once_reaches_the_cli_the_runner_and_the_report(
     app = typer.Typer(pretty_exceptions_enable=False)
     evaluate_cli.register(app)
     bad = runner.invoke(app, ["--policy", "vpa", "--out", str(tmp_path)])
-    assert "use one of static, hpa, keda, kpa, oracle, ceiling" in str(bad.exception)
+    listed = "static, hpa, keda, kpa, hpa-behavior, hpa-sm, keda-util, keda-sm, oracle, ceiling"
+    assert f"use one of {listed}" in str(bad.exception)
     args = ["--trace", "ramp", "--duration", "300", "--jobs", "1", "--out", str(tmp_path)]
     ran = runner.invoke(app, [*args, "--policy", "ceiling", "--policy", "static"])
     assert ran.exit_code == 0, ran.output
@@ -309,3 +322,30 @@ def test_registering_a_policy_checks_its_parameters_have_units():
     for name in policies.names():
         spec = policies.get(name)
         assert all(spec.fair_units().values()), name
+
+
+def test_a_sweep_writes_the_matched_slo_keys_and_one_bar_per_policy(app, runner, tmp_path):
+    args = ["evaluate", "--trace", "ramp", "--duration", "600", "--jobs", "1"]
+    args += ["--policy", "static", "--policy", "hpa", "--out", str(tmp_path)]
+    result = runner.invoke(
+        app,
+        [*args, "--seeds", "3", "--knob-values", "2", "--warmup", "60"],
+        env={"GPUSCALE_TARGET_ATTAINMENT": "0.9"},
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert (data["seeds"], data["warmup_s"], data["target_attainment"]) == (3, 60.0, 0.9)
+    assert 0.0 < data["ceiling"] <= 1.0
+    for p in data["policies"].values():
+        total = p["completed_requests"] + p["dropped_requests"] + p["in_flight_requests"]
+        assert total == pytest.approx(p["requests"])
+        assert len(p["gpu_hours_ci95"]) == len(p["slo_attainment_ci95"]) == 2
+        assert "gpu_hours_at_target" in p
+    # 3 seeds x (ceiling + static's points + hpa's 3 points): one bar each, not one per run.
+    runs = 3 * (1 + len(data["policies"]["static"]["curve"]) + 3)
+    bars = [line for line in result.output.splitlines() if "━" in line and " runs" in line]
+    assert [b.split()[0] for b in bars] == ["all", "ceiling", "static", "hpa"], result.output
+    assert f"{runs}/{runs} runs" in bars[0]
+    assert "warm-up 60 s not scored" in result.output
+    assert "seeds 0-2" in result.output
+    assert "ceiling " in result.output

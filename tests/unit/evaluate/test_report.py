@@ -78,9 +78,10 @@ def make_evaluation(results, windows=()):
 def test_rows_show_ratio_to_oracle_and_percentages():
     results = [make_result("hpa", 7200.0), make_result("oracle", 3600.0)]
     rows = table_rows(make_evaluation(results))
-    assert rows[0][:5] == ["hpa", "2.00", "2.00", "95.0%", "25.0%"]
-    assert rows[1][:3] == ["oracle", "1.00", "1.00"]
-    assert rows[0][-3:] == ["100", "1", "4"]
+    # Without a sweep: no GPU-hours at target, x oracle compares the runs' GPU-hours.
+    assert rows[0][:6] == ["hpa", "-", "2.00", "2.00", "95.0%", "25.0%"]
+    assert rows[1][:4] == ["oracle", "-", "1.00", "1.00"]
+    assert rows[0][-4:] == ["100", "1", "0", "4"]
 
 
 def test_markdown_table_has_header_and_one_line_per_policy():
@@ -90,7 +91,7 @@ def test_markdown_table_has_header_and_one_line_per_policy():
     lines = [line for line in text.splitlines() if line.startswith("|")]
     assert len(lines) == 4
     assert lines[0].count("|") == len(COLUMNS) + 1
-    assert lines[2].startswith("| kpa | 1.00 | - |")
+    assert lines[2].startswith("| kpa | - | - | 1.00 |")
     assert "trace bursty x3" in text
 
 

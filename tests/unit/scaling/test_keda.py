@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR
 from gpuscale.scaling.keda import KedaConfig, KedaPolicy
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 
@@ -118,23 +119,35 @@ def test_average_value_within_tolerance_holds():
 
 
 def test_value_metric_type_scales_ready_pods_by_ratio():
-    policy = KedaPolicy(KedaConfig(threshold=10.0, metric_type="Value"))
-    assert policy.decide(observe(0.0, 2, 2, 30.0, 0.0), {}).replicas == 6
+    config = KedaConfig(threshold=10.0, metric_type="Value", behavior=DEFAULT_BEHAVIOR)
+    assert KedaPolicy(config).decide(observe(0.0, 2, 2, 30.0, 0.0), {}).replicas == 6
 
 
-def test_hpa_scale_up_rate_limit_applies():
+def test_without_behavior_keda_s_hpa_runs_the_legacy_path():
+    # A ScaledObject without advanced.horizontalPodAutoscalerConfig.behavior creates an
+    # HPA without spec.behavior: at most max(2 x current, 4) per sync.
+    assert KedaConfig(threshold=1.0).behavior is None
     policy = KedaPolicy(KedaConfig(threshold=1.0))
+    assert policy.decide(observe(0.0, 2, 2, 100.0, 0.0), {}).replicas == 4
+    assert policy.decide(observe(0.0, 3, 3, 100.0, 0.0), {}).replicas == 6
+
+
+def test_hpa_scale_up_rate_limit_applies_with_the_default_behavior():
+    policy = KedaPolicy(KedaConfig(threshold=1.0, behavior=DEFAULT_BEHAVIOR))
     # value 100 wants 100; HPA allows max(2 + 4, 2 x 2) = 6
     assert policy.decide(observe(0.0, 2, 2, 100.0, 0.0), {}).replicas == 6
 
 
 def test_hpa_scale_down_stabilisation_applies_while_active():
-    policy = KedaPolicy(KedaConfig(threshold=4.0))
     steps = [(0, 20.0, 0.0)] + [(t, 4.0, 0.0) for t in range(15, 331, 15)]
-    out, _ = drive(policy, steps, replicas=5)
-    assert out[0] == 5
-    assert out[285] == 5
-    assert out[300] == 1
+    legacy, _ = drive(KedaPolicy(KedaConfig(threshold=4.0)), steps, replicas=5)
+    assert (legacy[0], legacy[285]) == (5, 5)
+    assert legacy[300] == 5  # legacy: a recommendation exactly 300 s old still counts
+    assert legacy[315] == 1
+    config = KedaConfig(threshold=4.0, behavior=DEFAULT_BEHAVIOR)
+    behaved, _ = drive(KedaPolicy(config), steps, replicas=5)
+    assert (behaved[0], behaved[285]) == (5, 5)
+    assert behaved[300] == 1
 
 
 def test_hpa_runs_every_15_s_and_poll_every_30_s():

@@ -69,9 +69,10 @@ def test_defaults_match_knative():
 def test_declares_a_one_second_undelayed_signal():
     # collector.go scrapeTickInterval: queue-proxies are scraped every second, directly
     policy = KpaPolicy()
-    assert (policy.signal_interval_s, policy.signal_delay_s) == (1.0, 0.0)
-    assert policy.history_s / policy.signal_interval_s == 60  # a stable window of buckets
-    assert KpaConfig().panic_window_s / policy.signal_interval_s == 6
+    path = policy.signal_path
+    assert (path.source, path.interval_s, path.delay_s) == ("direct", 1.0, 0.0)
+    assert policy.history_s / path.interval_s == 60  # a stable window of buckets
+    assert KpaConfig().panic_window_s / path.interval_s == 6
 
 
 def test_every_config_field_states_its_unit():

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
-from gpuscale.scaling.policy import Observation, TargetStatus
+from gpuscale.scaling.policy import Decision, Observation, PodStatus, TargetStatus
 
 
 def at(now, desired=1, healthy=True):
@@ -59,11 +59,11 @@ def test_clamps_and_holds_last_value_past_the_trace():
     assert policy.decide(at(100.0), {}).replicas == 3
 
 
-def test_reads_no_telemetry_and_keeps_no_state():
+def test_reads_no_telemetry_and_keeps_only_its_pod_count():
     policy = OraclePolicy([2, 2, 2], lead_s=0.0)
     decision = policy.decide(at(0.0, desired=7, healthy=False), {})
     assert decision.replicas == 2
-    assert decision.state == {}
+    assert decision.state == {"created": 2, "at": 0.0}  # no pods listed: it made both
     assert dict(policy.signals) == {}
     assert dict(policy.pod_signals) == {}
     assert policy.max_replicas == 2
@@ -157,3 +157,87 @@ def test_built_from_its_config_like_from_its_arguments():
         b.node_size,
     )
     assert all(f.metadata.get("unit") for f in dataclasses.fields(OracleConfig))
+
+
+def pods(n: int) -> tuple[PodStatus, ...]:
+    return tuple(PodStatus(f"p{i}", True, 0.0, 0.0) for i in range(n))
+
+
+def test_each_new_pod_is_requested_exactly_its_own_cold_start_ahead():
+    # Pod 0 is the initial replica; the next two take 10 s and 50 s to start.
+    required = [1] * 200 + [2] * 100 + [3] * 100
+    policy = OraclePolicy(required, lead_s=99.0, interval_s=1.0, cold_starts_s=(0.0, 10.0, 50.0))
+    state: dict = {}
+    desired, asked = 1, {}
+    for t in range(0, 320):
+        obs = Observation(float(t), TargetStatus(desired, pods(desired)))
+        decision = policy.decide(obs, state)
+        state = dict(decision.state)
+        if decision.replicas > desired:
+            asked[decision.replicas] = t
+        desired = decision.replicas
+    assert asked == {2: 190, 3: 250}  # 200 - 1 - 10 + 1 and 300 - 1 - 50 + 1
+    assert state["created"] == 3
+
+
+def test_a_pod_with_a_longer_cold_start_brings_the_ones_before_it_forward():
+    # The third pod starts slowly; it is created after the second, so both go early.
+    required = [1] * 200 + [3] * 100
+    policy = OraclePolicy(required, lead_s=99.0, interval_s=1.0, cold_starts_s=(0.0, 5.0, 60.0))
+    decision = policy.decide(Observation(140.0, TargetStatus(1, pods(1))), {})
+    assert decision.replicas == 3
+    assert policy.decide(Observation(138.0, TargetStatus(1, pods(1))), {}).replicas == 1
+
+
+def test_pods_the_replicaset_made_without_it_shift_the_cold_starts_it_reads():
+    policy = OraclePolicy([2] * 50, lead_s=1.0, interval_s=5.0)
+    first = policy.decide(Observation(0.0, TargetStatus(2, pods(2))), {})
+    assert first.state["created"] == 2
+    replaced = (PodStatus("p0", True, 0.0, 0.0), PodStatus("p9", False, 3.0))  # a GPU failed
+    later = policy.decide(Observation(5.0, TargetStatus(2, replaced)), first.state)
+    assert later.state["created"] == 3
+
+
+def test_margin_and_slack_raise_and_widen_the_plan():
+    required = [0] * 100 + [10] * 20 + [0] * 100
+    policy = OraclePolicy(required, lead_s=0.0, interval_s=1.0, margin=0.25, slack_s=30.0)
+    assert policy.needed(100.0) == 13  # ceil(10 x 1.25)
+    assert policy.needed(69.0) == 0  # [39, 100): 30 s of slack each side of [69, 70)
+    assert policy.needed(70.0) == 13  # [40, 101) reaches t=100
+    assert policy.needed(149.0) == 13  # [119, ...): the need's last second is still in
+    assert policy.needed(150.0) == 0
+
+
+class Recorder:
+    """Asks for ``replicas`` at t=0 and notes how long each pod took to be Ready."""
+
+    def __init__(self, replicas: int) -> None:
+        self.name, self.interval_s, self.history_s = "recorder", 5.0, 0.0
+        self.signals: dict = {}
+        self.pod_signals: dict = {}
+        self.min_replicas, self.max_replicas = 0, replicas
+        self.replicas = replicas
+        self.cold: dict[int, float] = {}
+
+    def decide(self, observation, state):
+        for pod in observation.target.pods:
+            if pod.ready_at is not None:
+                self.cold[int(pod.name.rsplit("-", 1)[1])] = pod.ready_at - pod.created_at
+        return Decision(self.replicas, "record", {})
+
+
+def test_simulated_pods_take_exactly_the_cold_starts_the_oracle_reads():
+    from gpuscale.evaluate.runner import EvaluationRequest
+    from gpuscale.sim.coldstart import pod_cold_starts
+    from gpuscale.sim.engine import simulate
+
+    prepared = EvaluationRequest("ramp", duration_s=300, seed=11).prepare()
+    scenario = prepared.scenario
+    fleet = scenario.cluster.initial_nodes * scenario.cluster.gpus_per_node
+    recorder = Recorder(fleet)
+    simulate(scenario, recorder)
+    draws = pod_cold_starts(scenario.cluster.cold_start, scenario.seed, fleet)
+    new = {uid: c for uid, c in recorder.cold.items() if uid > scenario.initial_replicas}
+    assert len(new) == fleet - scenario.initial_replicas > 0
+    for uid, cold in new.items():
+        assert cold == pytest.approx(draws[uid - 1])

@@ -1,0 +1,69 @@
+"""Hindsight-oracle benchmark: the searched oracle on the shared traces over seeds.
+
+For each shared trace and seed it prepares the evaluation as ``gpuscale evaluate``
+does, searches the oracle's margin (``evaluate.oracle_search.search_oracle``) and
+prints the chosen plan's attainment, the goal it aimed for (the target, or just
+under the ceiling when the serving model caps attainment below it), the ceiling,
+GPU-hours, the margin and the seconds the search took. Run:
+
+    python bench/bench_oracle.py                       # 10 seeds, 1 h of each trace
+    python bench/bench_oracle.py --seeds 3 --duration 1800
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from gpuscale.evaluate.oracle_search import DEFAULT_TARGET, search_oracle
+from gpuscale.evaluate.runner import EvaluationRequest
+
+ROOT = Path(__file__).resolve().parent
+
+TRACES = {"azure-code": 100.0, "azure-conv": 100.0, "gentd26": 0.13}
+"""Trace to request-rate scale (the README's evaluation scales)."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default 10)")
+    parser.add_argument("--duration", type=int, default=3600, help="seconds of each trace")
+    parser.add_argument("--target", type=float, default=DEFAULT_TARGET, help="attainment")
+    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    args = parser.parse_args()
+    rows = []
+    for trace, scale in TRACES.items():
+        for seed in range(args.seeds):
+            prepared = EvaluationRequest(
+                trace, scale=scale, duration_s=args.duration, seed=seed
+            ).prepare()
+            start = time.perf_counter()
+            found = search_oracle(
+                prepared.scenario,
+                prepared.required.tolist(),
+                prepared.configs["oracle"],
+                target=args.target,
+            )
+            row = {
+                "trace": trace,
+                "seed": seed,
+                "attainment": round(found.attainment, 5),
+                "goal": round(found.goal, 5),
+                "ceiling": round(found.ceiling, 5),
+                "met_goal": found.met_goal,
+                "met_target": found.met_target,
+                "gpu_hours": round(found.gpu_hours, 3),
+                "margin": found.config.margin,
+                "simulations": len(found.trials) + 1,
+                "seconds": round(time.perf_counter() - start, 1),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    missed = [r for r in rows if not r["met_goal"]]
+    print(f"{len(rows) - len(missed)} of {len(rows)} runs met their goal")
+    if args.out is not None:
+        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

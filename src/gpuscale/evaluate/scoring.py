@@ -1,0 +1,258 @@
+"""One run's score after the warm-up, and a sweep's scores folded into an ``Evaluation``.
+
+A run starts from a state no real deployment is in (replicas chosen for the
+first minute, empty queues), so its first ``warmup_s`` seconds are not scored:
+GPU-hours are counted from the warm-up on, and so is attainment when the
+timeline carries per-step counts of requests within the SLO
+(``Timeline.within_slo``; until the simulator records them, attainment is scored
+over the whole run and ``Evaluation.attainment_from_warmup`` says so). Request
+totals (completed, dropped, in flight) are always the whole run's, so they add
+up to the arrivals. ``evaluation_from_sweep`` turns every seed and knob value
+into means with 95 % intervals (``stats.mean_ci``) and reads each policy's
+GPU-hours at the target attainment off its curve (``stats.cost_at_target``).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpuscale.evaluate import policies as registry
+from gpuscale.evaluate.results import CurvePoint, Evaluation, PolicySummary, histogram_quantile
+from gpuscale.evaluate.stats import Estimate, cost_at_target, mean_ci
+from gpuscale.sim.outcome import RunResult
+
+if TYPE_CHECKING:
+    from gpuscale.evaluate.sweep import RunSpec, SweepPlan
+
+
+@dataclass(frozen=True, slots=True)
+class RunScore:
+    """One run's numbers, small enough to return from a worker.
+
+    Attributes:
+        policy: Policy name.
+        seed: The run's seed.
+        knob_value: The policy's knob value; None without a knob.
+        gpu_hours: Allocated GPU time from the warm-up on, hours.
+        slo_attainment: Share of requests within the SLO (from the warm-up on when
+            ``from_warmup``); None when no request arrived.
+        from_warmup: Whether attainment skipped the warm-up (needs per-step counts).
+        mean_gpu_utilization: Busy share of allocated GPU time, whole run; None if none.
+        p50_latency_s: Median latency of completed requests, seconds.
+        p99_latency_s: 99th percentile of the same, seconds.
+        requests: Arrivals, whole run.
+        completed_requests: Completed, whole run.
+        dropped_requests: Dropped, whole run.
+        in_flight_requests: Queued or in service at the end.
+        scale_events: Changes of the desired replica count.
+        result: The whole run, when asked for (the report's timelines).
+    """
+
+    policy: str
+    seed: int
+    knob_value: float | None
+    gpu_hours: float
+    slo_attainment: float | None
+    from_warmup: bool
+    mean_gpu_utilization: float | None
+    p50_latency_s: float | None
+    p99_latency_s: float | None
+    requests: float
+    completed_requests: float
+    dropped_requests: float
+    in_flight_requests: float
+    scale_events: int
+    result: RunResult | None = None
+
+
+def score_run(
+    result: RunResult, seed: int, knob_value: float | None, warmup_s: float, *, keep: bool = False
+) -> RunScore:
+    """Score one run, skipping the steps that start before ``warmup_s``.
+
+    Returns:
+        The score.
+    """
+    tl = result.timeline
+    starts = np.asarray(tl.time_s, dtype=np.float64)
+    lengths = np.diff(
+        starts, append=starts[-1] + (starts[-1] - starts[-2] if starts.size > 1 else 1.0)
+    )
+    scored = starts >= warmup_s
+    held = np.asarray(tl.allocated_gpus, dtype=np.float64) * lengths
+    share = float(held[scored].sum() / held.sum()) if held.sum() > 0 else 0.0
+    within = getattr(tl, "within_slo", None)
+    from_warmup = warmup_s <= 0 or within is not None
+    if within is not None and warmup_s > 0:
+        arrived = float((np.asarray(tl.demand_rps) * lengths)[scored].sum())
+        got = float(np.asarray(within, dtype=np.float64)[scored].sum())
+        attainment = got / arrived if arrived > 0 else None
+    else:
+        attainment = result.within_slo / result.requests if result.requests > 0 else None
+    gpu_s = float(result.gpu_seconds)
+    return RunScore(
+        policy=result.policy,
+        seed=seed,
+        knob_value=knob_value,
+        gpu_hours=gpu_s * share / 3600.0,
+        slo_attainment=None if attainment is None else min(attainment, 1.0),
+        from_warmup=from_warmup,
+        mean_gpu_utilization=float(result.busy_gpu_seconds) / gpu_s if gpu_s > 0 else None,
+        p50_latency_s=histogram_quantile(result.latency_edges_s, result.latency_counts, 0.5),
+        p99_latency_s=histogram_quantile(result.latency_edges_s, result.latency_counts, 0.99),
+        requests=float(result.requests),
+        completed_requests=float(result.completed_requests),
+        dropped_requests=float(result.dropped_requests),
+        in_flight_requests=float(result.in_flight_requests),
+        scale_events=int(result.scale_events),
+        result=result if keep else None,
+    )
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
+def _estimate(values: Sequence[float | None]) -> Estimate | None:
+    known = [v for v in values if v is not None]
+    return mean_ci(known) if known else None
+
+
+def _interval(estimate: Estimate | None) -> tuple[float | None, float | None]:
+    return (None, None) if estimate is None else (estimate.low, estimate.high)
+
+
+@dataclass(frozen=True, slots=True)
+class _AtTarget:
+    mean: float | None
+    per_seed: dict[int, float | None]
+
+
+def _at_target(
+    points: Mapping[float | None, Sequence[RunScore]], seeds: Sequence[int], target: float
+) -> _AtTarget:
+    """GPU-hours at ``target`` on the mean curve, and on each seed's own curve."""
+    means = [
+        (_mean([s.gpu_hours for s in runs]), _mean([s.slo_attainment for s in runs]))
+        for runs in points.values()
+    ]
+    curve = [(c, a) for c, a in means if c is not None and a is not None]
+    mean = cost_at_target([c for c, _ in curve], [a for _, a in curve], target) if curve else None
+    per_seed: dict[int, float | None] = {}
+    for seed in seeds:
+        mine = [s for runs in points.values() for s in runs if s.seed == seed]
+        pairs = [(s.gpu_hours, s.slo_attainment) for s in mine if s.slo_attainment is not None]
+        per_seed[seed] = (
+            cost_at_target([c for c, _ in pairs], [a for _, a in pairs], target) if pairs else None
+        )
+    return _AtTarget(mean, per_seed)
+
+
+def _all_known(values: Mapping[int, float | None]) -> list[float] | None:
+    known = [v for v in values.values() if v is not None]
+    return known if len(known) == len(values) else None
+
+
+def evaluation_from_sweep(
+    plan: "SweepPlan", runs: Sequence[tuple["RunSpec", RunScore]]
+) -> tuple[Evaluation, list[RunResult]]:
+    """Fold a sweep's scores into the evaluation ``results.json`` and the report show.
+
+    Returns:
+        The evaluation, and the first seed's fair runs (for the timelines).
+    """
+    base = plan.base
+    target = plan.request.target_attainment
+    seeds = plan.seeds
+    ceiling = _estimate([s.slo_attainment for spec, s in runs if spec.policy == "ceiling"])
+    by_point: dict[str, dict[float | None, list[RunScore]]] = {name: {} for name in plan.points}
+    for spec, score in runs:
+        if spec.policy in by_point:
+            by_point[spec.policy].setdefault(spec.knob_value, []).append(score)
+    at_target = {name: _at_target(points, seeds, target) for name, points in by_point.items()}
+    oracle = at_target.get("oracle")
+    summaries = {}
+    for name, points in by_point.items():
+        fair = points[plan.fair_value(name)]
+        hours = mean_ci([s.gpu_hours for s in fair])
+        attainment = _estimate([s.slo_attainment for s in fair])
+        reach = at_target[name]
+        per_seed = _all_known(reach.per_seed)
+        ratio: float | None = None
+        ratio_ci: tuple[float | None, float | None] = (None, None)
+        if oracle is not None and oracle.mean and reach.mean is not None:
+            ratio = reach.mean / oracle.mean
+            pairs = [
+                (mine, oracle.per_seed[seed])
+                for seed, mine in reach.per_seed.items()
+                if mine is not None and oracle.per_seed.get(seed)
+            ]
+            if len(pairs) == len(seeds):
+                ratio_ci = _interval(mean_ci([m / o for m, o in pairs if o]))
+        knob = registry.get(name).knob
+        summaries[name] = PolicySummary(
+            gpu_hours=hours.mean,
+            slo_attainment=None if attainment is None else attainment.mean,
+            mean_gpu_utilization=_mean([s.mean_gpu_utilization for s in fair]),
+            p50_latency_s=_mean([s.p50_latency_s for s in fair]),
+            p99_latency_s=_mean([s.p99_latency_s for s in fair]),
+            requests=float(np.mean([s.requests for s in fair])),
+            dropped_requests=float(np.mean([s.dropped_requests for s in fair])),
+            scale_events=round(float(np.mean([s.scale_events for s in fair]))),
+            parameters=base.parameters(name),
+            units=registry.get(name).fair_units(),
+            completed_requests=float(np.mean([s.completed_requests for s in fair])),
+            in_flight_requests=float(np.mean([s.in_flight_requests for s in fair])),
+            slo_attainment_ci95=_interval(attainment),
+            gpu_hours_ci95=_interval(hours),
+            gpu_hours_at_target=reach.mean,
+            gpu_hours_at_target_ci95=_interval(mean_ci(per_seed)) if per_seed else (None, None),
+            seeds_reaching_target=sum(v is not None for v in reach.per_seed.values()),
+            x_oracle_at_target=ratio,
+            x_oracle_at_target_ci95=ratio_ci,
+            knob=None if knob is None else knob.field,
+            knob_unit=None if knob is None else knob.unit,
+            curve=tuple(
+                _point(value, scores) for value, scores in sorted(points.items(), key=_order)
+            ),
+        )
+    kept = [s.result for _, s in runs if s.result is not None]
+    sc = base.scenario
+    evaluation = Evaluation(
+        trace=base.trace,
+        seed=sc.seed,
+        duration_s=float(sc.workload.duration_s),
+        scale=base.scale,
+        slo_latency_s=sc.slo_latency_s,
+        timeout_s=sc.timeout_s,
+        faults=base.fault_specs,
+        policies=summaries,
+        fault_windows=base.fault_windows,
+        ceiling=None if ceiling is None else ceiling.mean,
+        ceiling_ci95=_interval(ceiling),
+        target_attainment=target,
+        seeds=len(seeds),
+        warmup_s=plan.warmup_s,
+        attainment_from_warmup=all(s.from_warmup for _, s in runs),
+    )
+    order = list(plan.points)
+    return evaluation, sorted(kept, key=lambda r: order.index(r.policy))
+
+
+def _order(item: tuple[float | None, list[RunScore]]) -> float:
+    return -1.0 if item[0] is None else item[0]
+
+
+def _point(value: float | None, scores: Sequence[RunScore]) -> CurvePoint:
+    hours = mean_ci([s.gpu_hours for s in scores])
+    attainment = _estimate([s.slo_attainment for s in scores])
+    return CurvePoint(
+        knob_value=value,
+        gpu_hours=hours.mean,
+        gpu_hours_ci95=_interval(hours),
+        slo_attainment=None if attainment is None else attainment.mean,
+        slo_attainment_ci95=_interval(attainment),
+    )

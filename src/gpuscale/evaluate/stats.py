@@ -1,0 +1,100 @@
+"""Means with confidence intervals over seeds, and a curve's cost at a target attainment.
+
+One seed's result is one draw of cold starts, fault targets and (for
+generators) arrivals; a difference smaller than the spread between seeds is no
+difference. Every figure the harness reports is therefore a mean over seeds with
+a 95 % Student-t interval, and a policy's cost at a target attainment is read off
+its cost-against-attainment curve by ``cost_at_target``.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+"""Coverage of every interval the harness reports."""
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A mean over seeds and its confidence interval.
+
+    Attributes:
+        mean: The mean of the values.
+        low: Lower end of the 95 % interval; None with fewer than two values.
+        high: Upper end; None with fewer than two values.
+        n: How many values.
+    """
+
+    mean: float
+    low: float | None
+    high: float | None
+    n: int
+
+    def interval(self) -> list[float | None]:
+        """The interval as ``[low, high]``, as ``results.json`` writes it.
+
+        Returns:
+            The two ends (None where unknown).
+        """
+        return [self.low, self.high]
+
+
+def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+    """The mean and its Student-t confidence interval.
+
+    Args:
+        values: One value per seed (at least one).
+        confidence: Coverage of the interval, 0 to 1.
+
+    Returns:
+        The estimate; the interval is the mean itself when every value is equal, and
+        unknown (None) for one value.
+
+    Raises:
+        ValueError: No values.
+    """
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
+        raise ValueError("mean_ci needs at least one value")
+    mean = float(data.mean())
+    if data.size < 2:
+        return Estimate(mean, None, None, 1)
+    sem = float(data.std(ddof=1)) / math.sqrt(data.size)
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, data.size - 1)) * sem
+    return Estimate(mean, mean - half, mean + half, int(data.size))
+
+
+def cost_at_target(
+    costs: Sequence[float], attainments: Sequence[float], target: float
+) -> float | None:
+    """The least cost at which a curve reaches ``target``, interpolated monotonically.
+
+    The points are sorted by cost and each attainment replaced by the best one at
+    that cost or less (a policy that can meet an attainment cheaply can meet it at
+    any higher cost), which makes the curve non-decreasing; the cost is read off it
+    by linear interpolation between the two points around the target.
+
+    Args:
+        costs: Cost of each point (GPU-hours).
+        attainments: Attainment of each point, 0 to 1.
+        target: The attainment to reach.
+
+    Returns:
+        The cost; the cheapest point's when that one already reaches the target;
+        None when no point does.
+    """
+    order = np.argsort(np.asarray(costs, dtype=np.float64), kind="stable")
+    cost = np.asarray(costs, dtype=np.float64)[order]
+    envelope = np.maximum.accumulate(np.asarray(attainments, dtype=np.float64)[order])
+    reached = np.flatnonzero(envelope >= target)
+    if reached.size == 0:
+        return None
+    j = int(reached[0])
+    if j == 0:
+        return float(cost[0])
+    c0, c1, a0, a1 = cost[j - 1], cost[j], envelope[j - 1], envelope[j]
+    return float(c0 + (target - a0) / (a1 - a0) * (c1 - c0))

@@ -1,0 +1,116 @@
+"""Per-second deployment totals in a ring, read as a ``MetricsSource``.
+
+Knative's autoscaler does not go through Prometheus: it scrapes every
+queue-proxy once a second and keeps the totals in 1 s buckets. A controller on
+that path needs a per-second history of a few totals (requests in flight,
+requests queued), not per-pod series written every second, so this ring keeps
+one float per metric per second for the last ``capacity_s`` seconds and answers
+the same ``instant``/``range`` queries as the metric store. Only the summed total
+of each metric exists here, so a Signal may aggregate with ``sum`` (or ``none``)
+and may not carry matchers or a window.
+"""
+
+import math
+from collections.abc import Sequence
+
+from gpuscale.metrics.signal import LabelledValue, Signal
+
+
+class SecondTotals:
+    """The last ``capacity_s`` one-second samples of a few workload totals.
+
+    Args:
+        metrics: Metric names, in the order ``record`` takes their values.
+        capacity_s: Seconds of history kept (older samples are overwritten).
+
+    Raises:
+        ValueError: No metric, a repeated one, or a capacity below 1 s.
+    """
+
+    def __init__(self, metrics: Sequence[str], capacity_s: int) -> None:
+        if not metrics or len(set(metrics)) != len(metrics):
+            raise ValueError(f"give distinct metric names, got {list(metrics)!r}")
+        if capacity_s < 1:
+            raise ValueError(f"capacity_s must be >= 1, got {capacity_s}")
+        self.metrics = tuple(metrics)
+        self.capacity_s = int(capacity_s)
+        self._index = {m: i for i, m in enumerate(self.metrics)}
+        self._rings = [[0.0] * self.capacity_s for _ in self.metrics]
+        self._first: int | None = None
+        self._last = -1
+
+    def record(self, t: int, values: Sequence[float]) -> None:
+        """Store the totals sampled at second ``t`` (seconds must not go back).
+
+        Args:
+            t: Sample time, whole seconds.
+            values: One value per metric, in ``metrics`` order.
+        """
+        i = t % self.capacity_s
+        for ring, v in zip(self._rings, values, strict=True):
+            ring[i] = v
+        if self._first is None:
+            self._first = t
+        self._last = t
+
+    def _ring(self, signal: Signal) -> list[float]:
+        if signal.metric not in self._index:
+            return []
+        if signal.matchers or signal.window > 0 or signal.aggregation not in ("sum", "none"):
+            raise ValueError(
+                f"per-second totals answer only sum({signal.metric}) with no matchers or "
+                f"window, got {signal!r}"
+            )
+        return self._rings[self._index[signal.metric]]
+
+    def _oldest(self) -> int:
+        first = 0 if self._first is None else self._first
+        return max(first, self._last - self.capacity_s + 1)
+
+    def instant(self, signal: Signal, at: float) -> list[LabelledValue]:
+        """The newest sample at or before ``at``, as one series with one point.
+
+        Returns:
+            One result, or none when the metric is unknown or no sample is that recent.
+
+        Raises:
+            ValueError: The signal asks for something other than a plain total.
+        """
+        ring = self._ring(signal)
+        t = min(math.floor(at), self._last)
+        if not ring or self._first is None or t < self._oldest():
+            return []
+        return [LabelledValue({}, ((float(at), ring[t % self.capacity_s]),))]
+
+    def range(self, signal: Signal, start: float, end: float, step: float) -> list[LabelledValue]:
+        """The newest sample at or before each of ``start, start + step, ... <= end``.
+
+        Returns:
+            One result with a point per evaluation time that has a sample; none when none has.
+
+        Raises:
+            ValueError: The signal asks for something other than a plain total, or ``step`` <= 0.
+        """
+        if step <= 0:
+            raise ValueError(f"step must be > 0, got {step}")
+        ring = self._ring(signal)
+        if not ring or self._first is None:
+            return []
+        oldest, cap = self._oldest(), self.capacity_s
+        if step == 1.0 and start == math.floor(start):  # the common case: one point a second
+            lo = max(int(start), oldest)
+            hi = min(math.floor(end), self._last)
+            if hi < lo:
+                return []
+            i, j = lo % cap, hi % cap
+            values = ring[i : j + 1] if i <= j else ring[i:] + ring[: j + 1]
+            points = tuple(zip(map(float, range(lo, hi + 1)), values, strict=True))
+        else:
+            n = math.floor((end - start) / step + 1e-9) + 1
+            evals = (start + k * step for k in range(max(n, 0)))
+            points = tuple(
+                (e, ring[min(math.floor(e), self._last) % cap])
+                for e in evals
+                if min(math.floor(e), self._last) >= oldest
+            )
+        return [LabelledValue({}, points)] if points else []

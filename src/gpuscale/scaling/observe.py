@@ -1,0 +1,72 @@
+"""The one step from a metric source and a target's status to a policy's ``Observation``.
+
+A policy is only as good as what it sees, so the simulator and the live
+controller must build its view the same way. This function is that way: it
+evaluates the policy's ``signals`` (summed over result series, as a history of
+``history_s`` when the policy asks for one) and ``pod_signals`` (the latest value
+per pod of the target) on any ``MetricsSource``, ``delay_s`` in the past. It does
+no I/O itself; the source may be the in-process store, a ring of per-second
+samples or Prometheus.
+"""
+
+from collections.abc import Sequence
+
+from gpuscale.metrics.signal import LabelledValue, MetricsSource
+from gpuscale.scaling.policy import Observation, ScalingPolicy, Series, TargetStatus
+
+
+def merge(results: Sequence[LabelledValue]) -> Series:
+    """One series from a query's results: itself, or the sum of several at equal times.
+
+    Returns:
+        (time, value) points, oldest first; empty when there are no results.
+    """
+    if not results:
+        return ()
+    if len(results) == 1:
+        return tuple(results[0].points)
+    totals: dict[float, float] = {}
+    for res in results:
+        for t, v in res.points:
+            totals[t] = totals.get(t, 0.0) + v
+    return tuple(sorted(totals.items()))
+
+
+def observe(
+    source: MetricsSource,
+    policy: ScalingPolicy,
+    target: TargetStatus,
+    now: float,
+    *,
+    delay_s: float = 0.0,
+    step_s: float = 15.0,
+) -> Observation:
+    """What ``policy`` sees at ``now``: its signals evaluated at ``now - delay_s``.
+
+    Args:
+        source: Where the series are read.
+        policy: Declares the signals, the per-pod signals and the history it needs.
+        target: The scale target's status now (its pods name the per-pod values kept).
+        now: Decision time, seconds.
+        delay_s: Signals are evaluated this far in the past (a recording rule's delay).
+        step_s: Resolution of the history ranges, seconds (the source's sample period).
+
+    Returns:
+        The observation; unhealthy when the evaluation time is before 0 (no data yet).
+    """
+    at = now - delay_s
+    pod_metrics: dict[str, dict[str, float]] = {}
+    if policy.pod_signals:
+        names = {p.name for p in target.pods}
+        for key, sig in policy.pod_signals.items():
+            values = pod_metrics.setdefault(key, {})
+            for res in source.instant(sig, at):
+                pod = res.labels.get("pod")
+                if pod in names and res.points:
+                    values[pod] = res.points[-1][1]
+    series: dict[str, Series] = {}
+    hist = policy.history_s
+    for key, sig in policy.signals.items():
+        found = source.range(sig, at - hist, at, step_s) if hist > 0 else source.instant(sig, at)
+        series[key] = merge(found)
+    return Observation(now, target, pod_metrics, series, healthy=at >= 0.0)

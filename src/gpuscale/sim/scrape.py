@@ -1,0 +1,198 @@
+"""The simulated GPUs' DCGM readings and Prometheus' scrapes, from the per-second serving state.
+
+A policy reading ``DCGM_FI_DEV_GPU_UTIL`` sees neither the simulator's queue nor
+the GPU as it is now: it sees what dcgm-exporter last collected, as Prometheus
+last scraped it. This module owns that path for the engine:
+
+* Every second the engine appends the requests in service per batch slot of
+  each Ready replica (``occupancy``), adds the completions (``done``) and the
+  sequence-seconds of each draining pod (``drain_seq``).
+* ``flush`` (when the Ready set changes, and before each collect) turns the
+  buffered seconds into each Ready GPU's busy seconds, with
+  ``activity.kernel_busy_share(m, slots)`` for ``m`` requests in service per
+  replica (one numpy call per flush), and sequence-seconds.
+* ``collect`` (dcgm-exporter's collect, every ``collect_interval_s``, 30 s by
+  default) advances the GPU physics over the interval since the last collect:
+  busy share ``load``, ``batch_fill`` (sequence-seconds over busy seconds and
+  slots), ``prefill_share`` (1 for one-slot serving; for batched serving the
+  window's share of the workload's ``prefill_work_s`` when the workload has one,
+  else the activity model's typical share), ``kv_cache_bytes`` (KV bytes per
+  request x requests in service per pod now) and ``sampled_busy`` (the busy share
+  of the last second, NVML's last utilisation sample). A draining pod's busy
+  share is taken from its mean requests over the interval. The fields are kept
+  until the next collect.
+* ``scrape`` (Prometheus, every ``scrape_interval_s``) writes the last collected
+  DCGM fields and the pods' serving metrics into the metric store.
+
+docs/telemetry-model.md states each field's formula; docs/baselines.md the paths.
+"""
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from gpuscale.metrics.store import MetricStore
+from gpuscale.sim.cluster import Cluster
+from gpuscale.sim.series import SeriesWriter
+from gpuscale.sim.serving import ServingConfig
+from gpuscale.sim.workload import Workload
+from gpuscale.telemetry.activity import batch_fill, kernel_busy_share
+from gpuscale.telemetry.physics import FleetPhysics
+
+logger = logging.getLogger(__name__)
+
+Loading = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Devices of starting pods, when each becomes Ready, and its cold start length."""
+
+
+def busy_share(m: np.ndarray, slots: int) -> np.ndarray:
+    """Share of each second some kernel runs, for ``m`` requests in service per replica.
+
+    Returns:
+        ``kernel_busy_share(m, slots)``; ``min(m, 1)`` for one slot, without the general formula.
+    """
+    if slots == 1:
+        return np.asarray(np.clip(m, 0.0, 1.0), dtype=float)
+    return kernel_busy_share(m, slots)
+
+
+class Telemetry:
+    """The fleet's physics fed by the serving state, and the series written at each scrape.
+
+    Args:
+        cluster: The simulated cluster (its devices and pods).
+        physics: The fleet's GPU physics.
+        writer: Writes scrapes into the metric store.
+        serving: The serving model (memory footprint).
+        workload: The demand (for ``prefill_work_s``, when it has one).
+        slots: Batch slots per replica.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        physics: FleetPhysics,
+        writer: SeriesWriter,
+        serving: ServingConfig,
+        workload: Workload,
+        slots: int,
+    ) -> None:
+        n = cluster.n_devices
+        self.physics, self.writer, self.slots = physics, writer, slots
+        self.model_bytes = serving.model_bytes
+        self.kv_bytes = serving.kv_bytes_per_request
+        self.occupancy: list[float] = []  # in service per slot of the Ready replicas, per second
+        self.done = 0.0  # completions since the last flush
+        self.drain_seq = np.zeros(n)  # sequence-seconds of draining pods since the last collect
+        self._busy = np.zeros(n)  # busy seconds since the last collect
+        self._seq = np.zeros(n)  # sequence-seconds since the last collect
+        self._last_busy = np.zeros(n)  # busy share in the last second flushed
+        self._last_collect: float | None = None
+        self._fields: dict[str, np.ndarray] = {}
+        self._work = workload.work_s
+        prefill: Any = getattr(workload, "prefill_work_s", None)
+        self._prefill = None if prefill is None else np.asarray(prefill, dtype=float)
+
+    @property
+    def store(self) -> MetricStore:
+        """The metric store the scrapes go to."""
+        return self.writer.store
+
+    def flush(
+        self, devs: np.ndarray, slots_of: np.ndarray, uids: np.ndarray, shares: np.ndarray
+    ) -> None:
+        """Credit the buffered seconds to the Ready GPUs they were served on.
+
+        Args:
+            devs: Devices of the Ready pods (the set the buffered seconds belong to).
+            slots_of: Their GPU slots.
+            uids: Their pod uids.
+            shares: Their shares of the completions.
+        """
+        if self.occupancy and devs.size:
+            m = np.asarray(self.occupancy) * self.slots
+            u = busy_share(m, self.slots)
+            self._busy[devs] += float(u.sum())
+            self._seq[devs] += float(m.sum())
+            self._last_busy[:] = 0.0
+            self._last_busy[devs] = float(u[-1])
+            self.writer.add_completions(slots_of, uids, shares, self.done)
+        elif self.occupancy:
+            self._last_busy[:] = 0.0
+        self.occupancy.clear()
+        self.done = 0.0
+
+    def _prefill_share(self, t: float, dt: float) -> float | None:
+        if self.slots == 1:
+            return 1.0  # one request at a time: compute-bound throughout (diffusion)
+        if self._prefill is None:
+            return None  # the activity model's typical share
+        lo, hi = max(int(t - dt), 0), max(int(t), 1)
+        work = float(self._work[lo:hi].sum())
+        return float(self._prefill[lo:hi].sum()) / work if work > 0 else None
+
+    def collect(
+        self,
+        t: float,
+        ready: np.ndarray,
+        stopping: np.ndarray,
+        loading: Loading,
+        per_pod: float,
+    ) -> None:
+        """dcgm-exporter's collect at ``t``: advance the physics over the interval since the last.
+
+        Call ``flush`` first.
+
+        Args:
+            t: Collect time, seconds.
+            ready: Devices of the Ready pods.
+            stopping: Devices of terminating pods (the model is still loaded).
+            loading: Starting pods (the model fills the GPU as it loads).
+            per_pod: Requests in service per Ready pod now (for the KV cache).
+        """
+        last = self._last_collect
+        dt = max(t - last, 1.0) if last is not None else 1.0
+        self._last_collect = t
+        busy, seq, sampled = self._busy, self._seq, self._last_busy.copy()
+        draining = np.flatnonzero(self.drain_seq > 0)
+        if draining.size:
+            d_busy = busy_share(self.drain_seq[draining] / dt, self.slots)
+            busy[draining] += d_busy * dt
+            seq[draining] += self.drain_seq[draining]
+            sampled[draining] = np.maximum(sampled[draining], d_busy)
+        load = np.clip(busy / dt, 0.0, 1.0)
+        fill = batch_fill(seq, busy, self.slots)
+        working = np.zeros(busy.size)
+        working[stopping] = self.model_bytes
+        working[ready] = self.model_bytes
+        devs, due, span = loading
+        with np.errstate(invalid="ignore"):
+            done = np.clip(1.0 - (due - t) / np.maximum(span, 1.0), 0.0, 1.0)
+        working[devs] = self.model_bytes * np.nan_to_num(done, nan=0.0)
+        kv = np.zeros(busy.size)
+        kv[ready] = self.kv_bytes * per_pod
+        self.physics.step(
+            dt,
+            load,
+            working,
+            batch_fill=fill,
+            prefill_share=self._prefill_share(t, dt),
+            kv_cache_bytes=kv,
+            sampled_busy=sampled,
+        )
+        self.physics.drain_xid_events()
+        self._fields = self.physics.fields()
+        busy[:] = 0.0
+        seq[:] = 0.0
+        self.drain_seq[:] = 0.0
+
+    def scrape(self, t: float, per_pod: float, waiting: float) -> None:
+        """Prometheus' scrape at ``t``: the last collected DCGM fields and the serving metrics.
+
+        Args:
+            t: Scrape time, seconds.
+            per_pod: Requests in service per Ready pod.
+            waiting: Requests queued in the deployment.
+        """
+        self.writer.write(t, self._fields, per_pod, waiting)

@@ -1,0 +1,46 @@
+"""Per-second totals in a ring answer instant and range queries like the metric store."""
+
+import pytest
+
+from gpuscale.metrics.ring import SecondTotals
+from gpuscale.metrics.signal import Signal
+
+IN_FLIGHT = Signal("in_flight", aggregation="sum")
+QUEUE = Signal("queue", aggregation="sum")
+
+
+def filled(seconds: int, capacity: int = 10) -> SecondTotals:
+    ring = SecondTotals(("in_flight", "queue"), capacity)
+    for t in range(seconds):
+        ring.record(t, (float(t), 100.0 + t))
+    return ring
+
+
+def test_instant_is_the_newest_sample_at_or_before():
+    ring = filled(5)
+    assert ring.instant(IN_FLIGHT, 3.5)[0].points == ((3.5, 3.0),)
+    assert ring.instant(QUEUE, 99.0)[0].points == ((99.0, 104.0),)
+    assert ring.instant(IN_FLIGHT, -1.0) == []
+    assert ring.instant(Signal("other", aggregation="sum"), 3.0) == []
+
+
+def test_range_wraps_and_keeps_only_the_capacity():
+    ring = filled(25, capacity=10)  # samples 15..24 remain
+    (res,) = ring.range(IN_FLIGHT, 10.0, 24.0, 1.0)
+    assert res.points == tuple((float(t), float(t)) for t in range(15, 25))
+    (coarse,) = ring.range(QUEUE, 16.5, 24.0, 3.0)
+    assert coarse.points == ((16.5, 116.0), (19.5, 119.0), (22.5, 122.0))
+    assert ring.instant(IN_FLIGHT, 14.0) == []
+    assert ring.range(IN_FLIGHT, 0.0, 10.0, 1.0) == []
+
+
+def test_only_plain_totals_are_answered():
+    ring = filled(3)
+    with pytest.raises(ValueError, match="sum"):
+        ring.instant(Signal("in_flight", aggregation="avg"), 1.0)
+    with pytest.raises(ValueError, match="sum"):
+        ring.range(Signal("in_flight", aggregation="sum", window=5.0), 0.0, 2.0, 1.0)
+    with pytest.raises(ValueError, match="distinct"):
+        SecondTotals(("a", "a"), 5)
+    with pytest.raises(ValueError, match="capacity_s"):
+        SecondTotals(("a",), 0)
