@@ -1,0 +1,305 @@
+"""Demand forecasts a scaling policy can afford on every decision.
+
+A GPU replica takes tens of seconds to minutes to become Ready, so a policy
+that only reacts is a cold start late on every rise. This module forecasts the
+workload's demand (whatever quantity the policy sums, e.g. requests in flight
+plus queued) at ``now + horizon`` with an upper prediction bound, from the
+history the policy sees, and keeps everything it learns in the policy's JSON
+state as plain numbers:
+
+* Demand is averaged into buckets of ``bucket_s`` seconds (``ingest``); the
+  state keeps at most ``seasons_kept`` seasons of closed buckets.
+* Once two full seasons exist, an additive Holt-Winters model with a damped
+  trend (statsmodels ``ExponentialSmoothing``) is fitted to the buckets, every
+  ``refit_s`` seconds at most (``refit``). Its smoothing parameters, level,
+  trend, seasonal indices and one-step residual deviation are stored. Between
+  refits each closed bucket advances the stored model by one step of the
+  Holt-Winters recursions (a few multiplications), so no decision refits.
+* Before that (short history) the fallback is a least-squares line through
+  the raw points of the last ``trend_window_s`` seconds.
+
+The seasonal forecast for ``now + h`` is the model's forecast for the bucket
+holding that time, shifted by the model's error on the recent points (so a
+level the model has not caught up with yet persists over the horizon). The
+upper bound is the ``quantile`` of a normal error with the model's residual
+deviation, widened with the horizon.
+"""
+
+import logging
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any, Literal
+
+from gpuscale.errors import require
+from gpuscale.scaling.policy import Series
+
+logger = logging.getLogger(__name__)
+
+Model = Literal["seasonal", "trend", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastConfig:
+    """How demand is bucketed, modelled and bounded.
+
+    Attributes:
+        bucket_s: Bucket length of the seasonal model, seconds.
+        season_s: Season length (a day by default), seconds; a whole number of buckets.
+        seasons_kept: Seasons of buckets kept in the state (the model is fitted on them).
+        refit_s: The seasonal model is refitted at most this often, seconds.
+        trend_window_s: Window of the fallback line, seconds.
+        quantile: The upper bound's quantile, 0.5 to 1.
+        min_sigma_ratio: Floor of the error deviation, as a share of the recent mean.
+    """
+
+    bucket_s: float = field(default=300.0, metadata={"unit": "s"})
+    season_s: float = field(default=86400.0, metadata={"unit": "s"})
+    seasons_kept: int = field(default=3, metadata={"unit": "seasons"})
+    refit_s: float = field(default=3600.0, metadata={"unit": "s"})
+    trend_window_s: float = field(default=600.0, metadata={"unit": "s"})
+    quantile: float = field(default=0.9, metadata={"unit": "ratio"})
+    min_sigma_ratio: float = field(default=0.05, metadata={"unit": "ratio"})
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, key: str, fix: str) -> None:
+            require(ok, f"ForecastConfig.{key}={getattr(self, key)!r}", "out of range", fix)
+
+        check(self.bucket_s >= 1, "bucket_s", "use at least 1 s")
+        m = self.season_s / self.bucket_s
+        check(m >= 2 and abs(m - round(m)) < 1e-9, "season_s", "use a multiple (>= 2) of bucket_s")
+        check(self.seasons_kept >= 2, "seasons_kept", "use 2 or more (the model needs two)")
+        check(self.refit_s > 0, "refit_s", "use > 0 s")
+        check(self.trend_window_s > 0, "trend_window_s", "use > 0 s")
+        check(0.5 <= self.quantile < 1, "quantile", "use 0.5 to 1 (e.g. 0.9)")
+        check(self.min_sigma_ratio >= 0, "min_sigma_ratio", "use 0 or more")
+
+    @property
+    def period(self) -> int:
+        """Buckets per season."""
+        return round(self.season_s / self.bucket_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Demand expected at ``now + horizon_s``.
+
+    Attributes:
+        mean: Point forecast, in the demand's unit.
+        upper: The upper bound at the configured quantile, same unit.
+        model: ``seasonal``, ``trend`` (the fallback) or ``none`` (no data).
+        horizon_s: How far ahead, seconds.
+    """
+
+    mean: float
+    upper: float
+    model: Model
+    horizon_s: float
+
+
+def _z(quantile: float) -> float:
+    return NormalDist().inv_cdf(quantile)
+
+
+def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dict[str, Any]:
+    """Add the points newer than those already seen to the buckets.
+
+    A bucket closes when a point of a later bucket arrives; a bucket with no
+    point repeats the previous mean. Each closed bucket advances a fitted model
+    by one Holt-Winters step.
+
+    Args:
+        state: The forecaster's state (empty at first).
+        points: (time seconds, demand) points, oldest first.
+        cfg: Bucketing and model settings.
+
+    Returns:
+        The new state.
+    """
+    st = dict(state)
+    last_t = float(st.get("last_t", -math.inf))
+    means: list[float] = list(st.get("means", []))
+    k0 = int(st.get("k0", 0))
+    # Copies: the caller's state is never mutated.
+    cur = list(st["cur"]) if st.get("cur") else None  # [bucket index, sum, count]
+    fit = dict(st["fit"], season=list(st["fit"]["season"])) if st.get("fit") else None
+    keep = cfg.period * cfg.seasons_kept
+    for t, v in points:
+        if t <= last_t or math.isnan(v):
+            continue
+        last_t = t
+        k = math.floor(t / cfg.bucket_s)
+        if cur is None:
+            cur, k0 = [k, 0.0, 0], k
+        while cur[0] < k:  # close the current bucket (and fill any gap after it)
+            mean = cur[1] / cur[2] if cur[2] else (means[-1] if means else v)
+            if not means:
+                k0 = cur[0]
+            means.append(mean)
+            if fit is not None:
+                _advance(fit, cur[0], mean)
+            cur = [cur[0] + 1, 0.0, 0]
+        cur[1] += v
+        cur[2] += 1
+    if len(means) > keep:
+        k0 += len(means) - keep
+        means = means[-keep:]
+    st.update(last_t=last_t, means=means, k0=k0, cur=cur, fit=fit)
+    return st
+
+
+def _advance(fit: dict[str, Any], k: int, y: float) -> None:
+    """One step of the additive, damped Holt-Winters recursions for bucket ``k``."""
+    season: list[float] = fit["season"]
+    p = k % len(season)
+    a, b, g, phi = fit["alpha"], fit["beta"], fit["gamma"], fit["phi"]
+    level, trend = fit["level"], fit["trend"]
+    new_level = a * (y - season[p]) + (1 - a) * (level + phi * trend)
+    fit["trend"] = b * (new_level - level) + (1 - b) * phi * trend
+    season[p] = g * (y - level - phi * trend) + (1 - g) * season[p]
+    fit["level"], fit["k"] = new_level, k
+
+
+def refit_due(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> bool:
+    """Whether the seasonal model should be (re)fitted now.
+
+    Returns:
+        True when two seasons of buckets exist and the last fit is ``refit_s`` old.
+    """
+    if len(state.get("means", [])) < 2 * cfg.period:
+        return False
+    fit = state.get("fit")
+    return not fit or now - float(fit["at"]) >= cfg.refit_s
+
+
+def refit(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> dict[str, Any]:
+    """Fit the seasonal model to the stored buckets and keep its parameters.
+
+    Returns:
+        The new state, with ``fit`` (parameters and final components) and ``fits`` + 1.
+    """
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing  # slow import, only when fitting
+
+    st = dict(state)
+    means: list[float] = st["means"]
+    m, k0 = cfg.period, int(st["k0"])
+    with warnings.catch_warnings():  # convergence chatter from the optimiser
+        warnings.simplefilter("ignore")
+        model = ExponentialSmoothing(
+            means,
+            trend="add",
+            damped_trend=True,
+            seasonal="add",
+            seasonal_periods=m,
+            initialization_method="heuristic",
+        )
+        res = model.fit()
+    params = res.params
+    season = [0.0] * m
+    n = len(means)
+    for i in range(n - m, n):
+        season[(k0 + i) % m] = float(res.season[i])
+    resid = [float(r) for r in res.resid[m:]]
+    sigma = math.sqrt(sum(r * r for r in resid) / max(len(resid), 1))
+    st["fit"] = {
+        "alpha": float(params["smoothing_level"]),
+        "beta": float(params["smoothing_trend"]),
+        "gamma": float(params["smoothing_seasonal"]),
+        "phi": float(params["damping_trend"]),
+        "level": float(res.level[-1]),
+        "trend": float(res.trend[-1]),
+        "season": season,
+        "sigma": sigma,
+        "k": k0 + n - 1,
+        "at": float(now),
+    }
+    st["fits"] = int(st.get("fits", 0)) + 1
+    logger.debug("forecast: refit at %.0f on %d buckets, sigma %.3g", now, n, sigma)
+    return st
+
+
+def update(
+    state: Mapping[str, Any], points: Series, now: float, cfg: ForecastConfig
+) -> dict[str, Any]:
+    """Ingest new points and refit when due: the one call a policy makes per decision.
+
+    Returns:
+        The new state.
+    """
+    st = ingest(state, points, cfg)
+    return refit(st, now, cfg) if refit_due(st, now, cfg) else st
+
+
+def _seasonal_at(fit: Mapping[str, Any], k: int) -> float:
+    """The stored model's forecast for bucket ``k`` (after its last bucket)."""
+    season: list[float] = fit["season"]
+    h = max(k - int(fit["k"]), 0)
+    phi = float(fit["phi"])
+    damp = sum(phi**j for j in range(1, h + 1)) if phi < 1 else float(h)
+    return float(fit["level"]) + damp * float(fit["trend"]) + season[k % len(season)]
+
+
+def _recent(points: Series, now: float, window_s: float) -> list[tuple[float, float]]:
+    return [(t, v) for t, v in points if t > now - window_s and not math.isnan(v)]
+
+
+def trend_forecast(points: Series, now: float, horizon_s: float, cfg: ForecastConfig) -> Forecast:
+    """The fallback: a least-squares line through the last ``trend_window_s`` of points.
+
+    Returns:
+        The line's value at ``now + horizon_s`` (at least 0) and its upper bound.
+    """
+    recent = _recent(points, now, cfg.trend_window_s)
+    if not recent:
+        return Forecast(0.0, 0.0, "none", horizon_s)
+    n = len(recent)
+    mean_v = sum(v for _, v in recent) / n
+    floor = cfg.min_sigma_ratio * abs(mean_v)
+    if n < 3:
+        last = recent[-1][1]
+        return Forecast(last, last + _z(cfg.quantile) * floor, "trend", horizon_s)
+    mean_t = sum(t for t, _ in recent) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in recent)
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent) / sxx if sxx > 0 else 0.0
+    x = now + horizon_s
+    point = mean_v + slope * (x - mean_t)
+    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
+    sigma = max(math.sqrt(sse / (n - 2)), floor)
+    spread = sigma * math.sqrt(1 + 1 / n + ((x - mean_t) ** 2 / sxx if sxx > 0 else 0.0))
+    return Forecast(
+        max(point, 0.0), max(point + _z(cfg.quantile) * spread, 0.0), "trend", horizon_s
+    )
+
+
+def forecast(
+    state: Mapping[str, Any], points: Series, now: float, horizon_s: float, cfg: ForecastConfig
+) -> Forecast:
+    """Demand at ``now + horizon_s``: seasonal once fitted, else the fallback line.
+
+    Args:
+        state: The forecaster's state after ``update``.
+        points: The recent raw points (the fallback's window and the recent error).
+        now: Decision time, seconds.
+        horizon_s: How far ahead, seconds.
+        cfg: Model settings.
+
+    Returns:
+        The forecast and its upper bound, in the demand's unit.
+    """
+    fit = state.get("fit")
+    if not fit:
+        return trend_forecast(points, now, horizon_s, cfg)
+    recent = _recent(points, now, min(cfg.bucket_s, cfg.trend_window_s))
+    if not recent:
+        return trend_forecast(points, now, horizon_s, cfg)
+    k_now = math.floor(now / cfg.bucket_s)
+    error = sum(v for _, v in recent) / len(recent) - _seasonal_at(fit, k_now)
+    k_then = math.floor((now + horizon_s) / cfg.bucket_s)
+    point = _seasonal_at(fit, k_then) + error
+    steps = max(k_then - int(fit["k"]), 1)
+    floor = cfg.min_sigma_ratio * abs(point)
+    spread = max(float(fit["sigma"]), floor) * math.sqrt(1 + (steps - 1) * float(fit["alpha"]) ** 2)
+    upper = point + _z(cfg.quantile) * spread
+    return Forecast(max(point, 0.0), max(upper, 0.0), "seasonal", horizon_s)

@@ -1,0 +1,149 @@
+"""Which Ready replicas are capacity: a sick GPU's pod is Ready but serves little or nothing.
+
+Kubernetes counts a pod Ready while its GPU is throttled, has lost its
+series, has just had a double-bit ECC error or serves at half speed. A policy
+that counts such a pod as capacity under-provisions exactly when the fleet is
+degraded. This module reads the per-pod DCGM series and serving counters the
+policy already receives (``Observation.pod_metrics``) and says which Ready pods
+not to count, and why:
+
+* ``lost``: Ready for more than ``missing_grace_s`` with no SM-activity sample
+  while other Ready pods have one (the GPU fell off the bus: its series vanish).
+* ``xid``: the GPU's last XID is a fatal one (``FATAL_XIDS``) that changed since
+  the pod was last seen, or was present when first seen.
+* ``dbe``: the volatile double-bit ECC count rose.
+* ``throttled``: the GPU spent more than ``throttle_share`` of the time since the
+  last decision in thermal violation (``DCGM_FI_DEV_THERMAL_VIOLATION``, us).
+* ``straggler``: its completion rate since the last decision is below
+  ``straggler_ratio`` of the median of at least ``min_peers`` other Ready pods.
+
+A pod flagged ``lost``, ``xid`` or ``dbe`` stays out of the count for
+``quarantine_s``; ``throttled`` and ``straggler`` are re-judged each decision.
+State per live pod: the counters last seen and the quarantine end.
+"""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuscale.errors import require
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.policy import Observation
+
+SM = "sm"
+XID = "xid"
+DBE = "dbe"
+THERMAL = "thermal"
+DONE = "done"
+
+FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
+"""XIDs after which a GPU's work is lost or wrong: DBE, row remap, NVLink, off the bus, ECC."""
+
+POD_SIGNALS: Mapping[str, Signal] = {
+    SM: Signal("DCGM_FI_PROF_SM_ACTIVE", aggregation="avg", by=("pod",)),
+    XID: Signal("DCGM_FI_DEV_XID_ERRORS", aggregation="max", by=("pod",)),
+    DBE: Signal("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", aggregation="max", by=("pod",)),
+    THERMAL: Signal("DCGM_FI_DEV_THERMAL_VIOLATION", aggregation="max", by=("pod",)),
+    DONE: Signal("gpuscale_serving_requests_total", aggregation="sum", by=("pod",)),
+}
+"""The per-pod series health is judged on, by the key they have in ``pod_metrics``."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    """Thresholds for not counting a Ready pod.
+
+    Attributes:
+        missing_grace_s: A Ready pod may lack its GPU series this long, seconds.
+        quarantine_s: A lost, XID or DBE pod stays uncounted this long, seconds.
+        throttle_share: Thermal-violation time over elapsed time above which a GPU is throttled.
+        straggler_ratio: Completion rate over the peers' median below which a pod straggles.
+        min_peers: Ready pods with a rate needed before anyone is called a straggler.
+    """
+
+    missing_grace_s: float = field(default=90.0, metadata={"unit": "s"})
+    quarantine_s: float = field(default=600.0, metadata={"unit": "s"})
+    throttle_share: float = field(default=0.1, metadata={"unit": "ratio"})
+    straggler_ratio: float = field(default=0.5, metadata={"unit": "ratio"})
+    min_peers: int = field(default=3, metadata={"unit": "pods"})
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, key: str, fix: str) -> None:
+            require(ok, f"HealthConfig.{key}={getattr(self, key)!r}", "out of range", fix)
+
+        check(self.missing_grace_s >= 0, "missing_grace_s", "use 0 or more seconds")
+        check(self.quarantine_s >= 0, "quarantine_s", "use 0 or more seconds")
+        check(0 < self.throttle_share <= 1, "throttle_share", "use a ratio in (0, 1]")
+        check(0 <= self.straggler_ratio < 1, "straggler_ratio", "use a ratio in [0, 1)")
+        check(self.min_peers >= 2, "min_peers", "use 2 or more")
+
+
+def _value(observation: Observation, key: str, pod: str) -> float | None:
+    v = observation.pod_metrics.get(key, {}).get(pod)
+    return None if v is None or math.isnan(v) else float(v)
+
+
+def assess(
+    observation: Observation, state: Mapping[str, Any], cfg: HealthConfig
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Judge every Ready pod.
+
+    Args:
+        observation: The decision's observation (``pod_metrics`` keyed as ``POD_SIGNALS``).
+        state: The health state returned last time (empty at first).
+        cfg: Thresholds.
+
+    Returns:
+        (Ready pod name to the reason it is not counted, the new health state).
+    """
+    now = float(observation.now)
+    last_at = state.get("at")
+    elapsed = now - float(last_at) if last_at is not None else 0.0
+    old: Mapping[str, Any] = state.get("pods", {})
+    ready = [p for p in observation.target.pods if p.ready]
+    any_sm = any(_value(observation, SM, p.name) is not None for p in ready)
+    sick: dict[str, str] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    rates: dict[str, float] = {}
+    for pod in ready:
+        prev = old.get(pod.name, {})
+        rec: dict[str, Any] = {"until": prev.get("until"), "why": prev.get("why")}
+        xid, dbe = _value(observation, XID, pod.name), _value(observation, DBE, pod.name)
+        thermal, done = _value(observation, THERMAL, pod.name), _value(observation, DONE, pod.name)
+        since = pod.ready_at if pod.ready_at is not None else pod.created_at
+        why = None
+        if (
+            any_sm
+            and _value(observation, SM, pod.name) is None
+            and now - since > cfg.missing_grace_s
+        ):
+            why = "lost"
+        elif xid is not None and int(xid) in FATAL_XIDS and xid != prev.get(XID):
+            why = f"xid {int(xid)}"
+        elif dbe is not None and dbe > float(prev.get(DBE) or 0.0):
+            why = "dbe"
+        if why is not None:
+            rec["until"], rec["why"] = now + cfg.quarantine_s, why
+        if rec["until"] is not None and now < float(rec["until"]):
+            sick[pod.name] = str(rec["why"])
+        elif elapsed > 0 and thermal is not None and prev.get(THERMAL) is not None:
+            share = (thermal - float(prev[THERMAL])) / 1e6 / elapsed
+            if share > cfg.throttle_share:
+                sick[pod.name] = "throttled"
+        last_done = prev.get(DONE)
+        # A counter that went down (a new container) gives no rate.
+        if elapsed > 0 and done is not None and last_done is not None and done >= last_done:
+            rates[pod.name] = (done - float(last_done)) / elapsed
+        rec.update({XID: xid, DBE: dbe, THERMAL: thermal, DONE: done})
+        pods[pod.name] = rec
+    healthy_rates = sorted(r for name, r in rates.items() if name not in sick)
+    if len(healthy_rates) >= cfg.min_peers:
+        median = healthy_rates[len(healthy_rates) // 2]
+        for name, r in rates.items():
+            if name not in sick and median > 0 and r < cfg.straggler_ratio * median:
+                sick[name] = "straggler"
+    for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
+        if not pod.ready and pod.name in old:
+            pods[pod.name] = dict(old[pod.name])
+    return sick, {"at": now, "pods": pods}

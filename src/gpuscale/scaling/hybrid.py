@@ -1,0 +1,148 @@
+"""Hybrid scaling: the predictive plan, or what the load needs now, whichever is larger.
+
+A forecast cannot see a flash crowd, and a reactive rule is a cold start late
+on every rise; taking the larger of the two keeps the forecast's lead and the
+reaction's floor. The reactive need reads signals that track capacity, never
+``DCGM_FI_DEV_GPU_UTIL`` (near 100 % as soon as one sequence decodes):
+
+* demand: requests in flight plus queued (the predictive policy's demand), over
+  ``per_replica``;
+* SM activity: the summed ``DCGM_FI_PROF_SM_ACTIVE`` of the healthy Ready pods
+  over ``sm_target``, the busy GPU-equivalents at the target (a pod still
+  loading its model has no sample and is not counted);
+* TTFT, when ``ttft_metric`` names a workload-level series: above
+  ``ttft_slo_s``, the healthy Ready count times TTFT over its SLO.
+
+Health (``scaling.health``): a Ready pod whose GPU fell off the bus, had a
+fatal XID or a double-bit ECC error, is throttled or straggles is not capacity;
+one replica is added for each such pod so that the healthy count meets the
+need (the ``Decision`` cannot name a pod to delete, so the sick pod itself is
+only reported, in the reason and in the state's ``sick``). Scale-in follows
+``predictive``: only when observed load agrees, never while it rises, after the
+stabilisation window, and in bounded steps; scale-out is fast but bounded.
+"""
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gpuscale.errors import require
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling import health
+from gpuscale.scaling.baseline import hold, summed_series
+from gpuscale.scaling.health import HealthConfig
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series, State
+from gpuscale.scaling.predictive import PredictiveConfig, agree, plan, settle
+
+logger = logging.getLogger(__name__)
+
+TTFT = "ttft"
+"""Key of the optional TTFT series in ``Observation.series``."""
+
+
+@dataclass(frozen=True, slots=True)
+class HybridConfig(PredictiveConfig):
+    """``PredictiveConfig`` plus the reactive signals and health thresholds.
+
+    Attributes:
+        sm_metric: Per-pod SM activity series (a ratio, 0 to 1).
+        sm_target: SM activity per healthy Ready replica to provision for.
+        ttft_metric: Workload-level TTFT series (seconds, e.g. a p95 recording rule); None
+            when the server exports none.
+        ttft_slo_s: The TTFT objective.
+        health: When a Ready pod is not counted as capacity.
+    """
+
+    sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
+    sm_target: float = field(default=0.7, metadata={"unit": "SM active ratio per replica"})
+    ttft_metric: str | None = field(default=None, metadata={"unit": ""})
+    ttft_slo_s: float = field(default=2.0, metadata={"unit": "s"})
+    health: HealthConfig = field(default_factory=HealthConfig, metadata={"unit": ""})
+
+    def __post_init__(self) -> None:
+        PredictiveConfig.__post_init__(self)
+
+        def check(ok: bool, key: str, fix: str) -> None:
+            require(ok, f"HybridConfig.{key}={getattr(self, key)!r}", "out of range", fix)
+
+        check(bool(self.sm_metric), "sm_metric", "name a per-pod series")
+        check(0 < self.sm_target <= 1, "sm_target", "use a ratio in (0, 1]")
+        check(self.ttft_slo_s > 0, "ttft_slo_s", "use > 0 s")
+
+
+def reactive_need(
+    observation: Observation, points: Series, sick: Mapping[str, str], cfg: HybridConfig
+) -> tuple[int, str]:
+    """Replicas the load needs now, from demand, SM activity and TTFT.
+
+    Returns:
+        (healthy replicas needed, a note with each signal's need).
+    """
+    by_demand = math.ceil(points[-1][1] / cfg.per_replica - 1e-9)
+    healthy = [p.name for p in observation.target.pods if p.ready and p.name not in sick]
+    sm = observation.pod_metrics.get(health.SM, {})
+    busy = [sm[name] for name in healthy if name in sm and not math.isnan(sm[name])]
+    by_sm = math.ceil(sum(busy) / cfg.sm_target - 1e-9) if busy else 0
+    note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
+    need = max(by_demand, by_sm)
+    ttft = observation.latest(TTFT) if cfg.ttft_metric is not None else None
+    if ttft is not None and not math.isnan(ttft) and ttft > cfg.ttft_slo_s:
+        by_ttft = math.ceil(max(len(healthy), 1) * ttft / cfg.ttft_slo_s)
+        note += f", TTFT {ttft:.2f} s > {cfg.ttft_slo_s:g} s -> {by_ttft}"
+        need = max(need, by_ttft)
+    return need, note
+
+
+class HybridPolicy:
+    """``max(predictive plan, reactive need)`` on healthy capacity, as a pure ``ScalingPolicy``.
+
+    State keys: ``forecast``, ``cold``, ``recs`` and ``started_at`` as ``predictive``; ``health``
+    (``scaling.health``); ``sick`` (Ready pods not counted, with the reason).
+    """
+
+    def __init__(self, config: HybridConfig | None = None, name: str = "hybrid") -> None:
+        self.config = config or HybridConfig()
+        self.name = name
+        self.interval_s = self.config.interval_s
+        self.history_s = self.config.history_s
+        self.signal_path = PROMETHEUS_QUERY
+        self._keys = tuple(self.config.metrics)
+        signals = {m: Signal(m, aggregation="sum") for m in self._keys}
+        if self.config.ttft_metric is not None:
+            signals[TTFT] = Signal(self.config.ttft_metric, aggregation="max")
+        self.signals: Mapping[str, Signal] = MappingProxyType(signals)
+        pod_signals = dict(health.POD_SIGNALS)
+        pod_signals[health.SM] = Signal(self.config.sm_metric, aggregation="avg", by=("pod",))
+        self.pod_signals: Mapping[str, Signal] = MappingProxyType(pod_signals)
+        self.min_replicas = self.config.min_replicas
+        self.max_replicas = self.config.max_replicas
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        """Take the larger of the plan and the reactive need, plus a replica per sick pod.
+
+        Returns:
+            The desired replicas, the reason with every input, and the new state.
+        """
+        cfg = self.config
+        points = summed_series(observation, self._keys) if observation.healthy else None
+        if points is None:
+            why = "unhealthy" if not observation.healthy else "no demand data"
+            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
+            logger.info("%s: %s", self.name, decision.reason)
+            return decision
+        now, current = float(observation.now), observation.target.desired
+        sick, health_state = health.assess(observation, state.get("health", {}), cfg.health)
+        planned, why, parts = plan(observation, points, state, cfg)
+        need, seen = reactive_need(observation, points, sick, cfg)
+        proposal = max(planned, need) + len(sick)
+        started = float(state.get("started_at", now))
+        proposal, up, agreed = agree(proposal, current, points, now, cfg, started)
+        replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
+        unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
+        reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"
+        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        new_state = {**parts, "recs": recs, "started_at": started}
+        new_state.update(health=health_state, sick=dict(sick))
+        return Decision(replicas, reason, new_state)

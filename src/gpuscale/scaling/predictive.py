@@ -1,0 +1,326 @@
+"""Predictive scaling: provision now for the demand one cold start from now.
+
+A GPU replica asked for now serves only after its cold start (and a node's
+provisioning when no node is free), so this policy sizes the workload for an
+upper quantile of the demand forecast at ``now + horizon``
+(``scaling.forecast``). The horizon is measured, not assumed: the
+``cold_start_quantile`` of the workload's own pods' ``created_at`` to
+``ready_at`` times (``default_cold_start_s`` until a pod has been seen starting;
+pods created already Ready, as at a warm start, give no sample), plus
+``node_provision_s`` when the plan exceeds ``fast_capacity`` replicas, the
+replicas the always-up nodes hold. Node provisioning is a parameter because
+the ``Observation`` does not say whether a node is free.
+
+It scales out on the forecast. Like AWS predictive scaling it scales in only
+when the observed load agrees: never below what the highest demand of the last
+``scale_in_window_s`` needs, never while the observed load rises
+(``rising``; such a hold is not recorded as a recommendation), never within
+``scale_in_window_s`` of its first decision (its history does not cover the
+window yet), never below the highest recommendation of the last
+``stabilization_window_s``, and by at most ``scale_down_percent`` (at least one
+replica) per decision. Each scale-out adds at most
+``max(scale_up_pods, scale_up_percent of current)`` replicas.
+
+Demand is the summed ``metrics`` (requests in flight plus queued, by default);
+``per_replica`` is the demand one replica should carry. Signals come through
+Prometheus, queried at each decision, like HPA's.
+"""
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from gpuscale.errors import require
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling import forecast as fc
+from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_series
+from gpuscale.scaling.policy import (
+    PROMETHEUS_QUERY,
+    Decision,
+    Observation,
+    PodStatus,
+    Series,
+    State,
+)
+
+logger = logging.getLogger(__name__)
+
+DEMAND_METRICS = ("gpuscale_serving_requests_in_flight", "gpuscale_serving_queue_requests")
+"""Requests in flight on the pods plus requests queued for the deployment."""
+
+
+@dataclass(frozen=True, slots=True)
+class PredictiveConfig:
+    """Settings of ``predictive`` (``hybrid`` extends them); each unit is in ``metadata``.
+
+    Attributes:
+        metrics: Workload-level series whose sum is the demand.
+        per_replica: Demand one replica should carry (in the metrics' unit).
+        interval_s: Decision period.
+        forecast: Bucketing, seasonal model, refit schedule and quantile.
+        default_cold_start_s: The cold start assumed until pods have been seen starting.
+        cold_start_quantile: Quantile of the measured cold starts used as the horizon.
+        cold_starts_kept: Most recent cold starts kept in the state.
+        node_provision_s: Added to the horizon for replicas beyond ``fast_capacity``.
+        fast_capacity: Replicas the always-up nodes hold; None: every replica fits.
+        scale_in_window_s: Scale-in never goes below what this window's peak demand needs.
+        rise_window_s: Window over which the observed load is judged rising.
+        stabilization_window_s: Scale-in never goes below a recommendation this recent.
+        scale_up_pods: Replicas a scale-out may add per decision (or ``scale_up_percent``).
+        scale_up_percent: Percent of the current replicas a scale-out may add.
+        scale_down_percent: Percent of the current replicas a scale-in may remove (min 1).
+        min_replicas: Lower bound.
+        max_replicas: Upper bound.
+    """
+
+    metrics: tuple[str, ...] = field(default=DEMAND_METRICS, metadata={"unit": ""})
+    per_replica: float = field(default=0.7, metadata={"unit": "requests per replica"})
+    interval_s: float = field(default=15.0, metadata={"unit": "s"})
+    forecast: fc.ForecastConfig = field(default_factory=fc.ForecastConfig, metadata={"unit": ""})
+    default_cold_start_s: float = field(default=60.0, metadata={"unit": "s"})
+    cold_start_quantile: float = field(default=0.9, metadata={"unit": "ratio"})
+    cold_starts_kept: int = field(default=50, metadata={"unit": "pods"})
+    node_provision_s: float = field(default=0.0, metadata={"unit": "s"})
+    fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
+    scale_in_window_s: float = field(default=300.0, metadata={"unit": "s"})
+    rise_window_s: float = field(default=120.0, metadata={"unit": "s"})
+    stabilization_window_s: float = field(default=300.0, metadata={"unit": "s"})
+    scale_up_pods: int = field(default=8, metadata={"unit": "replicas"})
+    scale_up_percent: float = field(default=100.0, metadata={"unit": "%"})
+    scale_down_percent: float = field(default=10.0, metadata={"unit": "%"})
+    min_replicas: int = field(default=1, metadata={"unit": "replicas"})
+    max_replicas: int = field(default=100, metadata={"unit": "replicas"})
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+
+        def check(ok: bool, key: str, fix: str) -> None:
+            require(ok, f"{name}.{key}={getattr(self, key)!r}", "out of range", fix)
+
+        check(bool(self.metrics), "metrics", "name at least one series")
+        check(self.per_replica > 0, "per_replica", "use a demand > 0")
+        check(self.interval_s > 0, "interval_s", "use > 0 s")
+        check(self.default_cold_start_s >= 0, "default_cold_start_s", "use 0 or more seconds")
+        check(0.5 <= self.cold_start_quantile <= 1, "cold_start_quantile", "use 0.5 to 1")
+        check(self.cold_starts_kept >= 1, "cold_starts_kept", "use 1 or more")
+        check(self.node_provision_s >= 0, "node_provision_s", "use 0 or more seconds")
+        check(self.fast_capacity is None or self.fast_capacity >= 0, "fast_capacity", "use >= 0")
+        for key in ("scale_in_window_s", "rise_window_s", "stabilization_window_s"):
+            check(0 <= getattr(self, key) <= 3600, key, "use 0..3600 seconds")
+        check(self.scale_up_pods >= 1, "scale_up_pods", "use 1 or more")
+        check(self.scale_up_percent > 0, "scale_up_percent", "use a percentage > 0")
+        check(0 < self.scale_down_percent <= 100, "scale_down_percent", "use (0, 100]")
+        check_bounds(name, self.min_replicas, self.max_replicas)
+
+    @property
+    def history_s(self) -> float:
+        """History each decision needs: the longest window read, seconds."""
+        f = self.forecast
+        return max(f.trend_window_s, f.bucket_s, self.scale_in_window_s, self.rise_window_s)
+
+
+def cold_start_s(
+    pods: tuple[PodStatus, ...], state: Mapping[str, Any], cfg: PredictiveConfig
+) -> tuple[float, dict[str, Any]]:
+    """The workload's cold start: an upper quantile of its pods' measured start times.
+
+    Args:
+        pods: Live pods (each Ready pod's start is recorded once).
+        state: The cold-start state (``samples`` seconds, ``seen`` pod names).
+        cfg: Default, quantile and how many samples to keep.
+
+    Returns:
+        (cold start seconds, new cold-start state).
+    """
+    samples = [float(s) for s in state.get("samples", [])]
+    seen = set(state.get("seen", []))
+    for pod in pods:
+        if pod.ready_at is not None and pod.name not in seen:
+            seen.add(pod.name)
+            if pod.ready_at > pod.created_at:
+                samples.append(pod.ready_at - pod.created_at)
+    samples = samples[-cfg.cold_starts_kept :]
+    live = {p.name for p in pods}
+    new = {"samples": samples, "seen": sorted(seen & live)}
+    if not samples:
+        return cfg.default_cold_start_s, new
+    ordered = sorted(samples)
+    index = max(math.ceil(cfg.cold_start_quantile * len(ordered)) - 1, 0)
+    return ordered[index], new
+
+
+def rising(points: Series, now: float, window_s: float) -> bool:
+    """Whether the observed load rises over the window.
+
+    Rising means a positive least-squares slope and the newest point above the mean.
+
+    Returns:
+        True when both hold over the points in ``(now - window_s, now]``.
+    """
+    recent = [(t, v) for t, v in points if now - window_s < t <= now]
+    if len(recent) < 2:
+        return False
+    n = len(recent)
+    mean_t = sum(t for t, _ in recent) / n
+    mean_v = sum(v for _, v in recent) / n
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent)
+    return slope > 0 and recent[-1][1] > mean_v
+
+
+def plan(
+    observation: Observation, points: Series, state: Mapping[str, Any], cfg: PredictiveConfig
+) -> tuple[int, str, dict[str, Any]]:
+    """Replicas for the forecast's upper bound one horizon ahead.
+
+    Args:
+        observation: The decision's observation (its time and pods).
+        points: The demand history.
+        state: The policy state (``forecast`` and ``cold`` parts are read).
+        cfg: Settings.
+
+    Returns:
+        (replicas before bounds, a reason, the new ``forecast`` and ``cold`` parts).
+    """
+    now = float(observation.now)
+    fstate = fc.update(state.get("forecast", {}), points, now, cfg.forecast)
+    cold, cold_state = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
+    horizon = cold
+    f = fc.forecast(fstate, points, now, horizon, cfg.forecast)
+    need = math.ceil(f.upper / cfg.per_replica - 1e-9)
+    if cfg.fast_capacity is not None and need > cfg.fast_capacity and cfg.node_provision_s > 0:
+        horizon = cold + cfg.node_provision_s
+        f = fc.forecast(fstate, points, now, horizon, cfg.forecast)
+        need = max(need, math.ceil(f.upper / cfg.per_replica - 1e-9))
+    why = (
+        f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
+        f"at +{horizon:.0f} s -> {need}"
+    )
+    return need, why, {"forecast": fstate, "cold": cold_state}
+
+
+def settle(
+    now: float,
+    current: int,
+    proposal: int,
+    state: Mapping[str, Any],
+    cfg: PredictiveConfig,
+    *,
+    hold_in: bool = False,
+) -> tuple[int, str, list[list[float]]]:
+    """Bounds, the scale-in stabilisation window and the step limits.
+
+    Args:
+        now: Decision time, seconds.
+        current: Desired replicas now.
+        proposal: Replicas wanted (the observed peak already applied); recorded as
+            this decision's recommendation.
+        state: The policy state (``recs``: ``[time_s, replicas]`` recommendations).
+        cfg: Windows, steps and bounds.
+        hold_in: No scale-in this time (the observed load rises). The hold is not
+            recorded as a recommendation, so it does not extend the window.
+
+    Returns:
+        (replicas, a note, the recommendations to keep).
+    """
+    proposal = clamp(proposal, cfg.min_replicas, cfg.max_replicas)
+    cutoff = now - cfg.stabilization_window_s
+    recs = [[float(t), float(r)] for t, r in state.get("recs", []) if float(t) > cutoff]
+    recs.append([now, float(proposal)])
+    note = ""
+    if proposal > current:
+        step = max(cfg.scale_up_pods, math.ceil(current * cfg.scale_up_percent / 100))
+        replicas = min(proposal, current + step)
+        if replicas < proposal:
+            note = f", step limit {replicas}"
+    else:
+        stable = max(int(r) for _, r in recs)
+        replicas = min(current, stable)
+        if replicas < current:
+            step = max(1, math.floor(current * cfg.scale_down_percent / 100))
+            replicas = max(replicas, current - step)
+        if replicas < current and hold_in:
+            replicas, note = current, ", no scale-in yet"
+        elif replicas > proposal:
+            note = f", stabilised {replicas}"
+    return clamp(replicas, cfg.min_replicas, cfg.max_replicas), note, recs
+
+
+def agree(
+    proposal: int,
+    current: int,
+    points: Series,
+    now: float,
+    cfg: PredictiveConfig,
+    started_at: float,
+) -> tuple[int, bool, str]:
+    """Scale in only as far as the observed load agrees.
+
+    Args:
+        proposal: Replicas planned.
+        current: Desired replicas now.
+        points: The demand history.
+        now: Decision time, seconds.
+        cfg: Windows and demand per replica.
+        started_at: Time of the policy's first decision, seconds.
+
+    Returns:
+        (proposal raised to what the observed peak needs; whether no scale-in may
+        happen now, because the observed load rises or the policy has not yet seen a
+        whole ``scale_in_window_s``; a note).
+    """
+    if proposal >= current:
+        return proposal, False, ""
+    up = rising(points, now, cfg.rise_window_s) or now - started_at < cfg.scale_in_window_s
+    peak = max((v for t, v in points if t > now - cfg.scale_in_window_s), default=0.0)
+    observed = math.ceil(peak / cfg.per_replica - 1e-9)
+    if observed > proposal:
+        return min(observed, current), up, f", observed peak needs {observed}"
+    return proposal, up, ""
+
+
+class PredictivePolicy:
+    """Forecast-driven scale-out, observation-confirmed scale-in, as a pure ``ScalingPolicy``.
+
+    State keys: ``forecast`` (``scaling.forecast``'s buckets and fitted model),
+    ``cold`` (measured cold starts and the pods seen), ``recs`` (recent
+    recommendations as ``[time_s, replicas]``), ``started_at`` (first decision, s).
+    """
+
+    def __init__(self, config: PredictiveConfig | None = None, name: str = "predictive") -> None:
+        self.config = config or PredictiveConfig()
+        self.name = name
+        self.interval_s = self.config.interval_s
+        self.history_s = self.config.history_s
+        self.signal_path = PROMETHEUS_QUERY
+        self._keys = tuple(self.config.metrics)
+        self.signals: Mapping[str, Signal] = MappingProxyType(
+            {m: Signal(m, aggregation="sum") for m in self._keys}
+        )
+        self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
+        self.min_replicas = self.config.min_replicas
+        self.max_replicas = self.config.max_replicas
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        """Plan for the forecast one horizon ahead; scale in only when observed load agrees.
+
+        Returns:
+            The desired replicas, the reason with the forecast, and the new state.
+        """
+        cfg = self.config
+        points = summed_series(observation, self._keys) if observation.healthy else None
+        if points is None:
+            why = "unhealthy" if not observation.healthy else "no demand data"
+            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
+            logger.info("%s: %s", self.name, decision.reason)
+            return decision
+        now, current = float(observation.now), observation.target.desired
+        need, why, parts = plan(observation, points, state, cfg)
+        started = float(state.get("started_at", now))
+        proposal, up, agreed = agree(need, current, points, now, cfg, started)
+        replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
+        reason = f"{why}{agreed}{note} -> {replicas}"
+        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        return Decision(replicas, reason, {**parts, "recs": recs, "started_at": started})

@@ -1,0 +1,146 @@
+"""Demand forecasts: seasonal beats the fallback, intervals cover, refits keep their schedule."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling import forecast as fc
+
+STEP_S = 15.0
+"""Signal resolution (Prometheus' scrape interval)."""
+
+HOURLY = fc.ForecastConfig(bucket_s=60.0, season_s=3600.0, refit_s=1800.0, trend_window_s=600.0)
+"""A one-hour season so that a test sees two seasons in a few hours of simulated time."""
+
+A, BASE, SIGMA = 30.0, 50.0, 2.0
+OMEGA = 2 * math.pi / HOURLY.season_s
+
+
+def truth(t: float) -> float:
+    return BASE + A * math.sin(OMEGA * t)
+
+
+def replay(cfg, hours, horizon_s, score_from_s, seed=1):
+    """Feed a noisy sinusoid decision by decision; forecast from ``score_from_s`` on.
+
+    Returns:
+        (final state, seasonal errors, fallback errors, seasonal upper-bound hits, fits seen).
+    """
+    rng = np.random.default_rng(seed)
+    ts = np.arange(0.0, hours * 3600.0, STEP_S)
+    ys = [truth(t) + rng.normal(0.0, SIGMA) for t in ts]
+    state: dict = {}
+    seasonal, fallback, hits, fits = [], [], [], []
+    window = int(cfg.trend_window_s / STEP_S)
+    for i, t in enumerate(ts.tolist()):
+        lo = max(0, i - window)
+        points = tuple(zip(ts[lo : i + 1].tolist(), ys[lo : i + 1], strict=True))
+        state = fc.update(state, points, t, cfg)
+        fits.append(state.get("fits", 0))
+        if t >= score_from_s:
+            s = fc.forecast(state, points, t, horizon_s, cfg)
+            f = fc.trend_forecast(points, t, horizon_s, cfg)
+            assert s.model == "seasonal"
+            actual = truth(t + horizon_s)
+            seasonal.append(s.mean - actual)
+            fallback.append(f.mean - actual)
+            hits.append(actual + rng.normal(0.0, SIGMA) <= s.upper)
+    return state, seasonal, fallback, hits, fits
+
+
+def rmse(errors):
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def test_seasonal_model_beats_the_fallback_once_two_seasons_are_seen():
+    horizon = 600.0
+    _, seasonal, fallback, _, _ = replay(HOURLY, 4, horizon, score_from_s=3 * 3600.0)
+    # The seasonal forecast errs by about the noise plus half a bucket's change of the
+    # curve: SIGMA + A * OMEGA * bucket / 2 = 3.6. A line through the last 600 s,
+    # extrapolated 600 s past now, misses the curvature by about
+    # A * OMEGA^2 * (horizon + window / 2)^2 / 2, RMS over the phase / sqrt(2): 26.
+    seasonal_bound = SIGMA + A * OMEGA * HOURLY.bucket_s / 2
+    curvature = A * OMEGA**2 * (horizon + HOURLY.trend_window_s / 2) ** 2 / 2 / math.sqrt(2)
+    assert rmse(seasonal) <= seasonal_bound
+    assert rmse(fallback) >= curvature / 2
+    assert rmse(fallback) >= 4 * rmse(seasonal)
+
+
+def test_seasonal_upper_bound_covers_about_its_quantile():
+    _, _, _, hits, _ = replay(HOURLY, 4, 60.0, score_from_s=3 * 3600.0, seed=7)
+    share = sum(hits) / len(hits)
+    assert len(hits) == 240
+    assert 0.8 <= share <= 0.99  # nominal 0.9; errors at neighbouring decisions correlate
+
+
+def test_fallback_upper_bound_covers_its_quantile_on_noise():
+    rng = np.random.default_rng(3)
+    cfg = fc.ForecastConfig()
+    n, window = 3000, int(cfg.trend_window_s / STEP_S)
+    hits = 0
+    for _ in range(n):
+        y = 100.0 + rng.normal(0.0, 5.0, window + 2)
+        points = tuple((STEP_S * j, float(y[j])) for j in range(window + 1))
+        f = fc.trend_forecast(points, STEP_S * window, STEP_S, cfg)
+        hits += bool(y[window + 1] <= f.upper)
+    # Binomial sd at 0.9 over 3000 draws is 0.0055: +-0.03 is more than 5 sd.
+    assert abs(hits / n - cfg.quantile) <= 0.03
+
+
+def test_refits_follow_the_schedule_not_the_decisions():
+    state, _, _, _, fits = replay(HOURLY, 4, 60.0, score_from_s=math.inf)
+    # Two seasons (120 one-minute buckets) are complete at 7200 s; then a refit every 1800 s.
+    first = int(7200 / STEP_S)
+    assert max(fits[:first]) == 0
+    assert fits[first] == 1
+    expected = math.floor((4 * 3600 - STEP_S - 7200) / HOURLY.refit_s) + 1
+    assert state["fits"] == expected == 4
+    assert len(fits) == 960  # 960 decisions, 4 fits
+    # Between refits the stored model still advances one bucket at a time.
+    assert state["fit"]["k"] == math.floor((4 * 3600 - STEP_S) / HOURLY.bucket_s) - 1
+    assert state["fit"]["at"] == 12600.0
+
+
+def test_state_is_plain_json_and_bounded():
+    state, _, _, _, _ = replay(HOURLY, 4, 60.0, score_from_s=math.inf)
+    assert json.loads(json.dumps(state)) == state
+    assert len(state["means"]) == HOURLY.period * HOURLY.seasons_kept
+
+
+def test_short_history_uses_the_fallback_line():
+    points = tuple((STEP_S * j, 10.0 + 0.1 * STEP_S * j) for j in range(41))
+    state = fc.update({}, points, 600.0, fc.ForecastConfig())
+    f = fc.forecast(state, points, 600.0, 60.0, fc.ForecastConfig())
+    assert f.model == "trend"
+    assert f.mean == pytest.approx(10.0 + 0.1 * 660.0)
+    assert f.upper >= f.mean
+
+
+def test_no_points_forecast_nothing():
+    f = fc.forecast({}, (), 0.0, 60.0, fc.ForecastConfig())
+    assert (f.mean, f.upper, f.model) == (0.0, 0.0, "none")
+
+
+def test_bucket_gaps_repeat_the_last_mean():
+    cfg = fc.ForecastConfig(bucket_s=60.0, season_s=120.0)
+    state = fc.ingest({}, ((0.0, 4.0), (30.0, 6.0), (200.0, 1.0)), cfg)
+    assert state["means"] == [5.0, 5.0, 5.0]
+    assert state["cur"] == [3, 1.0, 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"bucket_s": 0.5}, "ForecastConfig.bucket_s=0.5: out of range; use at least 1 s"),
+        ({"season_s": 450.0}, "ForecastConfig.season_s=450.0: out of range"),
+        ({"quantile": 1.0}, "ForecastConfig.quantile=1.0: out of range; use 0.5 to 1"),
+    ],
+)
+def test_config_errors_are_one_line(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        fc.ForecastConfig(**kwargs)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)

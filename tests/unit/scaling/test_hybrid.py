@@ -1,0 +1,218 @@
+"""Hybrid scaling: the larger of plan and reactive need, on healthy Ready capacity only."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling import health
+from gpuscale.scaling.hybrid import TTFT, HybridConfig, HybridPolicy
+from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from gpuscale.scaling.predictive import DEMAND_METRICS, rising
+
+IN_FLIGHT, QUEUE = DEMAND_METRICS
+STEP_S = 15.0
+LONG_AGO = {"started_at": 0.0}
+"""State of a policy whose first decision was long ago (past its start-up hold)."""
+FLAT = HybridConfig(per_replica=10.0, stabilization_window_s=0.0, scale_down_percent=100.0)
+"""Demand of 10 per replica and no stabilisation, so one decision shows the need."""
+
+
+def ready_pods(n, ready_at=-1000.0):
+    return tuple(PodStatus(f"p{i}", True, ready_at, ready_at) for i in range(n))
+
+
+def observe(now, target, demand, pod_metrics=None, series=None):
+    points = tuple((now - STEP_S * (len(demand) - 1 - i), float(v)) for i, v in enumerate(demand))
+    all_series = {IN_FLIGHT: points, QUEUE: tuple((t, 0.0) for t, _ in points), **(series or {})}
+    return Observation(now, target, pod_metrics or {}, all_series)
+
+
+def metrics(n, sm=0.3, **per_pod):
+    """Per-pod metrics for pods p0..p{n-1}; ``per_pod`` overrides by key: {pod: value}."""
+    base = {
+        health.SM: {f"p{i}": sm for i in range(n)},
+        health.XID: {f"p{i}": 0.0 for i in range(n)},
+        health.DBE: {f"p{i}": 0.0 for i in range(n)},
+        health.THERMAL: {f"p{i}": 0.0 for i in range(n)},
+        health.DONE: {f"p{i}": 0.0 for i in range(n)},
+    }
+    for key, values in per_pod.items():
+        base[key] = {**base[key], **values}
+    return base
+
+
+def test_reactive_sm_need_wins_over_a_low_forecast():
+    # Demand says 1 replica; 8 Ready pods each 0.9 SM active need ceil(7.2 / 0.7) = 11.
+    target = TargetStatus(8, ready_pods(8))
+    d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, metrics(8, sm=0.9)), LONG_AGO)
+    assert d.replicas == 11
+    assert "SM 7.20 -> 11" in d.reason
+
+
+def test_a_starting_pod_is_not_capacity():
+    pods = (*ready_pods(4), PodStatus("p4", False, 590.0, None))
+    target = TargetStatus(5, pods)
+    m = metrics(4, sm=0.7)
+    d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
+    assert "SM 2.80 -> 4" in d.reason  # the four Ready pods only
+    assert d.replicas == 4
+
+
+def test_queue_and_in_flight_drive_the_reactive_need():
+    target = TargetStatus(2, ready_pods(2))
+    demand = [20.0] * 40 + [95.0]
+    d = HybridPolicy(FLAT).decide(observe(600.0, target, demand, metrics(2)), LONG_AGO)
+    assert "demand 95.00 -> 10" in d.reason
+    assert d.replicas == 10
+
+
+def test_ttft_over_its_slo_adds_replicas():
+    cfg = HybridConfig(per_replica=10.0, ttft_metric="ttft_p95_seconds", ttft_slo_s=1.0)
+    target = TargetStatus(4, ready_pods(4))
+    series = {TTFT: ((600.0, 2.5),)}
+    d = HybridPolicy(cfg).decide(observe(600.0, target, [5.0] * 41, metrics(4), series), LONG_AGO)
+    assert "TTFT 2.50 s > 1 s -> 10" in d.reason
+    assert d.replicas == 10  # within one step: max(8 pods, 100 %)
+
+
+@pytest.mark.parametrize(
+    ("override", "why"),
+    [
+        ({health.XID: {"p1": 79.0}}, "xid 79"),
+        ({health.DBE: {"p1": 1.0}}, "dbe"),
+        ({health.SM: {"p1": float("nan")}}, "lost"),
+    ],
+)
+def test_a_sick_gpu_is_not_capacity_and_is_replaced(override, why):
+    target = TargetStatus(4, ready_pods(4))
+    m = metrics(4, sm=0.35)
+    if why == "lost":
+        del m[health.SM]["p1"]
+    else:
+        m = metrics(4, sm=0.35, **override)
+    d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
+    assert d.state["sick"] == {"p1": why}
+    assert "SM 1.05 -> 2" in d.reason  # three healthy pods
+    assert d.replicas == 3  # 2 needed + 1 to replace p1
+
+
+def test_quarantine_outlasts_the_event_and_then_ends():
+    cfg = HybridConfig(per_replica=10.0, health=health.HealthConfig(quarantine_s=300.0))
+    policy, target = HybridPolicy(cfg), TargetStatus(4, ready_pods(4))
+    m = metrics(4, **{health.DBE: {"p2": 3.0}})
+    d1 = policy.decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
+    d2 = policy.decide(observe(615.0, target, [5.0] * 41, m), d1.state)
+    d3 = policy.decide(observe(915.0, target, [5.0] * 41, m), d2.state)
+    assert d1.state["sick"] == d2.state["sick"] == {"p2": "dbe"}
+    assert d3.state["sick"] == {}
+
+
+def test_thermal_throttling_and_stragglers_are_judged_on_rates():
+    policy, target = HybridPolicy(FLAT), TargetStatus(5, ready_pods(5))
+    first = metrics(5)
+    d1 = policy.decide(observe(600.0, target, [5.0] * 41, first), LONG_AGO)
+    # 15 s later: p0 spent 6 s of 15 s throttled; p3 completed 2 requests to the others' 30.
+    later = metrics(
+        5,
+        **{
+            health.THERMAL: {"p0": 6e6},
+            health.DONE: {"p0": 30.0, "p1": 30.0, "p2": 30.0, "p3": 2.0, "p4": 30.0},
+        },
+    )
+    d2 = policy.decide(observe(615.0, target, [5.0] * 41, later), d1.state)
+    assert d2.state["sick"] == {"p0": "throttled", "p3": "straggler"}
+
+
+def test_a_pod_first_seen_without_gpu_series_is_judged_once_they_appear():
+    policy, target = HybridPolicy(FLAT), TargetStatus(3, ready_pods(3))
+    d1 = policy.decide(observe(600.0, target, [5.0] * 41, {}), LONG_AGO)
+    d2 = policy.decide(observe(615.0, target, [5.0] * 41, metrics(3)), d1.state)
+    d3 = policy.decide(
+        observe(630.0, target, [5.0] * 41, metrics(3, **{health.DBE: {"p1": 2.0}})), d2.state
+    )
+    assert d1.state["sick"] == d2.state["sick"] == {}
+    assert d3.state["sick"] == {"p1": "dbe"}
+
+
+def test_config_checks_both_parts():
+    with pytest.raises(ConfigError, match=r"^HybridConfig\.sm_target=0\.0: out of range"):
+        HybridConfig(sm_target=0.0)
+    with pytest.raises(ConfigError, match=r"^HybridConfig\.per_replica=-1\.0: out of range"):
+        HybridConfig(per_replica=-1.0)
+
+
+def test_declares_its_signals_and_path():
+    p = HybridPolicy()
+    assert (p.signal_path.source, p.signal_path.delay_s) == ("prometheus", 0.0)
+    assert set(p.signals) == set(DEMAND_METRICS)
+    assert p.pod_signals[health.SM].metric == "DCGM_FI_PROF_SM_ACTIVE"
+    assert p.history_s == 600.0
+
+
+# ----------------------------------------------------------------- properties
+@st.composite
+def paths(draw):
+    """Demand every 15 s, and SM activity per Ready pod at each step."""
+    n = draw(st.integers(1, 50))
+    demand = draw(st.lists(st.floats(0.0, 300.0, allow_nan=False), min_size=n, max_size=n))
+    sm = draw(st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=n, max_size=n))
+    return demand, sm
+
+
+def run(policy, demand, sm, start):
+    state: dict = {}
+    current = start
+    history = [demand[0]] * 40
+    for i, (v, s) in enumerate(zip(demand, sm, strict=True)):
+        history = [*history[1:], v]
+        now = 600.0 + STEP_S * i
+        target = TargetStatus(current, ready_pods(current))
+        obs = observe(now, target, history, metrics(current, sm=s))
+        d = policy.decide(obs, state)
+        yield now, current, obs, d, state
+        state = json.loads(json.dumps(d.state))
+        current = d.replicas
+
+
+WINDOWS = st.sampled_from([(0.0, 0.0), (300.0, 0.0), (300.0, 300.0)])
+"""(stabilisation window, scale-in window): with both 0 only the rise rule stops a scale-in."""
+
+
+@settings(max_examples=100, deadline=None)
+@given(paths(), st.integers(1, 4), st.integers(0, 40), WINDOWS, st.booleans())
+def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_high):
+    stable, scale_in = windows
+    cfg = HybridConfig(
+        per_replica=10.0,
+        min_replicas=low,
+        max_replicas=low + span,
+        stabilization_window_s=stable,
+        scale_in_window_s=scale_in,
+        scale_down_percent=100.0,
+    )
+    last_up = None
+    start = low + span if start_high else low
+    for now, current, obs, d, _ in run(HybridPolicy(cfg), *path, start=start):
+        assert cfg.min_replicas <= d.replicas <= cfg.max_replicas
+        if rising(obs.series[IN_FLIGHT], now, cfg.rise_window_s):
+            assert d.replicas >= current, d.reason
+        if last_up is not None and now - last_up < cfg.stabilization_window_s:
+            assert d.replicas >= current, d.reason
+        if d.replicas > current:
+            last_up = now
+
+
+@settings(max_examples=40, deadline=None)
+@given(paths())
+def test_property_deterministic_and_state_round_trips(path):
+    cfg = HybridConfig(per_replica=10.0)
+    for _, _, obs, d, state in run(HybridPolicy(cfg), *path, start=2):
+        again = HybridPolicy(cfg).decide(obs, json.loads(json.dumps(state)))
+        assert (again.replicas, again.reason, again.state) == (d.replicas, d.reason, d.state)
+        assert json.loads(json.dumps(d.state)) == d.state
+        before = json.dumps(state, sort_keys=True)
+        HybridPolicy(cfg).decide(obs, state)
+        assert json.dumps(state, sort_keys=True) == before  # the input state is not mutated

@@ -1,0 +1,215 @@
+"""Predictive scaling: a measured horizon, scale-out on the forecast, scale-in when load agrees."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from gpuscale.scaling.predictive import (
+    DEMAND_METRICS,
+    PredictiveConfig,
+    PredictivePolicy,
+    cold_start_s,
+    rising,
+)
+
+IN_FLIGHT, QUEUE = DEMAND_METRICS
+STEP_S = 15.0
+LONG_AGO = {"started_at": 0.0}
+"""State of a policy whose first decision was long ago (past its start-up hold)."""
+
+
+def pods(n, created=-1000.0, ready=-1000.0):
+    return tuple(PodStatus(f"p{i}", True, created, ready) for i in range(n))
+
+
+def observe(now, desired, demand, *, ready=None, healthy=True):
+    """An observation whose in-flight history is ``demand`` (values every 15 s ending at now)."""
+    points = tuple((now - STEP_S * (len(demand) - 1 - i), float(v)) for i, v in enumerate(demand))
+    series = {IN_FLIGHT: points, QUEUE: tuple((t, 0.0) for t, _ in points)}
+    target = TargetStatus(desired, pods(desired if ready is None else ready))
+    return Observation(now, target, series=series, healthy=healthy)
+
+
+def test_cold_start_is_the_quantile_of_the_pods_own_starts():
+    cfg = PredictiveConfig(cold_start_quantile=0.9)
+    starts = [20.0 + i for i in range(10)]  # 20..29 s
+    live = tuple(PodStatus(f"p{i}", True, 100.0, 100.0 + s) for i, s in enumerate(starts))
+    cold, state = cold_start_s(live, {}, cfg)
+    assert cold == 28.0  # ceil(0.9 * 10) = 9th of 10 sorted
+    assert state["samples"] == starts
+    # A pod seen once is not counted again, even when its ready_at changes (a restart).
+    moved = (PodStatus("p0", True, 100.0, 900.0), *live[1:])
+    again, state2 = cold_start_s(moved, state, cfg)
+    assert again == 28.0
+    assert state2["samples"] == starts
+
+
+def test_cold_start_defaults_until_a_pod_has_been_seen_starting():
+    cfg = PredictiveConfig(default_cold_start_s=75.0)
+    warm = (PodStatus("p0", True, 0.0, 0.0), PodStatus("p1", False, 5.0, None))
+    cold, state = cold_start_s(warm, {}, cfg)
+    assert cold == 75.0
+    assert state == {"samples": [], "seen": ["p0"]}
+
+
+def test_scales_out_ahead_of_a_rising_trend():
+    cfg = PredictiveConfig(per_replica=1.0, max_replicas=100, default_cold_start_s=120.0)
+    demand = [10.0 + 0.5 * i for i in range(41)]  # +2 requests per minute, 30 now
+    d = PredictivePolicy(cfg).decide(observe(600.0, 30, demand), LONG_AGO)
+    # The line reaches 34 at +120 s; the upper bound is a little above it.
+    assert d.replicas >= 34
+    assert "trend forecast 34.00" in d.reason
+    assert "+120 s" in d.reason
+
+
+def test_horizon_adds_node_provisioning_beyond_fast_capacity():
+    cfg = PredictiveConfig(
+        per_replica=1.0, default_cold_start_s=60.0, node_provision_s=180.0, fast_capacity=8
+    )
+    demand = [10.0 + 0.5 * i for i in range(41)]
+    d = PredictivePolicy(cfg).decide(observe(600.0, 30, demand), LONG_AGO)
+    assert "+240 s" in d.reason
+    assert d.replicas >= 40  # 30 + 0.5 / 15 s x 240 s
+
+
+def test_scale_in_waits_for_the_observed_peak():
+    cfg = PredictiveConfig(per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=100.0)
+    # Demand fell from 20 to 5 two minutes ago: the forecast is low, the 5-minute peak is not.
+    demand = [20.0] * 33 + [5.0] * 8
+    d = PredictivePolicy(cfg).decide(observe(600.0, 20, demand), LONG_AGO)
+    assert d.replicas == 20
+    assert "observed peak needs 20" in d.reason
+
+
+def test_scales_in_once_observed_load_agrees():
+    cfg = PredictiveConfig(per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=100.0)
+    d = PredictivePolicy(cfg).decide(observe(600.0, 20, [5.0] * 41), LONG_AGO)
+    assert 5 <= d.replicas <= 6  # the upper bound of a flat line is at most one replica above
+
+
+def test_no_scale_in_before_a_whole_scale_in_window_is_seen():
+    cfg = PredictiveConfig(per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=100.0)
+    policy = PredictivePolicy(cfg)
+    first = policy.decide(observe(600.0, 20, [5.0] * 41), {})
+    early = policy.decide(observe(885.0, 20, [5.0] * 41), first.state)
+    late = policy.decide(observe(900.0, 20, [5.0] * 41), early.state)
+    assert (first.replicas, early.replicas) == (20, 20)
+    assert "no scale-in yet" in early.reason
+    assert 5 <= late.replicas <= 6
+
+
+def test_scale_in_is_bounded_per_decision():
+    cfg = PredictiveConfig(per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=10.0)
+    d = PredictivePolicy(cfg).decide(observe(600.0, 40, [5.0] * 41), LONG_AGO)
+    assert d.replicas == 36
+
+
+@pytest.mark.parametrize("healthy", [False, True])
+def test_holds_without_data(healthy):
+    policy = PredictivePolicy(PredictiveConfig(min_replicas=2))
+    obs = Observation(600.0, TargetStatus(7, pods(7)), healthy=healthy)
+    d = policy.decide(obs, {"recs": [[1.0, 3.0]]})
+    assert d.replicas == 7
+    assert d.state == {"recs": [[1.0, 3.0]]}
+    assert ("unhealthy" if not healthy else "no demand data") in d.reason
+
+
+def test_config_errors_are_one_line():
+    with pytest.raises(ConfigError) as info:
+        PredictiveConfig(per_replica=0.0)
+    assert str(info.value) == ("PredictiveConfig.per_replica=0.0: out of range; use a demand > 0")
+
+
+def test_rising_needs_a_positive_slope_and_a_high_newest_point():
+    assert rising(((0.0, 1.0), (15.0, 2.0), (30.0, 3.0)), 30.0, 60.0)
+    assert not rising(((0.0, 1.0), (15.0, 5.0), (30.0, 2.0)), 30.0, 60.0)
+    assert not rising(((0.0, 3.0), (15.0, 2.0), (30.0, 1.0)), 30.0, 60.0)
+
+
+# ----------------------------------------------------------------- properties
+demands = st.lists(st.floats(0.0, 200.0, allow_nan=False), min_size=1, max_size=60)
+
+
+def run(policy, values, start=1, window=40):
+    """Decide every 15 s on a demand path; replicas follow the decisions. Yields each step."""
+    state: dict = {}
+    current = start
+    history = [values[0]] * window
+    for i, v in enumerate(values):
+        history = [*history[1:], v]
+        now = 600.0 + STEP_S * i
+        obs = observe(now, current, history)
+        d = policy.decide(obs, state)
+        yield now, current, obs, d, state
+        state = json.loads(json.dumps(d.state))
+        current = d.replicas
+
+
+WINDOWS = st.sampled_from([(0.0, 0.0), (300.0, 0.0), (300.0, 300.0)])
+"""(stabilisation window, scale-in window): with both 0 only the rise rule stops a scale-in."""
+
+
+@settings(max_examples=100, deadline=None)
+@given(demands, st.integers(1, 5), st.integers(0, 50), WINDOWS, st.booleans())
+def test_property_bounds_rise_and_stabilisation(values, low, span, windows, start_high):
+    stable, scale_in = windows
+    cfg = PredictiveConfig(
+        per_replica=2.0,
+        min_replicas=low,
+        max_replicas=low + span,
+        stabilization_window_s=stable,
+        scale_in_window_s=scale_in,
+        scale_down_percent=100.0,
+    )
+    policy = PredictivePolicy(cfg)
+    last_up = None
+    for now, current, obs, d, _ in run(policy, values, start=low + span if start_high else low):
+        assert cfg.min_replicas <= d.replicas <= cfg.max_replicas
+        points = obs.series[IN_FLIGHT]
+        if rising(points, now, cfg.rise_window_s):
+            assert d.replicas >= current  # no scale-in while observed load rises
+        if last_up is not None and now - last_up < cfg.stabilization_window_s:
+            assert d.replicas >= current  # no scale-in inside the stabilisation window
+        if d.replicas > current:
+            last_up = now
+
+
+@settings(max_examples=40, deadline=None)
+@given(demands)
+def test_property_deterministic_and_state_round_trips(values):
+    policy = PredictivePolicy(PredictiveConfig(per_replica=2.0))
+    for _, _, obs, d, state in run(policy, values):
+        again = policy.decide(obs, state)
+        assert (again.replicas, again.reason, again.state) == (d.replicas, d.reason, d.state)
+        text = json.dumps(d.state)
+        before = json.dumps(state, sort_keys=True)
+        policy.decide(obs, state)
+        assert json.dumps(state, sort_keys=True) == before  # the input state is not mutated
+        assert json.loads(text) == d.state
+        restored = PredictivePolicy(PredictiveConfig(per_replica=2.0)).decide(
+            obs, json.loads(json.dumps(state))
+        )
+        assert restored.replicas == d.replicas
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_property_no_scale_in_while_load_rises_whatever_the_current_count(data):
+    base = data.draw(st.floats(0.0, 100.0))
+    slope = data.draw(st.floats(-1.0, 1.0))
+    noise = data.draw(st.lists(st.floats(-5.0, 5.0), min_size=41, max_size=41))
+    values = [max(base + slope * i + e, 0.0) for i, e in enumerate(noise)]
+    current = data.draw(st.integers(1, 100))
+    cfg = PredictiveConfig(
+        per_replica=2.0, stabilization_window_s=0.0, scale_in_window_s=0.0, scale_down_percent=100.0
+    )
+    obs = observe(600.0, current, values)
+    d = PredictivePolicy(cfg).decide(obs, {})
+    if rising(obs.series[IN_FLIGHT], 600.0, cfg.rise_window_s):
+        assert d.replicas >= current, d.reason
+    else:
+        assert d.replicas >= 1
