@@ -287,7 +287,10 @@ def test_a_policy_registered_once_reaches_the_cli_the_runner_and_the_report(
     app = typer.Typer(pretty_exceptions_enable=False)
     evaluate_cli.register(app)
     bad = runner.invoke(app, ["--policy", "vpa", "--out", str(tmp_path)])
-    listed = "static, hpa, keda, kpa, hpa-behavior, hpa-sm, keda-util, keda-sm, oracle, ceiling"
+    listed = (
+        "static, hpa, keda, kpa, hpa-behavior, hpa-sm, keda-util, keda-sm, oracle, "
+        "predictive, hybrid, ceiling"
+    )
     assert f"use one of {listed}" in str(bad.exception)
     args = ["--trace", "ramp", "--duration", "300", "--jobs", "1", "--out", str(tmp_path)]
     ran = runner.invoke(app, [*args, "--policy", "ceiling", "--policy", "static"])
