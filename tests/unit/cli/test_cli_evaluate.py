@@ -164,9 +164,10 @@ def test_console_script_exits_2_with_one_line_on_a_bad_option(tmp_path):
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
+    from gpuscale.evaluate import policies
+
     assert lines == [
-        "gpuscale: error: --policy vpa: unknown policy; use one of static, hpa, keda, kpa, "
-        "hpa-behavior, hpa-sm, keda-util, keda-sm, oracle"
+        f"gpuscale: error: --policy vpa: unknown policy; use one of {', '.join(policies.names())}"
     ]
 
 
