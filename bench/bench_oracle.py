@@ -1,10 +1,12 @@
 """Hindsight-oracle benchmark: the searched oracle on the shared traces over seeds.
 
 For each shared trace and seed it prepares the evaluation as ``gpuscale evaluate``
-does, searches the oracle's margin (``evaluate.oracle_search.search_oracle``) and
-prints the chosen plan's attainment, the goal it aimed for (the target, or just
-under the ceiling when the serving model caps attainment below it), the ceiling,
-GPU-hours, the margin and the seconds the search took. Run:
+does, searches the oracle's margin (``evaluate.oracle_search.search_oracle``),
+scored as ``gpuscale evaluate`` scores it (``scoring.score_run``: attainment and
+node GPU-hours from the default warm-up on), and prints the chosen plan's
+attainment, the goal it aimed for (the target, or just under the ceiling when the
+serving model caps attainment below it), the ceiling, GPU-hours, the margin and
+the seconds the search took. Run:
 
     python bench/bench_oracle.py                       # 10 seeds, 1 h of each trace
     python bench/bench_oracle.py --seeds 3 --duration 1800
@@ -17,6 +19,9 @@ from pathlib import Path
 
 from gpuscale.evaluate.oracle_search import DEFAULT_TARGET, search_oracle
 from gpuscale.evaluate.runner import EvaluationRequest
+from gpuscale.evaluate.scoring import score_run
+from gpuscale.evaluate.sweep import default_warmup_s
+from gpuscale.sim.outcome import RunResult
 
 ROOT = Path(__file__).resolve().parent
 
@@ -37,19 +42,30 @@ def main() -> None:
             prepared = EvaluationRequest(
                 trace, scale=scale, duration_s=args.duration, seed=seed
             ).prepare()
+            warmup = default_warmup_s(float(prepared.scenario.workload.duration_s))
+
+            def attainment(result: RunResult, seed: int = seed, warmup: float = warmup) -> float:
+                got = score_run(result, seed, None, warmup).slo_attainment
+                return 1.0 if got is None else got
+
+            def cost(result: RunResult, seed: int = seed, warmup: float = warmup) -> float:
+                return score_run(result, seed, None, warmup).gpu_hours
+
             start = time.perf_counter()
             found = search_oracle(
                 prepared.scenario,
                 prepared.required.tolist(),
                 prepared.configs["oracle"],
                 target=args.target,
+                score=attainment,
+                cost=cost,
             )
             row = {
                 "trace": trace,
                 "seed": seed,
                 "attainment": round(found.attainment, 5),
                 "goal": round(found.goal, 5),
-                "ceiling": round(found.ceiling, 5),
+                "ceiling": None if found.ceiling is None else round(found.ceiling, 5),
                 "met_goal": found.met_goal,
                 "met_target": found.met_target,
                 "gpu_hours": round(found.gpu_hours, 3),

@@ -1,4 +1,4 @@
-"""Calibration of the simulator's GPU utilisation against production telemetry.
+"""Calibration of the simulator against production telemetry: GPU duty cycle and queue time.
 
 The GenTD26 generative request rate (Alibaba, production Stable Diffusion
 serving) drives a simulated deployment of the trace's own size; the
@@ -26,6 +26,27 @@ Bounds asserted, and why:
     and p99 is 79 %). So the simulated p99 is asserted to lie below the measured
     one, by at most 60 points; policies here act on fleet averages, which match.
 
+Every bound below is a regression check, not evidence: each was set from what
+the simulator produced when it was written (0.375 KS, p99 gap 52.6 points, r
+0.92), with some room, so that a change that moves the fit shows up. The
+evidence is the measured-against-simulated table the report prints.
+
+``DCGM_FI_DEV_GPU_UTIL`` is the share of each sample period some kernel runs
+(one request in service on a one-slot replica: 100 %); it equals the share of
+time a replica serves here, so the duty-cycle figures did not move when the
+engine began to feed it (refreshed: scale 0.130, KS 0.375, r 0.923).
+
+Queue time (``gentd26_queue_time_ms``, 23,478 gateway samples: mean 238 ms,
+median 203 ms, min 78 ms, p99 627 ms, max 4.3 s) against the fluid queue's
+wait at the same fitted load (the deployment's one FIFO in front of 109
+replicas, waits from ``latency.summarise_latency``'s model). At 7 % mean
+utilisation on 109 servers Erlang C is about 0: the simulated wait is 0 for
+nearly every request. The measured floor (78 ms with GPUs 93 % idle) is the
+gateway's dispatch time, which the simulator does not model, so the test
+asserts what follows from that, not a fit: the simulated mean wait is below
+the measured minimum (a principle: no GPU wait at this load), and the
+simulated share of requests that wait at all is below 1 % (regression check).
+
 Run ``python tests/integration/test_calibration.py`` to print the report.
 """
 
@@ -42,10 +63,14 @@ from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.policy import Decision, Observation, State
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import Scenario, simulate
+from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
+from gpuscale.sim.latency import SPREAD_RHO_CAP, centred_mean
+from gpuscale.sim.queueing import erlang_c
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.traces import (
     GENTD26_DUTY_CYCLE_FILE,
     GENTD26_QPS_FILE,
+    GENTD26_QUEUE_TIME_FILE,
     GENTD26_SERVICE_S,
     gentd26_workload,
     read_gentd26_qps,
@@ -95,6 +120,7 @@ class Calibration:
     ks_distance: float
     fleet_correlation: float
     samples: int
+    queue: "QueueTime"
 
     def report(self) -> str:
         m, s = self.measured_quantiles, self.simulated_quantiles
@@ -113,8 +139,71 @@ class Calibration:
                 f"  Kolmogorov-Smirnov distance (per pod sample) = {self.ks_distance:.3f}",
                 f"  fleet-average correlation per step (Pearson r) = {self.fleet_correlation:.3f}",
                 f"  simulated samples = {self.samples}",
+                "GenTD26 queue time (gateway queue_time_ms vs simulated wait, ms)",
+                *(
+                    f"  {name:<8} measured {a:8.1f}  simulated {b:8.1f}"
+                    for name, a, b in zip(
+                        ("mean", "min", "p50", "p90", "p99"),
+                        self.queue.measured,
+                        self.queue.simulated,
+                        strict=True,
+                    )
+                ),
+                f"  simulated share of requests that wait at all = {self.queue.wait_share:.2e}",
             ]
         )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTime:
+    """Queue time, measured and simulated: mean, min, p50, p90, p99 (ms), and the waiting share."""
+
+    measured: tuple[float, ...]
+    simulated: tuple[float, ...]
+    wait_share: float
+
+
+def simulated_queue_time(scale: float, replicas: int) -> QueueTime:
+    """The fluid queue's waits at ``scale`` on ``replicas`` one-slot replicas.
+
+    A portion of requests that waited a mean ``D`` is split as ``summarise_latency``
+    splits it: with probability ``pe = min(C, D / theta)`` it waits ``d0 +
+    Exp(theta)``, else ``d0``, with Erlang C, ``theta`` and ``d0`` as there.
+    """
+    workload = gentd26_workload(TRACES / GENTD26_QPS_FILE).scaled(scale)
+    queue = FluidQueue(
+        timeout_s=3600.0, service_scv=SERVICE_SCV, arrival_scv=residual_arrival_scv(workload)
+    )
+    for t in range(workload.duration_s):
+        arrivals, work = float(workload.arrivals[t]), float(workload.work_s[t])
+        queue.step(t, arrivals, work, replicas, float(replicas))
+    rec = queue.records
+    n, step = np.asarray(rec.count), np.asarray(rec.step)
+    k = float(replicas)
+    rho = np.minimum(centred_mean(np.asarray(rec.offered_s), 60) / k, SPREAD_RHO_CAP)[step]
+    m = np.asarray(rec.size_s) * np.asarray(rec.per_size_s)[step]
+    theta = 0.5 * (1.0 + SERVICE_SCV) * m / (k * (1.0 - rho))
+    delay = np.asarray(rec.wait_s)
+    pe = np.minimum(erlang_c(k, rho * k), delay / theta)
+    d0 = delay - pe * theta
+    grid = np.linspace(0.0, 5.0, 5001)  # seconds
+    cdf = np.zeros(grid.size)
+    for lo in range(0, n.size, 4096):
+        sl = slice(lo, lo + 4096)
+        x = grid[None, :] - d0[sl, None]
+        part = np.where(x >= 0, 1.0 - pe[sl, None] * np.exp(-np.maximum(x, 0) / theta[sl, None]), 0)
+        cdf += (n[sl, None] * part).sum(axis=0)
+    cdf /= n.sum()
+    quantiles = [float(grid[np.searchsorted(cdf, q)]) * 1e3 for q in (0.5, 0.9, 0.99)]
+    mean_ms = float((n * delay).sum() / n.sum()) * 1e3
+    min_ms = float(grid[np.searchsorted(cdf, 1e-9)]) * 1e3
+    measured = pd.read_csv(TRACES / GENTD26_QUEUE_TIME_FILE)["value"].to_numpy(dtype=float)
+    m_stats = (measured.mean(), measured.min(), *np.quantile(measured, (0.5, 0.9, 0.99)))
+    return QueueTime(
+        tuple(float(v) for v in m_stats),
+        (mean_ms, min_ms, *quantiles),
+        float((n * pe).sum() / n.sum()),
+    )
 
 
 def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -177,6 +266,7 @@ def calibrate() -> Calibration:
         ks_distance=ks_distance(simulated, measured),
         fleet_correlation=float(both["sim"].corr(both["trace"])),
         samples=int(simulated.size),
+        queue=simulated_queue_time(scale, replicas),
     )
 
 
@@ -213,3 +303,20 @@ def test_per_pod_utilisation_distribution_is_within_the_stated_bounds(calibratio
 if __name__ == "__main__":
     print(calibrate().report())
     sys.exit(0)
+
+
+def test_measured_queue_time_is_the_figure_the_calibration_states(calibration):
+    mean, low, p50, _, _ = calibration.queue.measured
+    assert (round(mean), low, p50) == (238, 78.0, 203.0)
+
+
+def test_simulated_queue_time_is_no_gpu_wait_at_the_trace_load(calibration):
+    mean, low, *_ = calibration.queue.measured
+    sim_mean, _, sim_p50, _, sim_p99 = calibration.queue.simulated
+    # Principle: with GPUs 93 % idle on 109 servers a request finds one free, so the
+    # measured 78-238 ms is the gateway's own time, not a wait the simulator models.
+    assert sim_mean < low
+    assert sim_p50 == 0.0
+    # Regression checks (measured when written: share 0, p99 0 ms).
+    assert calibration.queue.wait_share < 0.01
+    assert sim_p99 < mean

@@ -30,7 +30,7 @@ def unlimited(trace: str, scale: float) -> RunResult:
     prepared = EvaluationRequest(trace, scale=scale, traces_dir=TRACES).prepare()
     sc = prepared.scenario
     replicas = 3 * int(prepared.required.max()) + 10
-    nodes = math.ceil(replicas / sc.cluster.gpus_per_node)
+    nodes = math.ceil(replicas * sc.serving.gpus_per_replica / sc.cluster.gpus_per_node)
     cluster = dataclasses.replace(sc.cluster, initial_nodes=nodes, max_nodes=nodes)
     sc = dataclasses.replace(sc, cluster=cluster, initial_replicas=replicas)
     return simulate(sc, StaticPolicy(replicas))

@@ -16,15 +16,20 @@ one knob ``x`` scales the plan:
 and stay that much longer). The search is deterministic and bounded
 (``max_simulations`` runs, the ceiling run included):
 
-1. The ceiling: every GPU the node pool holds, asked for at the start (from the
-   scenario's own initial replicas and nodes). If even it misses the target, the
-   search aims just below the ceiling (``CEILING_SLACK``) and says so
+1. ``x = 0``. If it meets the target, bisect down towards ``MIN_MARGIN``;
+   otherwise double ``x`` from ``FIRST_STEP`` until the target is met, then
+   bisect between the last miss and the first hit.
+2. Only when no plan met the target: the ceiling, every GPU the node pool holds
+   asked for at the start (from the scenario's own initial replicas and nodes).
+   If even it misses the target, the search aims just below the ceiling
+   (``CEILING_SLACK``), bisects towards that goal, and says so
    (``OracleSearch.met_target`` is False).
-2. ``x = 0``. If it meets the goal, bisect down towards ``MIN_MARGIN``; otherwise
-   double ``x`` from ``FIRST_STEP`` until the goal is met, then bisect between the
-   last miss and the first hit.
-3. The answer is the cheapest run (GPU-hours) that met the goal, or, when none did,
-   the run with the highest attainment.
+3. The answer is the cheapest run (GPU-hours, by the search's ``cost``) that met
+   the goal, or, when none did, the run with the highest attainment.
+
+``gpuscale evaluate`` runs one search per seed (``evaluate.sweep``), scored with
+its warm-up-aware scorer (``score`` and ``cost``), and its trials are the
+oracle's cost-against-attainment curve.
 
 What comes out is the best plan found in hindsight, not a proven lower bound: a
 cheaper plan may exist that this one-knob search does not reach.
@@ -39,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscale.errors import require
+from gpuscale.evaluate import fleet
 from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
 from gpuscale.scaling.static import StaticPolicy
 from gpuscale.sim.coldstart import pod_cold_starts
@@ -81,7 +87,7 @@ class OracleTrial:
         margin: Extra share of the requirement planned for (negative: less).
         slack_s: Planning-window widening on each side, seconds.
         attainment: Share of arrived requests completed within the SLO, 0 to 1.
-        gpu_hours: GPU-hours the plan held.
+        gpu_hours: GPU-hours the plan cost (by the search's ``cost``).
     """
 
     margin: float
@@ -98,25 +104,23 @@ class OracleSearch:
         config: The chosen plan's config (build with ``OraclePolicy.from_config``).
         result: The chosen plan's run.
         attainment: The chosen plan's attainment (by the search's ``score``), 0 to 1.
+        gpu_hours: The chosen plan's GPU-hours (by the search's ``cost``).
         target: The attainment asked for.
         goal: The attainment aimed for: ``target``, or ``ceiling - CEILING_SLACK``
             when the ceiling is below the target.
-        ceiling: Attainment of the whole node pool asked for at the start.
+        ceiling: Attainment of the whole node pool asked for at the start; None when
+            a plan met the target without it (it is run only when none did).
         trials: Every oracle run, in the order made.
     """
 
     config: OracleConfig
     result: RunResult
     attainment: float
+    gpu_hours: float
     target: float
     goal: float
-    ceiling: float
+    ceiling: float | None
     trials: tuple[OracleTrial, ...]
-
-    @property
-    def gpu_hours(self) -> float:
-        """The chosen plan's GPU-hours."""
-        return self.result.gpu_seconds / 3600.0
 
     @property
     def met_target(self) -> bool:
@@ -138,6 +142,24 @@ def attainment(result: RunResult) -> float:
     return float(result.within_slo) / result.requests if result.requests > 0 else 1.0
 
 
+def allocated_gpu_hours(result: RunResult) -> float:
+    """GPU-hours a run's pods held (the search's default cost).
+
+    Returns:
+        Hours.
+    """
+    return result.gpu_seconds / 3600.0
+
+
+def fleet_replicas(scenario: Scenario) -> int:
+    """Replicas the scenario's node pool holds at its largest (``fleet.fleet_replicas``).
+
+    Returns:
+        Replicas.
+    """
+    return fleet.fleet_replicas(scenario.cluster, scenario.serving)
+
+
 def ceiling_run(scenario: Scenario) -> RunResult:
     """The scenario with every GPU of its node pool asked for at the start.
 
@@ -148,7 +170,7 @@ def ceiling_run(scenario: Scenario) -> RunResult:
     Returns:
         The run (its attainment is the search's ceiling).
     """
-    fleet = scenario.cluster.max_gpus
+    fleet = fleet_replicas(scenario)
     return simulate(scenario, StaticPolicy(fleet, name="ceiling", interval_s=1.0))
 
 
@@ -203,6 +225,7 @@ def search_oracle(
     name: str = "oracle",
     on_trial: Callable[[OracleTrial], None] | None = None,
     score: Callable[[RunResult], float] | None = None,
+    cost: Callable[[RunResult], float] | None = None,
 ) -> OracleSearch:
     """Find the cheapest oracle plan whose simulated attainment meets ``target``.
 
@@ -217,6 +240,8 @@ def search_oracle(
         on_trial: Called after each oracle run (for progress or logs).
         score: A run's attainment (default ``attainment``, over the whole run); the
             harness passes its warm-up-aware scorer.
+        cost: A run's GPU-hours (default ``allocated_gpu_hours``, the whole run's); the
+            harness passes its node GPU-hours from the warm-up on.
 
     Returns:
         The chosen plan, its run, the ceiling and every trial.
@@ -224,17 +249,13 @@ def search_oracle(
     require(0.0 < target <= 1.0, f"target={target!r}", "out of range", "use 0 < target <= 1")
     require(max_simulations >= 3, f"max_simulations={max_simulations!r}", "too few", "use 3+")
     rate = score or attainment
-    ceiling = rate(ceiling_run(scenario))
-    goal = target if ceiling >= target else ceiling - CEILING_SLACK
-    if goal < target:
-        logger.warning(
-            "%s: the ceiling %.4f is below the target %.4f; aiming for %.4f",
-            name, ceiling, target, goal,
-        )  # fmt: skip
+    price = cost or allocated_gpu_hours
+    ceiling: float | None = None
+    goal = target
     colds = tuple(float(c) for c in cold_starts_for(scenario, required, base))
     plan = sharpen(required, scenario).tolist()
-    fleet = scenario.cluster.max_gpus
-    runs: dict[float, tuple[OracleConfig, RunResult, float]] = {}
+    fleet = fleet_replicas(scenario)
+    runs: dict[float, tuple[OracleConfig, RunResult, OracleTrial]] = {}
     trials: list[OracleTrial] = []
 
     def hits(x: float) -> bool:
@@ -243,10 +264,10 @@ def search_oracle(
             base, margin=margin, slack_s=slack, cold_starts_s=colds, max_replicas=fleet
         )
         result = simulate(scenario, OraclePolicy.from_config(plan, config, name))
-        trial = OracleTrial(margin, slack, rate(result), result.gpu_seconds / 3600.0)
+        trial = OracleTrial(margin, slack, rate(result), price(result))
         trials.append(trial)
-        runs[x] = (config, result, trial.attainment)
-        logger.info(
+        runs[x] = (config, result, trial)
+        logger.debug(
             "%s: margin %+.3f, slack %.0f s: attainment %.4f, %.3f GPU-h",
             name, margin, slack, trial.attainment, trial.gpu_hours,
         )  # fmt: skip
@@ -254,7 +275,7 @@ def search_oracle(
             on_trial(trial)
         return trial.attainment >= goal
 
-    budget = max_simulations - 1
+    budget = max_simulations - 1  # one run kept for the ceiling
     lo, hi = (MIN_MARGIN, 0.0) if hits(0.0) else (0.0, math.nan)
     x = FIRST_STEP
     while math.isnan(hi) and len(trials) < budget and x <= MAX_MARGIN:
@@ -262,20 +283,37 @@ def search_oracle(
             hi = x
         else:
             lo, x = x, 2.0 * x
+    if math.isnan(hi):  # nothing met the target: can the node pool meet it at all?
+        ceiling = rate(ceiling_run(scenario))
+        budget -= 1
+        if ceiling < target:
+            goal = ceiling - CEILING_SLACK
+            logger.warning(
+                "%s: the ceiling %.4f is below the target %.4f; aiming for %.4f",
+                name, ceiling, target, goal,
+            )  # fmt: skip
+            met = [k for k, run in runs.items() if run[2].attainment >= goal]
+            if met:
+                hi = min(met)
+                lo = max((k for k in runs if k < hi), default=MIN_MARGIN)
     while not math.isnan(hi) and len(trials) < budget and hi - lo > 0.01:
         mid = round((lo + hi) / 2.0, 4)
         if hits(mid):
             hi = mid
         else:
             lo = mid
-    passing = [k for k, run in runs.items() if run[2] >= goal]
+    passing = [k for k, run in runs.items() if run[2].attainment >= goal]
     if passing:
-        best = min(passing, key=lambda k: (runs[k][1].gpu_seconds, k))
+        best = min(passing, key=lambda k: (runs[k][2].gpu_hours, k))
     else:
-        best = max(runs, key=lambda k: (runs[k][2], -runs[k][1].gpu_seconds))
-    config, result, got = runs[best]
+        best = max(runs, key=lambda k: (runs[k][2].attainment, -runs[k][2].gpu_hours))
+    config, result, chosen = runs[best]
     logger.info(
-        "%s: chose margin %+.3f (%.4f attainment, goal %.4f, ceiling %.4f) after %d runs",
-        name, config.margin, got, goal, ceiling, len(trials) + 1,
+        "%s: chose margin %+.3f (%.4f attainment, %.3f GPU-h, goal %.4f, ceiling %s) "
+        "after %d runs",
+        name, config.margin, chosen.attainment, chosen.gpu_hours, goal,
+        "not run" if ceiling is None else f"{ceiling:.4f}", len(trials) + (ceiling is not None),
     )  # fmt: skip
-    return OracleSearch(config, result, got, target, goal, ceiling, tuple(trials))
+    return OracleSearch(
+        config, result, chosen.attainment, chosen.gpu_hours, target, goal, ceiling, tuple(trials)
+    )

@@ -198,6 +198,9 @@ class RunPool:
             process.terminate()
         for process in processes:
             process.join(STOP_TIMEOUT_S)
+            if process.is_alive():  # a loaded machine can be slow to deliver SIGTERM
+                process.kill()
+                process.join(STOP_TIMEOUT_S)
         self._queue.cancel_join_thread()  # the readers are gone; drop what was not read
         logger.debug("terminated %d workers", len(processes))
 

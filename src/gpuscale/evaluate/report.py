@@ -37,7 +37,15 @@ COLUMNS = (
 """Table columns, in order. ``GPU-h @ target`` is read off the policy's knob sweep at
 the target attainment and ``x oracle`` compares it with the oracle's (without a target,
 ``x oracle`` compares ``GPU-h``); ``GPU-h`` onwards are the fair parameters' means over
-seeds, with the half-width of the 95 % interval after ``±``."""
+seeds (the oracle's: its searched plan on each seed), with the half-width of the 95 %
+interval after ``±``. GPU-hours count what the caption says (node GPUs until scale-down,
+or the pods' GPUs), from the warm-up on."""
+
+GPU_HOURS_BASIS = {
+    "node": "node GPUs until scale-down",
+    "allocated": "GPUs held by pods",
+}
+"""How the caption names what GPU-hours count (``Evaluation.gpu_hours_basis``)."""
 
 NEVER = "never reaches"
 """What the table says for a policy whose curve never reaches the target attainment."""
@@ -124,6 +132,7 @@ def _caption(evaluation: Evaluation) -> str:
     )
     if not e.attainment_from_warmup:
         text += " (GPU-hours; attainment over the whole run)"
+    text += ", GPU-h: " + GPU_HOURS_BASIS.get(e.gpu_hours_basis, e.gpu_hours_basis)
     text += f", SLO {e.slo_latency_s:g} s"
     if e.target_attainment is not None:
         text += f", target {e.target_attainment * 100.0:g}%"

@@ -27,7 +27,8 @@ class PolicySummary:
     """One policy's score on one scenario.
 
     Attributes:
-        gpu_hours: Allocated GPU time, hours.
+        gpu_hours: GPU time, hours: the Ready nodes' GPUs until each node is removed,
+            or the pods' where the run did not record nodes (``Evaluation.gpu_hours_basis``).
         slo_attainment: Fraction (0-1) of arrived requests completed within the SLO;
             dropped requests count against it. None when no request arrived.
         mean_gpu_utilization: Busy fraction (0-1) averaged over allocated GPU time;
@@ -55,6 +56,11 @@ class PolicySummary:
         knob: The config field the sweep varied; None for a policy without one.
         knob_unit: Its unit.
         curve: The sweep's points in knob order (means over seeds, with intervals).
+        allocated_gpu_hours: GPU time the pods held (``gpu_hours`` counts the nodes'
+            GPUs when ``Evaluation.gpu_hours_basis`` is ``"node"``), hours; None when
+            not scored.
+        gpu_hours_per_seed: ``gpu_hours`` of each seed, in seed order.
+        slo_attainment_per_seed: ``slo_attainment`` of each seed, in seed order.
     """
 
     gpu_hours: float
@@ -79,6 +85,9 @@ class PolicySummary:
     knob: str | None = None
     knob_unit: str | None = None
     curve: tuple["CurvePoint", ...] = ()
+    allocated_gpu_hours: float | None = None
+    gpu_hours_per_seed: tuple[float, ...] = ()
+    slo_attainment_per_seed: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +190,9 @@ def summarise(
     """
     requests = float(result.requests)
     gpu_seconds = float(result.gpu_seconds)
+    billed = result.node_gpu_seconds if result.node_gpu_seconds > 0 else gpu_seconds
     return PolicySummary(
-        gpu_hours=gpu_seconds / 3600.0,
+        gpu_hours=billed / 3600.0,
         slo_attainment=float(result.within_slo) / requests if requests > 0 else None,
         mean_gpu_utilization=(
             float(result.busy_gpu_seconds) / gpu_seconds if gpu_seconds > 0 else None
@@ -196,6 +206,7 @@ def summarise(
         units=dict(units or {}),
         completed_requests=float(result.completed_requests),
         in_flight_requests=float(result.in_flight_requests),
+        allocated_gpu_hours=gpu_seconds / 3600.0,
     )
 
 
@@ -220,6 +231,9 @@ class Evaluation:
         warmup_s: Seconds at the start of each run that are not scored.
         attainment_from_warmup: Whether attainment skipped the warm-up too (it needs
             per-step counts from the simulator); GPU-hours always do.
+        gpu_hours_basis: What ``gpu_hours`` counts: ``"node"``, every GPU of a Ready
+            node until the node is removed (idle time until scale-down included), or
+            ``"allocated"``, the GPUs the pods held.
     """
 
     trace: str
@@ -237,6 +251,7 @@ class Evaluation:
     seeds: int = 1
     warmup_s: float = 0.0
     attainment_from_warmup: bool = True
+    gpu_hours_basis: str = "allocated"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document: scenario keys at the top, one object per policy.
@@ -259,6 +274,7 @@ class Evaluation:
             "seeds": self.seeds,
             "warmup_s": self.warmup_s,
             "attainment_from_warmup": self.attainment_from_warmup,
+            "gpu_hours_basis": self.gpu_hours_basis,
             "policies": {name: asdict(s) for name, s in self.policies.items()},
         }
 
@@ -342,4 +358,5 @@ def evaluation_from(
         faults=tuple(faults),
         policies={r.policy: summarise(r, p, (units or {}).get(r.policy)) for r, p in runs},
         fault_windows=tuple(fault_windows),
+        gpu_hours_basis="node" if all(r.node_gpu_seconds > 0 for r, _ in runs) else "allocated",
     )

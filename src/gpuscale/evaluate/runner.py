@@ -6,20 +6,27 @@ are derived here, from the scenario alone, by one documented rule each:
 * Every policy shares the trace, scale, seed, faults, cluster, serving model,
   SLO and bounds: ``min_replicas`` 1 (so no policy pays a cold start for the
   first request after a lull; KEDA and KPA could scale to zero but do not
-  here) and ``max_replicas`` twice the oracle's peak requirement (at least the
-  static count + 1), a ceiling no sensible policy reaches.
+  here) and ``max_replicas`` what the node pool holds (``max_nodes`` x
+  ``gpus_per_node`` GPUs, over the GPUs per replica), never the oracle's plan.
+* The node pool is sized from what a user knows (``pool_replicas``): the
+  trace's peak request rate (averaged over ``POOL_RATE_WINDOW_S``) x the mean
+  time a replica spends per request x ``POOL_HEADROOM``, rounded up to whole
+  nodes, plus one GPU per injected fault.
 * The run starts warm with the replicas the oracle needs in the first minute.
 * ``static``: the 95th percentile of the per-second requirement
   (``sim.serving.required_replicas``): provisioned for p95 demand, never moves.
 * ``hpa``: Kubernetes HPA on ``DCGM_FI_DEV_GPU_UTIL`` with a 70 % target and
   the controller's defaults.
 * ``keda``: KEDA's Prometheus trigger on in-flight plus queued requests; its
-  threshold is what one replica holds at the same 70 % (0.7 x batch slots).
+  threshold is what one replica holds at the same 70 % (0.7 x its batch slots,
+  bounded by the KV cache for LLMs: ``sim.serving.replica_slots``).
 * ``kpa``: Knative's KPA on concurrency with the same target per pod.
 * ``oracle``: the requirement itself, requested ``lead_s`` ahead (the 95th
   percentile cold start), and ``node_lead_s`` earlier still for replicas beyond
   the nodes that are always up; it keeps replicas across dips shorter than a
-  termination grace plus a cold start, since churning would cost more.
+  termination grace plus a cold start, since churning would cost more. The
+  sweep (``evaluate.sweep``) searches its margin on each seed until it meets
+  the target attainment (``evaluate.oracle_search``).
 
 Each rule is the ``fair`` function of the policy's entry in
 ``evaluate.policies``, the one registry of policies; this module computes the
@@ -40,6 +47,7 @@ import numpy as np
 
 from gpuscale.errors import config_error
 from gpuscale.evaluate import policies as registry
+from gpuscale.evaluate.fleet import fleet_replicas, gpus_per_replica, pool_replicas
 from gpuscale.evaluate.pool import RunPool, decisions_at_debug
 from gpuscale.evaluate.results import Evaluation, FaultWindow, evaluation_from, fault_windows
 from gpuscale.scaling.policy import ScalingPolicy
@@ -47,7 +55,7 @@ from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.faults import SimFault, parse_sim_fault
 from gpuscale.sim.outcome import RunResult
-from gpuscale.sim.serving import ServingConfig, relative_speed, required_replicas
+from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, required_replicas
 from gpuscale.sim.traces import AZURE_FILES, load_trace
 from gpuscale.sim.workload import Workload
 
@@ -246,12 +254,13 @@ def plan(
     required = required_replicas(workload, probe)
     peak = max(int(required.max()), 1)
     static = max(math.ceil(float(np.quantile(required, STATIC_QUANTILE))), 1)
-    max_replicas = max(2 * peak, static + 1)
     initial = max(int(required[:60].max()), 1)
-    per_node = template.gpus_per_node
-    initial_nodes = math.ceil(initial / per_node)
-    max_nodes = math.ceil((max_replicas + len(parsed)) / per_node)
+    per_node, gpr = template.gpus_per_node, gpus_per_replica(serving)
+    initial_nodes = math.ceil(initial * gpr / per_node)
+    pool = pool_replicas(workload, serving, template.gpu_model)
+    max_nodes = max(math.ceil((pool * gpr + len(parsed)) / per_node), initial_nodes)
     cluster_cfg = dataclasses.replace(template, initial_nodes=initial_nodes, max_nodes=max_nodes)
+    max_replicas = fleet_replicas(cluster_cfg, serving)
     scenario = Scenario(
         workload,
         cluster_cfg,
@@ -262,7 +271,7 @@ def plan(
         initial_replicas=initial,
         faults=parsed,
     )
-    grows = peak > initial_nodes * per_node
+    grows = peak * gpr > initial_nodes * per_node
     cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)
     node_lead = cluster_cfg.node_provision_s if grows else 0.0
     fair = registry.FairInputs(
@@ -270,12 +279,12 @@ def plan(
         max_replicas=max_replicas,
         static_replicas=static,
         target_utilization=TARGET_UTILIZATION,
-        per_replica=TARGET_UTILIZATION * serving.slots_per_replica,
+        per_replica=TARGET_UTILIZATION * replica_slots(serving, template.gpu_model, workload),
         lead_s=round(cold, 1),
         hold_s=round(cluster_cfg.termination_grace_s + cold, 1),
         node_lead_s=node_lead,
-        fast_capacity=cluster_cfg.floor_nodes * per_node,
-        node_size=per_node,
+        fast_capacity=cluster_cfg.floor_nodes * per_node // gpr,
+        node_size=max(per_node // gpr, 1),
         node_keep_s=cluster_cfg.node_idle_remove_s,
     )
     logger.info(

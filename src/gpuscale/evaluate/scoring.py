@@ -2,14 +2,23 @@
 
 A run starts from a state no real deployment is in (replicas chosen for the
 first minute, empty queues), so its first ``warmup_s`` seconds are not scored:
-GPU-hours are counted from the warm-up on, and so is attainment when the
-timeline carries per-step counts of requests within the SLO
-(``Timeline.within_slo``; until the simulator records them, attainment is scored
-over the whole run and ``Evaluation.attainment_from_warmup`` says so). Request
-totals (completed, dropped, in flight) are always the whole run's, so they add
-up to the arrivals. ``evaluation_from_sweep`` turns every seed and knob value
-into means with 95 % intervals (``stats.mean_ci``) and reads each policy's
+
+* GPU-hours are the node pool's: every GPU on a Ready node, idle or not, from
+  the node's joining until its removal (``Timeline.node_gpus``), summed over the
+  rows from the warm-up on; what the pods held (``allocated_gpu_hours``) is
+  kept alongside. A run without node counts is scored on its pods' GPUs.
+* Attainment is the requests within the SLO that entered service from the
+  warm-up on (``Timeline.within_slo``) over the requests that arrived from the
+  warm-up on; a request still queued at the end or dropped counts against it.
+
+Request totals (completed, dropped, in flight) are always the whole run's, so
+they add up to the arrivals. ``evaluation_from_sweep`` turns every seed and knob
+value into means with 95 % intervals (``stats.mean_ci``) and reads each policy's
 GPU-hours at the target attainment off its curve (``stats.cost_at_target``).
+The searched oracle has no knob shared by the seeds: each seed's search
+(``RunScore.trials``) is its curve, and its mean curve takes, for each attainment
+in ``ORACLE_CURVE_BELOW`` under the target, the cheapest plan of each seed's
+search that reached it.
 """
 
 from collections.abc import Mapping, Sequence
@@ -26,6 +35,12 @@ from gpuscale.sim.outcome import RunResult
 if TYPE_CHECKING:
     from gpuscale.evaluate.sweep import RunSpec, SweepPlan
 
+ORACLE_CURVE_BELOW = (0.04, 0.02, 0.01, 0.005, 0.0)
+"""The searched oracle's curve: attainments this far below the target (and the target)."""
+
+SEARCH_KNOB = ("target_attainment", "attainment the searched plan meets")
+"""How the report names the searched oracle's curve variable, and its unit."""
+
 
 @dataclass(frozen=True, slots=True)
 class RunScore:
@@ -35,10 +50,13 @@ class RunScore:
         policy: Policy name.
         seed: The run's seed.
         knob_value: The policy's knob value; None without a knob.
-        gpu_hours: Allocated GPU time from the warm-up on, hours.
+        gpu_hours: Node GPU time from the warm-up on (pods' when ``nodes_counted`` is
+            False), hours.
         slo_attainment: Share of requests within the SLO (from the warm-up on when
             ``from_warmup``); None when no request arrived.
         from_warmup: Whether attainment skipped the warm-up (needs per-step counts).
+        allocated_gpu_hours: GPU time the pods held from the warm-up on, hours.
+        nodes_counted: Whether ``gpu_hours`` counts node GPUs (the run recorded them).
         mean_gpu_utilization: Busy share of allocated GPU time, whole run; None if none.
         p50_latency_s: Median latency of completed requests, seconds.
         p99_latency_s: 99th percentile of the same, seconds.
@@ -48,6 +66,8 @@ class RunScore:
         in_flight_requests: Queued or in service at the end.
         scale_events: Changes of the desired replica count.
         result: The whole run, when asked for (the report's timelines).
+        trials: For the searched oracle, each plan it simulated as (GPU-hours,
+            attainment), scored as above; empty otherwise.
     """
 
     policy: str
@@ -65,12 +85,22 @@ class RunScore:
     in_flight_requests: float
     scale_events: int
     result: RunResult | None = None
+    allocated_gpu_hours: float = 0.0
+    nodes_counted: bool = False
+    trials: tuple[tuple[float, float], ...] = ()
+
+
+def _after(total: float, per_row: np.ndarray, lengths: np.ndarray, scored: np.ndarray) -> float:
+    """The share of ``total`` that falls in the scored rows, by a per-row rate."""
+    held = np.asarray(per_row, dtype=np.float64) * lengths
+    whole = float(held.sum())
+    return total * float(held[scored].sum()) / whole if whole > 0 else 0.0
 
 
 def score_run(
     result: RunResult, seed: int, knob_value: float | None, warmup_s: float, *, keep: bool = False
 ) -> RunScore:
-    """Score one run, skipping the steps that start before ``warmup_s``.
+    """Score one run, skipping the timeline rows that start before ``warmup_s``.
 
     Returns:
         The score.
@@ -81,13 +111,14 @@ def score_run(
         starts, append=starts[-1] + (starts[-1] - starts[-2] if starts.size > 1 else 1.0)
     )
     scored = starts >= warmup_s
-    held = np.asarray(tl.allocated_gpus, dtype=np.float64) * lengths
-    share = float(held[scored].sum() / held.sum()) if held.sum() > 0 else 0.0
-    within = getattr(tl, "within_slo", None)
-    from_warmup = warmup_s <= 0 or within is not None
-    if within is not None and warmup_s > 0:
+    allocated = _after(float(result.gpu_seconds), tl.allocated_gpus, lengths, scored)
+    nodes_counted = tl.node_gpus.size == starts.size and result.node_gpu_seconds > 0
+    node = _after(result.node_gpu_seconds, tl.node_gpus, lengths, scored) if nodes_counted else 0.0
+    counted = tl.within_slo.size == starts.size
+    from_warmup = warmup_s <= 0 or counted
+    if counted and warmup_s > 0:
         arrived = float((np.asarray(tl.demand_rps) * lengths)[scored].sum())
-        got = float(np.asarray(within, dtype=np.float64)[scored].sum())
+        got = float(np.asarray(tl.within_slo, dtype=np.float64)[scored].sum())
         attainment = got / arrived if arrived > 0 else None
     else:
         attainment = result.within_slo / result.requests if result.requests > 0 else None
@@ -96,7 +127,7 @@ def score_run(
         policy=result.policy,
         seed=seed,
         knob_value=knob_value,
-        gpu_hours=gpu_s * share / 3600.0,
+        gpu_hours=(node if nodes_counted else allocated) / 3600.0,
         slo_attainment=None if attainment is None else min(attainment, 1.0),
         from_warmup=from_warmup,
         mean_gpu_utilization=float(result.busy_gpu_seconds) / gpu_s if gpu_s > 0 else None,
@@ -108,6 +139,8 @@ def score_run(
         in_flight_requests=float(result.in_flight_requests),
         scale_events=int(result.scale_events),
         result=result if keep else None,
+        allocated_gpu_hours=allocated / 3600.0,
+        nodes_counted=nodes_counted,
     )
 
 
@@ -151,6 +184,47 @@ def _at_target(
     return _AtTarget(mean, per_seed)
 
 
+def _cheapest_reaching(score: RunScore, goal: float) -> tuple[float, float] | None:
+    """The cheapest of a search's plans whose attainment reached ``goal``, if any."""
+    reached = [(c, a) for c, a in score.trials if a >= goal]
+    return min(reached) if reached else None
+
+
+def _searched_curve(runs: Sequence[RunScore], target: float) -> list[CurvePoint]:
+    """The searched oracle's mean curve: one point per ``ORACLE_CURVE_BELOW`` attainment.
+
+    A point is kept only when every seed's search reached its attainment.
+    """
+    out = []
+    for below in ORACLE_CURVE_BELOW:
+        goal = round(target - below, 6)
+        found = [_cheapest_reaching(s, goal) for s in runs]
+        if goal <= 0 or not found or any(f is None for f in found):
+            continue
+        costs = [f[0] for f in found if f is not None]
+        reached = [f[1] for f in found if f is not None]
+        hours, attainment = mean_ci(costs), mean_ci(reached)
+        out.append(
+            CurvePoint(goal, hours.mean, _interval(hours), attainment.mean, _interval(attainment))
+        )
+    return out
+
+
+def _searched_at_target(
+    runs: Sequence[RunScore], curve: Sequence[CurvePoint], target: float
+) -> _AtTarget:
+    """GPU-hours at ``target`` on the searched oracle's mean curve and each seed's search."""
+    pairs = [(c.gpu_hours, c.slo_attainment) for c in curve if c.slo_attainment is not None]
+    mean = cost_at_target([c for c, _ in pairs], [a for _, a in pairs], target) if pairs else None
+    per_seed = {
+        s.seed: cost_at_target([c for c, _ in s.trials], [a for _, a in s.trials], target)
+        if s.trials
+        else None
+        for s in runs
+    }
+    return _AtTarget(mean, per_seed)
+
+
 def _all_known(values: Mapping[int, float | None]) -> list[float] | None:
     known = [v for v in values.values() if v is not None]
     return known if len(known) == len(values) else None
@@ -172,11 +246,22 @@ def evaluation_from_sweep(
     for spec, score in runs:
         if spec.policy in by_point:
             by_point[spec.policy].setdefault(spec.knob_value, []).append(score)
-    at_target = {name: _at_target(points, seeds, target) for name, points in by_point.items()}
+    curves: dict[str, list[CurvePoint]] = {}
+    at_target: dict[str, _AtTarget] = {}
+    for name, points in by_point.items():
+        fair = points[plan.fair_value(name)]
+        if any(s.trials for s in fair):  # the searched oracle: each seed's search is its curve
+            curves[name] = _searched_curve(fair, target)
+            at_target[name] = _searched_at_target(fair, curves[name], target)
+        else:
+            ordered = sorted(points.items(), key=_order)
+            curves[name] = [_point(value, scores) for value, scores in ordered]
+            at_target[name] = _at_target(points, seeds, target)
     oracle = at_target.get("oracle")
     summaries = {}
     for name, points in by_point.items():
         fair = points[plan.fair_value(name)]
+        searched = any(s.trials for s in fair)
         hours = mean_ci([s.gpu_hours for s in fair])
         attainment = _estimate([s.slo_attainment for s in fair])
         reach = at_target[name]
@@ -193,6 +278,9 @@ def evaluation_from_sweep(
             if len(pairs) == len(seeds):
                 ratio_ci = _interval(mean_ci([m / o for m, o in pairs if o]))
         knob = registry.get(name).knob
+        knob_name, knob_unit = (
+            SEARCH_KNOB if searched else (None, None) if knob is None else (knob.field, knob.unit)
+        )
         summaries[name] = PolicySummary(
             gpu_hours=hours.mean,
             slo_attainment=None if attainment is None else attainment.mean,
@@ -213,11 +301,12 @@ def evaluation_from_sweep(
             seeds_reaching_target=sum(v is not None for v in reach.per_seed.values()),
             x_oracle_at_target=ratio,
             x_oracle_at_target_ci95=ratio_ci,
-            knob=None if knob is None else knob.field,
-            knob_unit=None if knob is None else knob.unit,
-            curve=tuple(
-                _point(value, scores) for value, scores in sorted(points.items(), key=_order)
-            ),
+            knob=knob_name,
+            knob_unit=knob_unit,
+            curve=tuple(curves[name]),
+            allocated_gpu_hours=float(np.mean([s.allocated_gpu_hours for s in fair])),
+            gpu_hours_per_seed=tuple(s.gpu_hours for s in fair),
+            slo_attainment_per_seed=tuple(s.slo_attainment for s in fair),
         )
     kept = [s.result for _, s in runs if s.result is not None]
     sc = base.scenario
@@ -237,6 +326,7 @@ def evaluation_from_sweep(
         seeds=len(seeds),
         warmup_s=plan.warmup_s,
         attainment_from_warmup=all(s.from_warmup for _, s in runs),
+        gpu_hours_basis="node" if all(s.nodes_counted for _, s in runs) else "allocated",
     )
     order = list(plan.points)
     return evaluation, sorted(kept, key=lambda r: order.index(r.policy))

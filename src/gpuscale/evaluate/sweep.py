@@ -10,6 +10,12 @@ for its seed itself, once per process (``_prepared``), so a day's scenario is
 never shipped to a worker. The parameters come from the first seed's scenario
 (``SweepPlan.base``) and are the same on every seed, so curves of several seeds
 line up point by point.
+
+The oracle (``SEARCHED``) has no such knob: on each seed its run is a search
+(``evaluate.oracle_search.search_oracle``) for the cheapest plan whose simulated
+attainment, scored as every run is (``scoring.score_run``: node GPU-hours and
+attainment from the warm-up on), meets the target; the plans it tried are its
+curve (``RunScore.trials``), at no extra runs.
 """
 
 import dataclasses
@@ -22,6 +28,7 @@ from typing import Any
 from gpuscale.errors import config_error
 from gpuscale.evaluate import policies as registry
 from gpuscale.evaluate.executor import Progress, Runner
+from gpuscale.evaluate.oracle_search import MAX_SIMULATIONS, OracleTrial, search_oracle
 from gpuscale.evaluate.pool import decisions_at_debug
 from gpuscale.evaluate.runner import (
     EvaluationRequest,
@@ -56,6 +63,9 @@ CEILING = "ceiling"
 CEILING_PEAK_MULTIPLE = 4
 """The unlimited fleet: this many times the peak requirement, held from the start."""
 
+SEARCHED = "oracle"
+"""The policy whose run on each seed is a search for the target (``search_oracle``)."""
+
 
 def default_warmup_s(duration_s: float) -> float:
     """The warm-up used when none is given: 600 s, or a fifth of a run shorter than 3000 s.
@@ -79,6 +89,8 @@ class RunSpec:
         warmup_s: Seconds not scored at the start.
         max_nodes: The node pool's bound, the same on every seed.
         keep: Whether to return the whole ``RunResult`` (for the report's timelines).
+        search_target: For the oracle, the attainment its search must reach; None
+            runs ``config`` as it is.
     """
 
     request: EvaluationRequest
@@ -89,6 +101,7 @@ class RunSpec:
     warmup_s: float
     max_nodes: int
     keep: bool = False
+    search_target: float | None = None
 
     @property
     def key(self) -> str:
@@ -122,7 +135,7 @@ def _ceiling(prepared: PreparedEvaluation, progress: Callable[[float], None]) ->
     """Static at ``CEILING_PEAK_MULTIPLE`` x the peak need, started warm, on nodes to match."""
     sc = prepared.scenario
     replicas = CEILING_PEAK_MULTIPLE * max(int(prepared.required.max()), 1)
-    nodes = math.ceil(replicas / sc.cluster.gpus_per_node)
+    nodes = math.ceil(replicas * sc.serving.gpus_per_replica / sc.cluster.gpus_per_node)
     cluster = dataclasses.replace(
         sc.cluster,
         initial_nodes=nodes,
@@ -135,6 +148,44 @@ def _ceiling(prepared: PreparedEvaluation, progress: Callable[[float], None]) ->
         return simulate(scenario, policy, progress=progress)
 
 
+def _searched(
+    prepared: PreparedEvaluation, spec: RunSpec, target: float, progress: Callable[[float], None]
+) -> RunScore:
+    """The oracle's search on one seed, scored as every run is; its trials are the curve."""
+
+    def scored(result: RunResult) -> RunScore:
+        return score_run(result, spec.seed, None, spec.warmup_s)
+
+    def attainment(result: RunResult) -> float:
+        got = scored(result).slo_attainment
+        return 1.0 if got is None else got
+
+    def cost(result: RunResult) -> float:
+        return scored(result).gpu_hours
+
+    tried = [0]
+
+    def step(_trial: OracleTrial) -> None:
+        tried[0] += 1
+        progress(min(tried[0] / MAX_SIMULATIONS, 0.99))
+
+    with decisions_at_debug():
+        found = search_oracle(
+            prepared.scenario,
+            prepared.required.tolist(),
+            spec.config,
+            target=target,
+            name=spec.policy,
+            on_trial=step,
+            score=attainment,
+            cost=cost,
+        )
+    chosen = score_run(found.result, spec.seed, spec.knob_value, spec.warmup_s, keep=spec.keep)
+    trials = tuple((t.gpu_hours, t.attainment) for t in found.trials)
+    progress(1.0)
+    return dataclasses.replace(chosen, trials=trials)
+
+
 def execute(spec: RunSpec, *, progress: Callable[[float], None]) -> RunScore:
     """Run one point of a sweep and score it (a module-level function, for any worker).
 
@@ -142,6 +193,8 @@ def execute(spec: RunSpec, *, progress: Callable[[float], None]) -> RunScore:
         The run's score, with the whole result when ``spec.keep``.
     """
     prepared = _prepared(spec.request, spec.seed, spec.max_nodes)
+    if spec.search_target is not None:
+        return _searched(prepared, spec, spec.search_target, progress)
     if spec.policy == CEILING:
         result = _ceiling(prepared, progress)
     else:
@@ -247,7 +300,7 @@ class SweepPlan:
         return None if knob is None else float(getattr(self.base.configs[name], knob.field))
 
     def specs(self) -> list[RunSpec]:
-        """Every run: per seed, the ceiling, then each policy's points.
+        """Every run: per seed, the ceiling, then each policy's points (the oracle's search).
 
         Returns:
             The runs; the first seed's fair runs keep their whole result.
@@ -255,14 +308,18 @@ class SweepPlan:
         req = self.request.request
         max_nodes = self.base.scenario.cluster.max_nodes
         out = []
+        target = self.request.target_attainment
         for seed in self.seeds:
             out.append(RunSpec(req, seed, CEILING, None, None, self.warmup_s, max_nodes))
             for name, points in self.points.items():
                 fair = self.fair_value(name)
+                search = target if name == SEARCHED else None
                 for value, config in points:
                     keep = seed == req.seed and value == fair
                     out.append(
-                        RunSpec(req, seed, name, config, value, self.warmup_s, max_nodes, keep)
+                        RunSpec(
+                            req, seed, name, config, value, self.warmup_s, max_nodes, keep, search
+                        )
                     )
         return out
 

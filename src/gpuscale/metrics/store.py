@@ -11,10 +11,12 @@ series missing from a scrape gets a staleness marker and is absent from then on
 Storage is numpy, one matrix per metric family: a row per scrape, a column per
 series, NaN where the series is absent. Rows older than the retention are
 dropped, and columns absent for the whole retained window with them, so a run
-with pods coming and going stays bounded.
+with pods coming and going stays bounded. Rows not yet written are kept NaN, so
+a scrape writes only its own columns.
 """
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -58,6 +60,9 @@ class _Family:
     version: int = 0
     last_labels: object = None
     last_columns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    # ``last_columns`` as a slice when they are consecutive (assigning a slice is cheaper).
+    last_span: slice | np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    last_t: float = -math.inf  # time of the newest row (``times[rows - 1]``)
     groups: dict[tuple[LabelKey, tuple[str, ...], bool], _Grouping] = field(default_factory=dict)
 
 
@@ -109,13 +114,15 @@ class MetricStore:
         if fam is None:
             fam = _Family(np.zeros(64), np.full((64, max(8, len(labels))), np.nan))
             self._families[metric] = fam
-        if fam.rows and t < fam.times[fam.rows - 1]:
+        if t < fam.last_t:
             raise ValueError(f"{metric}: scrape at {t} is older than the previous one")
-        cols = self._columns(fam, labels)
-        if not (fam.rows and t == fam.times[fam.rows - 1]):
+        if t != fam.last_t:  # first, since making room may move the columns
             self._append_row(fam, t)
-        fam.values[fam.rows - 1, cols] = vals
-        self._latest = t if self._latest is None else max(self._latest, t)
+        if labels is not fam.last_labels:
+            self._columns(fam, labels)
+        fam.values[fam.rows - 1, fam.last_span] = vals
+        latest = self._latest
+        self._latest = t if latest is None or t > latest else latest
 
     def _gids(self, labels: Sequence[Mapping[str, str]]) -> np.ndarray:
         """Store-wide series ids of a scrape's label sets, cached by object identity."""
@@ -162,14 +169,20 @@ class MetricStore:
                 grown_v[:, : fam.values.shape[1]] = fam.values
                 fam.values = grown_v
         fam.last_labels, fam.last_columns = labels, cols
+        fam.last_span = cols
+        if cols.size:
+            first = int(cols[0])
+            if np.array_equal(cols, np.arange(first, first + cols.size)):
+                fam.last_span = slice(first, first + cols.size)
         return cols
 
     def _append_row(self, fam: _Family, t: float) -> None:
+        """Start a row at ``t``; it is NaN already (rows past ``rows`` are kept NaN)."""
         if fam.rows == fam.times.size:
             self._make_room(fam, t)
         fam.times[fam.rows] = t
-        fam.values[fam.rows, :] = np.nan
         fam.rows += 1
+        fam.last_t = float(t)
 
     def _make_room(self, fam: _Family, t: float) -> None:
         keep = int(np.searchsorted(fam.times[: fam.rows], t - self.retention_s, side="left"))
@@ -181,6 +194,7 @@ class MetricStore:
             return
         fam.times[:keep_rows] = fam.times[keep : fam.rows]
         fam.values[:keep_rows] = fam.values[keep : fam.rows]
+        fam.values[keep_rows : fam.rows] = np.nan
         fam.rows = keep_rows
         self._compact(fam)
 

@@ -106,6 +106,36 @@ def summed_latest(observation: Observation, keys: Sequence[str]) -> float | None
     return None if math.isnan(total) else total
 
 
+def summed_columns(
+    observation: Observation, keys: Sequence[str]
+) -> tuple[Sequence[float], Sequence[float]] | None:
+    """``summed_series`` as its times and its values, without building the points.
+
+    Returns:
+        (times in seconds, summed values), oldest first and of equal length; None
+        when data is missing or any value is NaN.
+    """
+    present = _present(observation, keys)
+    if present is None:
+        return None
+    columns = [tuple(zip(*points, strict=True)) for points in present]
+    times = columns[0][0]
+    if all(c[0] == times for c in columns[1:]):
+        # The common case (samples at the same times): add column by column.
+        values = list(map(sum, zip(*(c[1] for c in columns), strict=True)))
+        if math.isnan(math.fsum(values)):  # NaN anywhere makes the sum NaN
+            return None
+        return times, values
+    totals: dict[float, float] = {}
+    for points in present:
+        for t, v in points:
+            if math.isnan(v):
+                return None
+            totals[t] = totals.get(t, 0.0) + v
+    ordered = sorted(totals.items())
+    return [t for t, _ in ordered], [v for _, v in ordered]
+
+
 def summed_series(observation: Observation, keys: Sequence[str]) -> Series | None:
     """Add several signals point by point, like PromQL ``a + b`` over a range.
 
@@ -122,23 +152,10 @@ def summed_series(observation: Observation, keys: Sequence[str]) -> Series | Non
     Returns:
         (time seconds, summed value) points, oldest first; None when data is missing.
     """
-    present = _present(observation, keys)
-    if present is None:
+    summed = summed_columns(observation, keys)
+    if summed is None:
         return None
-    first = [t for t, _ in present[0]]
-    if all(len(p) == len(first) and [t for t, _ in p] == first for p in present[1:]):
-        # The common case (samples at the same times): add column by column.
-        values = [sum(col) for col in zip(*([v for _, v in p] for p in present), strict=True)]
-        if math.isnan(math.fsum(values)):  # NaN anywhere makes the sum NaN
-            return None
-        return tuple(zip(first, values, strict=True))
-    totals: dict[float, float] = {}
-    for points in present:
-        for t, v in points:
-            if math.isnan(v):
-                return None
-            totals[t] = totals.get(t, 0.0) + v
-    return tuple(sorted(totals.items()))
+    return tuple(zip(*summed, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,16 +41,17 @@ the pod retention period if longer), or at once if the activator has been in
 the path (SKS proxy mode) for the grace period.
 """
 
+import bisect
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_series
+from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_columns
 from gpuscale.scaling.policy import QUEUE_PROXY, Decision, Observation, Series, State
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,21 @@ def window_average(points: Series, window_s: float) -> float:
     return sum(values) / len(values)
 
 
+def window_mean(times: Sequence[float], values: Sequence[float], window_s: float) -> float:
+    """``window_average`` of the points ``zip(times, values)``, found by bisection.
+
+    Args:
+        times: Sample times, seconds, ascending; not empty.
+        values: The samples, one per time.
+        window_s: Window length, seconds.
+
+    Returns:
+        The same sum over the same samples in the same order as ``window_average``.
+    """
+    tail = values[bisect.bisect_right(times, times[-1] - window_s) :]
+    return sum(tail) / len(tail)
+
+
 class KpaPolicy:
     """Knative's KPA decider and reconciler, as a pure ``ScalingPolicy``.
 
@@ -204,7 +220,7 @@ class KpaPolicy:
             st.update(created_at=now, panic_time=now if ready_pods > 1 else None)
             st.update(max_panic_pods=ready_pods, active="activating", active_changed_at=now)
             st.update(initialised=False, proxy_since=None)
-        points = None if not observation.healthy else summed_series(observation, self._keys)
+        points = None if not observation.healthy else summed_columns(observation, self._keys)
         if points is None:
             why = "unhealthy" if not observation.healthy else "no data"
             decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, st)
@@ -223,12 +239,19 @@ class KpaPolicy:
         return Decision(replicas, reason, st)
 
     def _scale(
-        self, now: float, ready_pods: int, points: Series, st: dict[str, Any]
+        self,
+        now: float,
+        ready_pods: int,
+        points: tuple[Sequence[float], Sequence[float]],
+        st: dict[str, Any],
     ) -> tuple[int, float, str]:
-        """The decider's ``Scale``: desired pods, excess burst capacity and a reason."""
+        """The decider's ``Scale``: desired pods, excess burst capacity and a reason.
+
+        ``points`` are the summed concurrency's (times, values).
+        """
         cfg = self.config
-        stable = window_average(points, cfg.stable_window_s)
-        panic = window_average(points, cfg.panic_window_s)
+        stable = window_mean(*points, cfg.stable_window_s)
+        panic = window_mean(*points, cfg.panic_window_s)
         ready = float(max(1, ready_pods))
         max_up = math.ceil(cfg.max_scale_up_rate * ready)
         max_down = math.floor(ready / cfg.max_scale_down_rate)

@@ -228,12 +228,23 @@ class OraclePolicy:
         if self.node_lead_s <= 0 or self.fast_capacity is None:
             return np.zeros(slots.shape)
         wait = np.where(slots > self.fast_capacity, self.node_lead_s, 0.0)
+        # Each live entry covers the slots up to its nodes' capacity with its wait; a slot's
+        # wait is the least over the entries covering it (min is exact in any order).
+        caps, waits = [], []
         for last, held, ready_at in recent:
             if now + self.interval_s + self.node_lead_s - last > self.node_keep_s:
                 continue  # gone within a provisioning: a pod deferred past it asks for one
-            covered = slots <= math.ceil(held / self.node_size) * self.node_size
-            wait = np.where(covered, np.minimum(wait, max(0.0, ready_at - now)), wait)
-        return wait
+            caps.append(math.ceil(held / self.node_size) * self.node_size)
+            waits.append(max(0.0, ready_at - now))
+        if not caps:
+            return wait
+        order = np.argsort(caps)
+        cap = np.asarray(caps)[order]
+        least = np.minimum.accumulate(np.asarray(waits)[order][::-1])[::-1]  # over cap >= c
+        first = np.searchsorted(cap, slots, side="left")  # first entry with cap >= slot
+        covered = first < cap.size
+        best = least[np.minimum(first, cap.size - 1)]
+        return np.where(covered, np.minimum(wait, best), wait)
 
     def _created(self, observation: Observation, state: State) -> int:
         """Pods the cluster has created so far: the index of the next pod's cold start.

@@ -4,11 +4,13 @@ A scaling policy only ever changes ``spec.replicas``; what that buys, and when,
 is the cluster's business, and it is most of what separates a good policy from a
 bad one. This module reproduces the delays a GPU deployment sees:
 
-* A pod needs one free GPU; without one it stays Pending.
+* A pod needs ``gpus_per_pod`` free GPUs on one node (2 for a tensor-parallel-2
+  LLM replica); without them it stays Pending.
 * Pending pods make the cluster autoscaler add nodes (up to ``max_nodes``), which
   join after ``node_provision_s``; nodes empty for ``node_idle_remove_s`` are
   removed again (cluster-autoscaler's scale-down-unneeded-time, default 10 min),
-  down to ``min_nodes``.
+  down to ``min_nodes``. ``Cluster.ready_node_gpus`` counts the GPUs on Ready
+  nodes, idle or not: what the pool is billed for until a node is removed.
 * A scheduled pod cold-starts (image pull, model load) for a time drawn from
   ``ColdStart`` before it is Ready and takes traffic.
 * A deleted pod takes no new traffic at once and holds its GPU until the
@@ -111,7 +113,8 @@ class Pod:
         name: Pod name.
         created_at: Creation time, seconds.
         state: PENDING, STARTING, READY, TERMINATING or GONE.
-        slot: GPU slot it holds, -1 while unscheduled.
+        slot: First GPU slot it holds, -1 while unscheduled.
+        gpus: Every GPU slot it holds (all on one node), empty while unscheduled.
         ready_at: When it became Ready (None before).
         due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
         speed: Work multiplier (below 1 for a straggler).
@@ -123,6 +126,7 @@ class Pod:
     created_at: float
     state: int = PENDING
     slot: int = -1
+    gpus: tuple[int, ...] = ()
     ready_at: float | None = None
     due: float = math.inf
     speed: float = 1.0
@@ -139,10 +143,21 @@ class Cluster:
         config: The node pool.
         seed: Seeds cold-start draws (see ``coldstart.pod_cold_starts``).
         spare_gpus: Extra device indices reserved for replaced GPUs.
+        gpus_per_pod: GPUs each pod takes, all on one node.
+
+    Raises:
+        ConfigError: A pod needs more GPUs than a node has.
     """
 
-    def __init__(self, config: ClusterConfig, *, seed: int = 0, spare_gpus: int = 0) -> None:
-        self.config = config
+    def __init__(
+        self, config: ClusterConfig, *, seed: int = 0, spare_gpus: int = 0, gpus_per_pod: int = 1
+    ) -> None:
+        if not 1 <= gpus_per_pod <= config.gpus_per_node:
+            raise ConfigError(
+                f"serving.gpus_per_replica={gpus_per_pod}: a replica must fit on one node of "
+                f"{config.gpus_per_node} GPUs; raise cluster.gpus_per_node"
+            )
+        self.config, self.gpus_per_pod = config, gpus_per_pod
         self._cold = ColdStartStream(config.cold_start, seed)
         self._restart_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))
         g = config.gpus_per_node
@@ -155,6 +170,7 @@ class Cluster:
         self.node_state = np.full(config.max_nodes, _NODE_ABSENT, dtype=np.int8)
         self.node_state[: config.initial_nodes] = _NODE_READY
         self._node_gpus = g
+        self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
         self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
         self._terminating = 0
@@ -183,8 +199,12 @@ class Cluster:
         return [p for p in self.pods.values() if p.slot >= 0]
 
     def held_count(self) -> int:
-        """GPUs held by the deployment's pods."""
+        """GPUs held by the deployment's pods (every GPU of each pod)."""
         return int(np.count_nonzero(self.slot_pod >= 0))
+
+    def devices(self, pods: list[Pod]) -> np.ndarray:
+        """Device indices of every GPU the pods hold, pod by pod."""
+        return np.asarray([self.slot_phys[s] for p in pods for s in p.gpus], dtype=np.int64)
 
     def status(self) -> TargetStatus:
         """The deployment's status as the API server reports it."""
@@ -211,15 +231,15 @@ class Cluster:
     def start(self, replicas: int, now: float = 0.0) -> None:
         """Create ``replicas`` pods already Ready at ``now`` (a warmed-up deployment)."""
         self.desired = replicas
-        for _ in range(replicas):
+        places = self._placements(replicas)
+        if len(places) < replicas:
+            raise ConfigError(
+                f"initial replicas {replicas} of {self.gpus_per_pod} GPU(s) exceed the "
+                f"{self.config.initial_nodes} initial nodes' GPUs: raise cluster.initial_nodes"
+            )
+        for gpus in places:
             pod = self._new_pod(now)
-            slot = self._free_slot()
-            if slot < 0:
-                raise ConfigError(
-                    f"initial replicas {replicas} exceed the {self.config.initial_nodes} "
-                    "initial nodes' GPUs: raise cluster.initial_nodes"
-                )
-            self._bind(pod, slot)
+            self._bind(pod, gpus)
             pod.state, pod.ready_at = READY, now
         self.version += 1
 
@@ -267,23 +287,33 @@ class Cluster:
         ready_nodes = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
         return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & ready_nodes)
 
-    def _free_slot(self) -> int:
-        idx = self._free_slots()
-        return int(idx[0]) if idx.size else -1
+    def _placements(self, limit: int) -> list[tuple[int, ...]]:
+        """Up to ``limit`` sets of ``gpus_per_pod`` free slots, each on one node, packed."""
+        free, g = self._free_slots(), self.gpus_per_pod
+        if g == 1:
+            return [(s,) for s in free[:limit].tolist()]
+        node = free // self._node_gpus
+        out: list[tuple[int, ...]] = []
+        for n in np.unique(node).tolist():
+            on_node = free[node == n].tolist()
+            out += [tuple(on_node[i : i + g]) for i in range(0, len(on_node) - g + 1, g)]
+            if len(out) >= limit:
+                return out[:limit]
+        return out
 
-    def _bind(self, pod: Pod, slot: int) -> None:
-        pod.slot = slot
-        self.slot_pod[slot] = pod.uid
+    def _bind(self, pod: Pod, gpus: tuple[int, ...]) -> None:
+        pod.slot, pod.gpus = gpus[0], gpus
+        self.slot_pod[list(gpus)] = pod.uid
         self._pending.pop(pod.uid, None)
 
     def _schedule(self, now: float) -> None:
         if not self._pending:
             return
         pending = list(self._pending.values())
-        free = self._free_slots().tolist()
-        started = pending[: len(free)]
-        for pod, slot in zip(started, free, strict=False):
-            self._bind(pod, slot)
+        places = self._placements(len(pending))
+        started = pending[: len(places)]
+        for pod, gpus in zip(started, places, strict=False):
+            self._bind(pod, gpus)
             pod.state = STARTING
         for pod in started:  # the k-th pod created takes the stream's k-th draw
             pod.due = now + self._cold.draw(pod.uid - 1)
@@ -293,10 +323,10 @@ class Cluster:
             self._provision(waiting, now)
 
     def _provision(self, waiting: int, now: float) -> None:
-        g = self._node_gpus
-        coming = np.repeat(self.node_state == _NODE_PROVISIONING, g)
-        incoming = int(np.count_nonzero(coming & ~self.slot_broken))
-        need = math.ceil(max(waiting - incoming, 0) / g)
+        g, per_pod = self._node_gpus, self.gpus_per_pod
+        coming = np.repeat(self.node_state == _NODE_PROVISIONING, g) & ~self.slot_broken
+        incoming = int((coming.reshape(-1, g).sum(axis=1) // per_pod).sum())
+        need = math.ceil(max(waiting - incoming, 0) / (g // per_pod))
         absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
         for node in absent:
             self.node_state[node] = _NODE_PROVISIONING
@@ -347,8 +377,8 @@ class Cluster:
         pod = self.pods.pop(uid)
         if pod.state == TERMINATING:
             self._terminating -= 1
-        pod.state, pod.slot = GONE, -1
-        self.slot_pod[slot] = -1
+        self.slot_pod[list(pod.gpus) or slot] = -1
+        pod.state, pod.slot, pod.gpus = GONE, -1, ()
         return pod
 
     def restart_pod(self, pod: Pod, now: float) -> None:
@@ -402,6 +432,7 @@ class Cluster:
             return self.release(ident, when)
         if kind == 2:  # node joined
             self.node_state[ident] = _NODE_READY
+            self.ready_node_gpus += g
             self._schedule(when)
             self._schedule_node_removal(ident, when)
             return True
@@ -419,6 +450,7 @@ class Cluster:
             and self.nodes_up() > self.config.floor_nodes
         ):
             self.node_state[ident] = _NODE_ABSENT
+            self.ready_node_gpus -= g
             logger.debug("t=%.0f: removed idle node %d", when, ident)
             return True
         return False

@@ -88,6 +88,16 @@ class RequestMarks:
         if self.second.size and bool(np.any(np.diff(self.second) < 0)):
             raise ValueError("second must be ascending")
 
+    def head(self, duration_s: int) -> "RequestMarks":
+        """The requests of the first ``duration_s`` seconds.
+
+        Returns:
+            Those marks (the others dropped).
+        """
+        n = int(np.searchsorted(self.second, duration_s, side="left"))
+        tokens = None if self.tokens is None else self.tokens[:n]
+        return RequestMarks(self.second[:n], self.work_s[:n], tokens)
+
     @classmethod
     def from_workload(cls, workload: Workload) -> "RequestMarks":
         """Requests recovered from per-second totals.

@@ -7,7 +7,7 @@ Ready replicas' capacity; a pod that leaves Ready drains or has its requests
 retried (``fluid.FluidQueue``). Every collect interval the GPU physics advances
 over the interval's serving state (``scrape.Telemetry``); every scrape interval
 the last collected DCGM fields and the serving metrics are written into the
-in-process metric store. Every ``policy.interval_s`` the policy gets an
+in-process metric store (if the policy reads it). Every ``policy.interval_s`` the policy gets an
 ``Observation`` (``scaling.observe.observe``) built only from its signal source
 and the deployment's status, never from the simulator's state: the metric store
 for a policy on the Prometheus path, evaluated its declared ``delay_s`` in the
@@ -91,7 +91,9 @@ class Scenario:
         checks = {
             "slo_latency_s": self.slo_latency_s > 0,
             "timeout_s": self.timeout_s > 0,
-            "initial_replicas": 0 <= self.initial_replicas <= self.cluster.max_gpus,
+            "initial_replicas": 0
+            <= self.initial_replicas * self.serving.gpus_per_replica
+            <= self.cluster.max_gpus,
             "scrape_interval_s": self.scrape_interval_s >= 1,
             "rule_delay_s": self.rule_delay_s >= 0,
             "record_interval_s": self.record_interval_s >= 1,
@@ -114,7 +116,10 @@ class _Run:
         cfg = scenario.cluster
         seeds = np.random.SeedSequence(scenario.seed).spawn(3)
         spares = sum(f.kind == "gpu-lost" and f.duration_s is not None for f in scenario.faults)
-        self.cluster = Cluster(cfg, seed=int(seeds[0].generate_state(1)[0]), spare_gpus=spares)
+        self.gpr = scenario.serving.gpus_per_replica
+        self.cluster = Cluster(
+            cfg, seed=int(seeds[0].generate_state(1)[0]), spare_gpus=spares, gpus_per_pod=self.gpr
+        )
         model = gpu_model(cfg.gpu_model)
         self.physics = FleetPhysics(
             [model] * self.cluster.n_devices, seed=int(seeds[1].generate_state(1)[0])
@@ -147,19 +152,19 @@ class _Run:
         self.ready: list[Pod] = []
         self.servers, self.capacity, self.n_held = 0, 0.0, 0
         self._shares = self._ready_speed = np.zeros(0)
-        self._ready_devs = np.zeros(0, dtype=np.int64)
+        self._ready_devs = self._ready_gpus = np.zeros(0, dtype=np.int64)
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._ready_uids = np.zeros(0, dtype=np.int64)
         self._loading = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
         self._stopping = np.zeros(0, dtype=np.int64)
-        self.tel = Telemetry(
-            self.cluster, self.physics, self.writer, serving, scenario.workload, self.slots
-        )
-        self._drain_dev: dict[int, int] = {}  # pod uid -> device, of each pod drained
+        read = self.ring is None and bool(policy.signals or policy.pod_signals)  # else unread
+        tel_args = (self.cluster, self.physics, self.writer, serving, scenario.workload)
+        self.tel = Telemetry(*tel_args, self.slots, scraped=read)
+        self._drain_dev: dict[int, np.ndarray] = {}  # pod uid -> its devices, of each pod drained
 
     # ----------------------------------------------------------------- capacity
     def _flush(self) -> None:
-        self.tel.flush(self._ready_devs, self._ready_slots, self._ready_uids, self._shares)
+        self.tel.flush(self._ready_gpus, self._ready_slots, self._ready_uids, self._shares)
 
     def _sync_pods(self, t: int) -> None:
         """A deleted pod drains its share of the requests in service; a failed one's retry.
@@ -168,15 +173,15 @@ class _Run:
         """
         c, q = self.cluster, self.queue
         per_server = q.busy / self.servers if self.servers else 0.0
-        ready = self._ready_uids.tolist(), self._ready_speed.tolist(), self._ready_devs.tolist()
-        for uid, speed, dev in zip(*ready, strict=True):
+        ready = self._ready_uids.tolist(), self._ready_speed.tolist()
+        for uid, speed in zip(*ready, strict=True):
             pod = c.pods.get(uid)
             if pod is not None and pod.state == READY:
                 continue
             serving = per_server * self.slots if speed > 0 else 0.0
             if pod is not None and pod.state == TERMINATING:
                 if q.start_drain(uid, serving, speed / self.slots):
-                    self._drain_dev[uid] = dev
+                    self._drain_dev[uid] = c.devices([pod])
             else:
                 q.interrupt(t, serving)
         for uid in list(q.drains):
@@ -197,17 +202,15 @@ class _Run:
         devs = np.array([c.slot_phys[p.slot] for p in self.ready], dtype=np.int64)
         factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
         speed = np.array([p.speed for p in self.ready]) * factor * self.model_speed
-        self._ready_devs = devs
+        self._ready_devs, self._ready_gpus = devs, c.devices(self.ready)
         self._ready_slots = np.array([p.slot for p in self.ready], dtype=np.int64)
         self._ready_uids = np.array([p.uid for p in self.ready], dtype=np.int64)
         loading = [p for p in c.pods.values() if p.state == STARTING]
-        self._stopping = np.array(
-            [c.slot_phys[p.slot] for p in c.pods.values() if p.state == TERMINATING], dtype=np.int64
-        )
-        self._loading = (
-            np.array([c.slot_phys[p.slot] for p in loading], dtype=np.int64),
-            np.array([p.due for p in loading]),
-            np.array([p.due - p.created_at for p in loading]),
+        self._stopping = c.devices([p for p in c.pods.values() if p.state == TERMINATING])
+        self._loading = (  # every GPU of a starting pod loads its share of the model
+            c.devices(loading),
+            np.repeat([p.due for p in loading], self.gpr),
+            np.repeat([p.due - p.created_at for p in loading], self.gpr),
         )
         total = float(speed.sum())
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
@@ -230,7 +233,7 @@ class _Run:
         self._flush()
         per_pod = self.queue.busy / len(self.ready) if self.ready else 0.0
         if collect:
-            self.tel.collect(t, self._ready_devs, self._stopping, self._loading, per_pod)
+            self.tel.collect(t, self._ready_gpus, self._stopping, self._loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
         if scrape:
             self.tel.scrape(t, per_pod, self.queue.waiting)
@@ -259,7 +262,7 @@ class _Run:
         n = wl.duration_s
         arrivals, work = wl.arrivals.tolist(), wl.work_s.tolist()
         self.cluster.start(sc.initial_replicas, 0.0)
-        ready_n, held_n, busy, cap = (np.zeros(n) for _ in range(4))
+        ready_n, held_n, busy, cap, nodes = (np.zeros(n) for _ in range(5))
         desired = np.zeros(n)
         next_scrape = next_collect = next_sample = next_decision = 0.0
         collect_s, sample_s = sc.collect_interval_s, self.path.interval_s
@@ -294,18 +297,19 @@ class _Run:
             queue.step(t, arrivals[t], work[t], self.servers, self.capacity)
             occupancy.append(queue.busy / self.servers if self.servers else 0.0)
             tel.done += queue.last_departures
-            busy[t] = (queue.busy + queue.draining) / self.slots
+            busy[t] = (queue.busy + queue.draining) / self.slots * self.gpr  # busy GPUs
             for uid, d in drains.items():  # a draining pod's GPU is busy too
                 drain_seq[self._drain_dev[uid]] += d.requests
             while drained:  # a drained pod frees its GPU
                 cluster.release(drained.pop(0), t + 1.0)
             ready_n[t], held_n[t], cap[t] = len(self.ready), self.n_held, self.capacity
+            nodes[t] = cluster.ready_node_gpus  # billed until a node is removed
             desired[t] = cluster.desired
             if progress is not None and t % tick == 0:
                 progress(t / n)
         if progress is not None:
             progress(1.0)
-        return self._result(ready_n, held_n, busy, cap, desired)
+        return self._result(ready_n, held_n, busy, cap, desired, nodes)
 
     def _result(
         self,
@@ -314,6 +318,7 @@ class _Run:
         busy: np.ndarray,
         cap: np.ndarray,
         desired: np.ndarray,
+        nodes: np.ndarray,
     ) -> RunResult:
         sc, wl = self.sc, self.sc.workload
         n, rec = wl.duration_s, int(sc.record_interval_s)
@@ -345,6 +350,7 @@ class _Run:
             p99_latency_s=summary.p99_s,
             completed=summary.row_completed,
             within_slo=summary.row_within_slo,
+            node_gpus=total(nodes) / secs,
         )
         result = RunResult(
             policy=self.policy.name,
@@ -362,6 +368,7 @@ class _Run:
             retried_requests=self.queue.retried,
             ttft_within_slo=summary.ttft_within_slo,
             tpot_within_slo=summary.tpot_within_slo,
+            node_gpu_seconds=float(nodes.sum()),
         )
         check_conservation(result)
         return result

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from gpuscale.sim.llm import LlmScoring, tpot_ok_per_second
 from gpuscale.sim.queueing import erlang_c, latency_cdf, service_phases
@@ -23,6 +24,12 @@ LATENCY_EDGES_S: FloatArray = np.concatenate([[0.0], np.geomspace(1e-3, 1e5, 161
 
 SPREAD_RHO_CAP = 0.95
 """Utilisation cap for the stationary wait spread: a queue past it is a backlog, not noise."""
+
+NO_WAIT = 1e-6
+"""Erlang C below this counts as no wait at all."""
+
+BACKLOG_FACTOR = 3.0
+"""Backlog: the smoothed fluid wait past this many stationary mean waits (less is noise)."""
 
 
 @dataclass(slots=True)
@@ -190,6 +197,15 @@ def centred_mean(x: FloatArray, window: int) -> FloatArray:
     return np.asarray((c[hi] - c[lo]) / np.maximum(hi - lo, 1), dtype=float)
 
 
+def backlog_delay(
+    step: npt.NDArray[np.int64], n: FloatArray, wait_s: FloatArray, steps: int, window: int
+) -> FloatArray:
+    """Per portion, the request-weighted mean wait (s) of a centred ``window`` of seconds."""
+    total = centred_mean(np.bincount(step, n * wait_s, steps).astype(float), window)
+    count = centred_mean(np.bincount(step, n, steps).astype(float), window)
+    return np.asarray(total / np.maximum(count, 1e-300), dtype=float)[step]
+
+
 def summarise_latency(
     records: LatencyRecords,
     *,
@@ -205,15 +221,13 @@ def summarise_latency(
 ) -> LatencySummary:
     """Turn portions entering service into latency distributions, totals and percentiles.
 
-    A portion that entered service after a mean wait ``D`` is served in a mean ``m``
-    (its work at that second's slot speed). The stationary M/M/k queue at the offered
-    load of the surrounding ``rate_window_s`` seconds (capped at ``SPREAD_RHO_CAP``)
-    says a request waits with probability ``P``, exponentially with mean ``theta``
-    (Allen-Cunneen scaled for ``service_scv``).
-    Up to ``P * theta`` of ``D`` is taken to be that spread; the rest is a
-    deterministic backlog delay. Latency is the wait plus an exponential service
-    time. Without a backlog, the spread's tail past the timeout is dropped; with one,
-    the FIFO has already dropped what waited too long and the tail is cut instead.
+    A portion that entered service after a mean wait ``D`` is served in a mean ``m``.
+    The stationary M/M/k queue at the load of the surrounding ``rate_window_s``
+    seconds (capped at ``SPREAD_RHO_CAP``) gives every portion's wait its spread: 0
+    with probability ``1 - P``, else exponential with mean ``theta`` (Allen-Cunneen,
+    ``service_scv``). A backlog adds a fixed delay: the windowed mean of ``D`` less
+    ``BACKLOG_FACTOR * P * theta``, when positive. Without a backlog the spread's
+    tail past the timeout is dropped; with one the FIFO has dropped it already.
 
     With a ``profile`` the SLO attainment takes service times from its measured
     distribution (``work_q`` scaled to each portion's mean) instead of the
@@ -240,11 +254,12 @@ def summarise_latency(
     rho = np.minimum(offered / servers, SPREAD_RHO_CAP)
     k = servers[step]
     m = np.asarray(records.size_s) * np.asarray(records.per_size_s)[step]
-    p = erlang_c(k, rho[step] * k)
+    pe = erlang_c(k, rho[step] * k)
+    pe[pe < NO_WAIT] = 0.0  # skips the wait term's work where no request waits
     theta = 0.5 * (1.0 + service_scv) * np.maximum(m, 1e-12) / (k * (1.0 - rho[step]))
     delay = np.asarray(records.wait_s, dtype=float)
-    pe = np.minimum(p, delay / theta)
-    d0 = delay - pe * theta
+    d0 = backlog_delay(step, n, delay, servers.size, rate_window_s)
+    d0 = np.maximum(d0 - BACKLOG_FACTOR * pe * theta, 0.0)
     tail = pe * np.exp(-np.maximum(timeout_s - d0, 0.0) / theta)
     backlog = d0 > 1e-9
     p_drop = np.where(backlog, 0.0, tail)

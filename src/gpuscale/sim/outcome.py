@@ -31,6 +31,8 @@ class Timeline:
         completed: Requests served that entered service in the step (empty if not
             recorded); sum over steps from a warm-up on to score without it.
         within_slo: Of those, requests within the SLO (TTFT and TPOT for LLM runs).
+        node_gpus: GPUs on Ready nodes, idle or not, until each node is removed
+            (empty if not recorded).
     """
 
     time_s: FloatArray
@@ -44,6 +46,7 @@ class Timeline:
     p99_latency_s: FloatArray
     completed: FloatArray = field(default_factory=lambda: np.zeros(0))
     within_slo: FloatArray = field(default_factory=lambda: np.zeros(0))
+    node_gpus: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,9 @@ class RunResult:
         ttft_within_slo: LLM runs: requests meeting the TTFT objective; None otherwise.
         tpot_within_slo: LLM runs: requests meeting the TPOT objective; None otherwise.
             ``within_slo`` counts the requests meeting both.
+        node_gpu_seconds: GPU time of the Ready nodes, from each node's joining to its
+            removal (idle time until scale-down included), seconds; at least
+            ``gpu_seconds`` when recorded, 0 when not.
 
     Every arrival ends exactly once: ``completed_requests + dropped_requests +
     in_flight_requests == requests`` (``check_conservation``).
@@ -89,6 +95,7 @@ class RunResult:
     retried_requests: float = 0.0
     ttft_within_slo: float | None = None
     tpot_within_slo: float | None = None
+    node_gpu_seconds: float = 0.0
 
     @property
     def dropped_requests(self) -> float:

@@ -22,7 +22,9 @@ last scraped it. This module owns that path for the engine:
   share is taken from its mean requests over the interval. The fields are kept
   until the next collect.
 * ``scrape`` (Prometheus, every ``scrape_interval_s``) writes the last collected
-  DCGM fields and the pods' serving metrics into the metric store.
+  DCGM fields and the pods' serving metrics into the metric store, unless the
+  engine says nothing reads the store (``scraped=False``: a policy with no
+  signals, or one on the direct path); the physics advances all the same.
 
 docs/telemetry-model.md states each field's formula; docs/baselines.md the paths.
 """
@@ -37,7 +39,7 @@ from gpuscale.sim.cluster import Cluster
 from gpuscale.sim.series import SeriesWriter
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
-from gpuscale.telemetry.activity import batch_fill, kernel_busy_share
+from gpuscale.telemetry.activity import batch_fill, kernel_busy_share, nan_to
 from gpuscale.telemetry.physics import FleetPhysics
 
 logger = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class Telemetry:
         serving: The serving model (memory footprint).
         workload: The demand (for ``prefill_work_s``, when it has one).
         slots: Batch slots per replica.
+        scraped: Whether scrapes are written into the store; False when nothing reads it.
     """
 
     def __init__(
@@ -77,8 +80,11 @@ class Telemetry:
         serving: ServingConfig,
         workload: Workload,
         slots: int,
+        *,
+        scraped: bool = True,
     ) -> None:
         n = cluster.n_devices
+        self.scraped = scraped
         self.physics, self.writer, self.slots = physics, writer, slots
         self.model_bytes = serving.model_bytes
         self.kv_bytes = serving.kv_bytes_per_request
@@ -169,7 +175,7 @@ class Telemetry:
         devs, due, span = loading
         with np.errstate(invalid="ignore"):
             done = np.clip(1.0 - (due - t) / np.maximum(span, 1.0), 0.0, 1.0)
-        working[devs] = self.model_bytes * np.nan_to_num(done, nan=0.0)
+        working[devs] = self.model_bytes * nan_to(done, 0.0)
         kv = np.zeros(busy.size)
         kv[ready] = self.kv_bytes * per_pod
         self.physics.step(
@@ -182,7 +188,8 @@ class Telemetry:
             sampled_busy=sampled,
         )
         self.physics.drain_xid_events()
-        self._fields = self.physics.fields()
+        if self.scraped:  # the fields as collected now, written at the next scrapes
+            self._fields = self.physics.fields()
         busy[:] = 0.0
         seq[:] = 0.0
         self.drain_seq[:] = 0.0
@@ -190,9 +197,12 @@ class Telemetry:
     def scrape(self, t: float, per_pod: float, waiting: float) -> None:
         """Prometheus' scrape at ``t``: the last collected DCGM fields and the serving metrics.
 
+        Does nothing when ``scraped`` is False.
+
         Args:
             t: Scrape time, seconds.
             per_pod: Requests in service per Ready pod.
             waiting: Requests queued in the deployment.
         """
-        self.writer.write(t, self._fields, per_pod, waiting)
+        if self.scraped:
+            self.writer.write(t, self._fields, per_pod, waiting)

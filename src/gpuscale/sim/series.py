@@ -66,7 +66,7 @@ class SeriesWriter:
         cfg = cluster.config
         self._deployment = ({"namespace": cfg.namespace, "deployment": cfg.deployment},)
         self._version = -1
-        self._shape: list[tuple[int, int, int, int]] = []
+        self._shape: list[tuple[int, tuple[int, ...], int, int]] = []
         self._held: list[Pod] = []
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._held_devs = np.zeros(0, dtype=np.int64)
@@ -84,7 +84,7 @@ class SeriesWriter:
         c, cfg = self.cluster, self.cluster.config
         self._version = c.version
         held = c.held_pods()
-        shape = [(p.uid, p.slot, p.state, int(c.slot_phys[p.slot])) for p in held]
+        shape = [(p.uid, p.gpus, p.state, int(c.slot_phys[p.slot])) for p in held]
         if shape == self._shape:  # same pods on the same GPUs: keep the same label lists
             return
         self._shape = shape
@@ -92,11 +92,11 @@ class SeriesWriter:
         self._ready = [p for p in self._held if p.state == READY]
         gpu_labels: list[Mapping[str, str]] = []
         pod_labels: list[Mapping[str, str]] = []
-        for pod in self._held:
-            dev = int(c.slot_phys[pod.slot])
+        for pod, slot in ((p, s) for p in self._held for s in p.gpus):  # a series per GPU
+            dev = int(c.slot_phys[slot])
             cached = self._label_cache.get((pod.uid, dev))
             if cached is None:
-                node, gpu = divmod(pod.slot, cfg.gpus_per_node)
+                node, gpu = divmod(slot, cfg.gpus_per_node)
                 base = {"pod": pod.name, "namespace": cfg.namespace}
                 gpu_lab = {
                     **base,
@@ -113,7 +113,7 @@ class SeriesWriter:
             pod_labels.append(self._label_cache[(pod.uid, dev)][1])
         self._gpu_labels, self._pod_labels = gpu_labels, pod_labels
         self._ready_slots = np.array([p.slot for p in self._ready], dtype=np.int64)
-        self._held_devs = np.array([c.slot_phys[p.slot] for p in held], dtype=np.int64)
+        self._held_devs = c.devices(held)
 
     def add_completions(
         self, slots: np.ndarray, pods: np.ndarray, shares: np.ndarray, requests: float

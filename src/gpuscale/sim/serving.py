@@ -9,16 +9,28 @@ and how many Ready replicas each second needs to keep the SLO
 """
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpuscale.errors import ConfigError, check_ranges
+from gpuscale.sim.fluid import residual_arrival_scv
 from gpuscale.sim.latency import centred_mean
-from gpuscale.sim.llm import STEP_MODELS, LlmScoring, LlmSlo, request_work_s, step_model
-from gpuscale.sim.queueing import stationary_attainment
-from gpuscale.sim.workload import FloatArray, Workload
+from gpuscale.sim.llm import (
+    LLAMA2_70B_BYTES,
+    LLAMA2_70B_KV_BYTES_PER_TOKEN,
+    STEP_MODELS,
+    TENSOR_PARALLEL,
+    LlmScoring,
+    LlmSlo,
+    request_work_s,
+    step_model,
+    tpot_s,
+)
+from gpuscale.sim.queueing import erfc, erlang_c, stationary_attainment
+from gpuscale.sim.workload import FloatArray, RequestProfile, Workload
 
 if TYPE_CHECKING:
     from gpuscale.sim.engine import Scenario
@@ -171,8 +183,10 @@ class ServingConfig:
             slot runs at 1/slots of the GPU, so a request takes ``work * slots`` seconds.
             1 suits one-at-a-time models (diffusion); ``for_llm()`` sets LLM batching.
         service_scv: Squared coefficient of variation of per-request work (1: exponential).
-        model_bytes: Framebuffer the loaded model holds, bytes.
-        kv_bytes_per_request: Framebuffer per request in flight (KV cache), bytes.
+        gpus_per_replica: GPUs one replica holds, all on one node (tensor parallelism);
+            each is counted in GPU-hours and reports the replica's activity.
+        model_bytes: Framebuffer the loaded model holds on each of its GPUs, bytes.
+        kv_bytes_per_request: Framebuffer per request in flight (KV cache) on each GPU, bytes.
         slo_quantile: For ``required_replicas``: waiting may cost at most ``1 - slo_quantile``
             of the requests that would meet the SLO with no waiting at all.
         rate_window_s: ``required_replicas`` plans for the arrival rate averaged over a
@@ -185,6 +199,7 @@ class ServingConfig:
     reference_model: str = "H100"
     slots_per_replica: int = 1
     service_scv: float = 1.0
+    gpus_per_replica: int = 1
     model_bytes: float = 16e9
     kv_bytes_per_request: float = 1e9
     slo_quantile: float = 0.99
@@ -196,6 +211,7 @@ class ServingConfig:
         checks = {
             "slots_per_replica": self.slots_per_replica >= 1,
             "service_scv": self.service_scv >= 0.0,
+            "gpus_per_replica": self.gpus_per_replica >= 1,
             "slo_quantile": 0.0 < self.slo_quantile < 1.0,
             "rate_window_s": self.rate_window_s >= 1,
         }
@@ -203,12 +219,20 @@ class ServingConfig:
 
     @classmethod
     def for_llm(cls, slots: int = LLM_BATCH_SLOTS, **kwargs: float | str) -> "ServingConfig":
-        """An LLM server batching ``slots`` sequences, with a 7B model's memory footprint.
+        """The LLM step model's server: Llama-2-70B, tensor parallel 2, batching ``slots``.
+
+        Each replica holds ``llm.TENSOR_PARALLEL`` (2) GPUs; each GPU holds half the
+        weights (69 GB) and half the KV cache of a request of 1,024 cached tokens
+        (0.17 GB).
 
         Returns:
             The config.
         """
-        defaults: dict[str, float | str] = {"model_bytes": 14e9, "kv_bytes_per_request": 0.5e9}
+        defaults: dict[str, float | str] = {
+            "gpus_per_replica": TENSOR_PARALLEL,
+            "model_bytes": LLAMA2_70B_BYTES / TENSOR_PARALLEL,
+            "kv_bytes_per_request": LLAMA2_70B_KV_BYTES_PER_TOKEN * 1024 / TENSOR_PARALLEL,
+        }
         defaults.update(kwargs)
         return cls(slots_per_replica=slots, llm_slo=LlmSlo(), **defaults)  # type: ignore[arg-type]
 
@@ -236,15 +260,77 @@ def llm_scoring(
     return LlmScoring(step_model(gpu_model), serving.llm_slo, slots)
 
 
+def llm_meets(
+    llm: LlmScoring,
+    profile: RequestProfile,
+    replicas: np.ndarray,
+    rate: np.ndarray,
+    service_s: np.ndarray,
+    scv: float,
+    count_variance: float = 0.0,
+) -> FloatArray:
+    """Stationary share of LLM requests meeting TTFT and TPOT with ``replicas`` replicas.
+
+    The queue is M/G/k with ``k = replicas x slots`` and offered load ``a = rate x
+    service_s`` (``service_s``: seconds per request on one slot). As the fluid scores
+    it (``latency.summarise_latency``), a request waits with probability Erlang C,
+    exponentially with mean ``theta = (1 + scv) / 2 x service_s / (k - a)``, and meets
+    its TTFT when the wait is within its budget (``LlmScoring.ttft_budget_s``),
+    averaged over the profile's prompt lengths. TPOT holds for every request or none:
+    each replica decodes ``a / replicas`` sequences while prefills take ``rate /
+    replicas x`` the mean prefill of its time (``llm.tpot_s``), and that must be at
+    most ``tpot_slowdown`` idle decode steps. That bounds a second's arrivals at
+    ``n* = replicas x (1 - step / bound) / prefill``; with per-second counts of
+    variance ``count_variance x rate`` (1 for Poisson counts, 0 for a smooth rate)
+    the share of requests arriving in seconds within it is, in the normal
+    approximation, ``Phi(z) - sigma / rate x phi(z)`` with ``z = (n* - rate) /
+    sigma`` (the size-biased count: a busy second holds more requests). An
+    unstable queue (``k <= a``) meets nothing.
+
+    Returns:
+        The share meeting both, 0 to 1, per element.
+    """
+    model = llm.model
+    ctx = profile.context_q if profile.context_q is not None else np.zeros(1)
+    gen = profile.generated_q if profile.generated_q is not None else np.ones(1)
+    r = np.maximum(np.asarray(replicas, dtype=float), 1e-9)
+    k = r * llm.slots
+    a = rate * service_s
+    stable = k > a
+    c = erlang_c(k, np.minimum(a, k))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theta = np.where(stable, 0.5 * (1.0 + scv) * service_s / (k - a), np.inf)
+    budget = llm.ttft_budget_s(ctx)
+    tail = np.exp(-budget[None, :] / np.maximum(theta, 1e-12)[:, None]).mean(axis=1)
+    ttft = 1.0 - c * tail
+    prefill = float(model.prefill_cost_s(ctx).mean())
+    kv_per_seq = float(ctx.mean() + 0.5 * gen.mean())
+    step = tpot_s(model, a / r, kv_per_seq, np.zeros_like(a))
+    bound = llm.slo.tpot_slowdown * float(model.decode_step_s(1.0, float(ctx.mean())))
+    n_max = r * np.clip(1.0 - step / bound, 0.0, 0.95) / prefill  # arrivals per second
+    sigma = np.sqrt(max(count_variance, 0.0) * rate)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sigma > 0, (n_max - rate) / sigma, np.where(n_max >= rate, np.inf, -np.inf))
+    phi = np.exp(-0.5 * np.minimum(z * z, 1e4)) / math.sqrt(2.0 * math.pi)
+    tpot_share = 0.5 * erfc(-z / math.sqrt(2.0)) - np.where(sigma > 0, sigma / rate * phi, 0.0)
+    tpot_share = np.where(step < bound, np.clip(tpot_share, 0.0, 1.0), 0.0)
+    return np.asarray(np.where(stable, ttft * tpot_share, 0.0), dtype=float)
+
+
 def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
     """Per second, the fewest Ready replicas that keep the SLO, as the oracle needs.
 
     The arrival rate and work per request are averaged over a centred window of
     ``serving.rate_window_s`` seconds (the oracle plans for the rate, not the noise).
-    For each second the answer is the fewest replicas whose stationary M/G/k queue
-    (replicas x slots servers at the cluster GPU's speed, no throttling) serves at
-    least ``slo_quantile`` of the share of requests that would meet the SLO with no
-    waiting, ``1 - exp(-slo / service)``. Seconds without demand need 0.
+    For an LLM config on a trace with token counts (``llm_scoring``), the answer is
+    the fewest replicas whose stationary queue has at least ``slo_quantile`` of the
+    requests meet both TTFT and TPOT (``llm_meets``): enough replicas that each
+    decodes a batch small enough, with few enough prefills interleaved, for TPOT,
+    and a queue short enough for TTFT. Otherwise it is the fewest replicas whose
+    stationary M/G/k queue (replicas x slots servers at the cluster GPU's speed, no
+    throttling) serves at least ``slo_quantile`` of the share of requests that would
+    meet the end-to-end SLO with no waiting, ``1 - exp(-slo / service)``. Seconds
+    without demand need 0.
 
     Returns:
         Integer replica counts, one per second of the workload.
@@ -260,13 +346,25 @@ def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
         return need
     lam = rate[active]
     service = work[active] / lam * slots / speed  # seconds per request on one slot
-    best = 1.0 - np.exp(-scenario.slo_latency_s / np.maximum(service, 1e-12))
-    goal = serving.slo_quantile * best
     scv = service_scv(serving, workload)
+    llm = llm_scoring(serving, scenario.cluster.gpu_model, slots, workload)
+    if llm is not None and workload.profile is not None:
+        profile = workload.profile
+        count_var = 1.0 - residual_arrival_scv(workload)  # Poisson counts: 1
 
-    def meets(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        got = stationary_attainment(r * slots, lam[idx], service[idx], scenario.slo_latency_s, scv)
-        return np.asarray(got >= goal[idx] - 1e-12)
+        def meets(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            ok = llm_meets(llm, profile, r, lam[idx], service[idx], scv, count_var)
+            return np.asarray(ok >= serving.slo_quantile - 1e-12)
+
+    else:
+        best = 1.0 - np.exp(-scenario.slo_latency_s / np.maximum(service, 1e-12))
+        goal = serving.slo_quantile * best
+
+        def meets(r: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            got = stationary_attainment(
+                r * slots, lam[idx], service[idx], scenario.slo_latency_s, scv
+            )
+            return np.asarray(got >= goal[idx] - 1e-12)
 
     # Fewer than the offered load in replicas is unstable, so ``fail`` never meets the SLO.
     fail = np.floor(lam * service / slots).astype(np.int64)

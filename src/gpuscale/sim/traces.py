@@ -180,12 +180,16 @@ def _numbers(
     return values
 
 
-def read_azure_llm(path: Path, *, name: str = "azure", gpu_model: str = "H100") -> Workload:
+def read_azure_llm(
+    path: Path, *, name: str = "azure", gpu_model: str = "H100"
+) -> tuple[Workload, demand.RequestMarks]:
     """Read an Azure LLM inference trace (``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
     Each request's GPU work comes from ``serving.llm_work_seconds`` (prefill and
     decode cost of its token counts); requests are binned by the second they
-    arrive in, counted from the first request.
+    arrive in, counted from the first request. The requests themselves are kept
+    too, so that scaling (``demand.scale_demand``) draws whole requests rather
+    than each second's mean request.
 
     Args:
         path: The CSV file.
@@ -193,8 +197,9 @@ def read_azure_llm(path: Path, *, name: str = "azure", gpu_model: str = "H100") 
         gpu_model: Reference GPU the work is expressed on.
 
     Returns:
-        The workload, one entry per second; ``tokens`` has shape (seconds, 2):
-        context and generated tokens arriving in each second.
+        The workload, one entry per second (``tokens`` has shape (seconds, 2):
+        context and generated tokens arriving in each second), and each request's
+        second, work and tokens in second order.
 
     Raises:
         ConfigError: The file is missing or malformed (with file, line and reason).
@@ -227,7 +232,11 @@ def read_azure_llm(path: Path, *, name: str = "azure", gpu_model: str = "H100") 
     ).astype(np.float64)
     logger.info("read %s: %d requests over %d s", path, len(frame), duration)
     profile = RequestProfile.from_samples(work, context, generated)
-    return Workload(name, arrivals, work_s, tokens, profile)
+    order = np.argsort(second, kind="stable")
+    marks = demand.RequestMarks(
+        second[order], work[order], np.stack([context, generated], axis=1)[order]
+    )
+    return Workload(name, arrivals, work_s, tokens, profile), marks
 
 
 def read_gentd26_qps(path: Path) -> RateSeries:
@@ -378,7 +387,7 @@ def load_trace(
     if spec in generators.GENERATORS:
         kwargs = {} if service_s is None else {"service_s": service_s}
         return generators.generate(spec, duration_s=duration_s, scale=scale, seed=seed, **kwargs)
-    workload = _read_named(spec, traces_dir, service_s)
+    workload, marks = _read_named(spec, traces_dir, service_s)
     if duration_s is not None:
         if duration_s > workload.duration_s:
             raise config_error(
@@ -387,10 +396,14 @@ def load_trace(
                 "give a shorter --duration",
             )
         workload = workload.window(0, duration_s)
-    return demand.scale_demand(workload, scale, seed=seed, counts=spec in AZURE_FILES)
+        marks = None if marks is None else marks.head(duration_s)
+    counts = spec in AZURE_FILES
+    return demand.scale_demand(workload, scale, seed=seed, counts=counts, marks=marks)
 
 
-def _read_named(spec: str, traces_dir: Path | None, service_s: float | None) -> Workload:
+def _read_named(
+    spec: str, traces_dir: Path | None, service_s: float | None
+) -> tuple[Workload, demand.RequestMarks | None]:
     if spec in AZURE_FILES or spec == "gentd26":
         directory = resolve_traces_dir(traces_dir)
         filename = AZURE_FILES.get(spec, GENTD26_QPS_FILE)
@@ -402,7 +415,7 @@ def _read_named(spec: str, traces_dir: Path | None, service_s: float | None) -> 
                 f"set --traces-dir or {TRACES_DIR_ENV} to the directory holding it",
             )
         if spec == "gentd26":
-            return gentd26_workload(path)
+            return gentd26_workload(path), None
         return read_azure_llm(path, name=spec)
     path = Path(spec)
     if path.is_dir():
@@ -418,7 +431,7 @@ def _read_named(spec: str, traces_dir: Path | None, service_s: float | None) -> 
             "neither a trace name nor a file",
             f"use one of {names} or a path to a time_s,rps CSV",
         )
-    return read_rate_file(path, service_s=service_s or generators.DEFAULT_SERVICE_S)
+    return read_rate_file(path, service_s=service_s or generators.DEFAULT_SERVICE_S), None
 
 
 def _looks_like_path(spec: str) -> bool:

@@ -13,6 +13,8 @@ levels and the formulas the device physics applies; docs/telemetry-model.md stat
 each formula with its unit and its source.
 """
 
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -68,6 +70,50 @@ LLM_PHASES = ServingActivity(
 )
 
 
+def nan_to(values: np.ndarray | float, nan: float) -> np.ndarray:
+    """``np.nan_to_num(values, nan=nan)`` as float, without its cost when all are finite.
+
+    The simulator calls this on every collect; ``nan_to_num`` costs ten times a
+    plain array operation. When the sum of the values is finite, none is NaN or
+    infinite, and the values come back as they are (the same array when it
+    already is float, not a copy); otherwise ``nan_to_num`` decides.
+
+    Returns:
+        Float values, NaN replaced by ``nan`` and infinities by the largest finite
+        floats, shaped like ``values``.
+    """
+    a = np.asarray(values, dtype=float)
+    # A finite sum proves every value finite; huge values may overflow it, which
+    # only sends them down the exact (slower) path.
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = math.isfinite(float(np.sum(a)))
+    if a.ndim and finite:
+        return a
+    return np.asarray(np.nan_to_num(a, nan=nan), dtype=float)
+
+
+@functools.lru_cache(maxsize=8)
+def _phase_table(activity: "ServingActivity") -> tuple[np.ndarray, ...]:
+    """Per-phase levels as columns, in ``PROFILED`` order: one, full - one (prefill, decode)."""
+    cols = []
+    for phase in (activity.prefill, activity.decode):
+        pairs = [getattr(phase, name) for name in PROFILED]
+        cols.append(np.array([one for one, _ in pairs]))
+        cols.append(np.array([full - one for one, full in pairs]))
+    for col in cols:
+        col.flags.writeable = False
+    return tuple(cols)
+
+
+@functools.lru_cache(maxsize=64)
+def _log_factorials(slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """``j = 0..slots`` and ``log(j!)``, read-only."""
+    j = np.arange(slots + 1, dtype=float)
+    log_fact = np.concatenate(([0.0], np.cumsum(np.log(j[1:]))))
+    j.flags.writeable = log_fact.flags.writeable = False
+    return j, log_fact
+
+
 def mix_levels(mix: ActivityMix, n: int) -> dict[str, np.ndarray]:
     """The profiled ratios of an ``ActivityMix`` while busy, one value per GPU.
 
@@ -92,13 +138,14 @@ def phase_levels(
     Returns:
         Field key (``PROFILED``) to ratios 0 to 1, shaped like the inputs.
     """
-    f = np.clip(np.nan_to_num(batch_fill, nan=0.0), 0.0, 1.0)
-    p = np.clip(np.nan_to_num(prefill_share, nan=0.0), 0.0, 1.0)
-    out = {}
-    for name in PROFILED:
-        (p1, pn), (d1, dn) = getattr(activity.prefill, name), getattr(activity.decode, name)
-        out[name] = p * (p1 + (pn - p1) * f) + (1.0 - p) * (d1 + (dn - d1) * f)
-    return out
+    f = np.clip(nan_to(batch_fill, 0.0), 0.0, 1.0)
+    p = np.clip(nan_to(prefill_share, 0.0), 0.0, 1.0)
+    # All four ratios at once, one row each: the same arithmetic per element as
+    # ``p * (p1 + (pn - p1) * f) + (1 - p) * (d1 + (dn - d1) * f)`` per ratio.
+    column = (len(PROFILED),) + (1,) * max(f.ndim, p.ndim)
+    p1, dp, d1, dd = (c.reshape(column) for c in _phase_table(activity))
+    rows = p * (p1 + dp * f) + (1.0 - p) * (d1 + dd * f)
+    return {name: rows[i] for i, name in enumerate(PROFILED)}
 
 
 def activity_index(levels: Levels, weights: tuple[float, float, float]) -> np.ndarray:
@@ -114,6 +161,50 @@ def activity_index(levels: Levels, weights: tuple[float, float, float]) -> np.nd
         + w_dram * levels["dram_active"],
         dtype=float,
     )
+
+
+RATIO_FIELDS = tuple(
+    f"DCGM_FI_PROF_{k}"
+    for k in (
+        "GR_ENGINE_ACTIVE",
+        "SM_ACTIVE",
+        "SM_OCCUPANCY",
+        "PIPE_TENSOR_ACTIVE",
+        "DRAM_ACTIVE",
+        "PIPE_FP64_ACTIVE",
+        "PIPE_FP32_ACTIVE",
+        "PIPE_FP16_ACTIVE",
+    )
+)
+"""The profiling ratio fields ``ratio_rows`` computes, one row each, in its order."""
+
+
+def ratio_rows(
+    busy: np.ndarray, levels: Levels, mix: ActivityMix, wiggle: np.ndarray
+) -> np.ndarray:
+    """The ``RATIO_FIELDS`` over a step, idle time included, one row per field.
+
+    Each is ``clip(busy * level * wiggle, 0, 1)`` with ``level`` the ratio while busy:
+    1 for GR_ENGINE_ACTIVE, ``levels`` for the ``PROFILED`` ones, and the mix's FP64,
+    FP32 and FP16 shares scaled as SM_ACTIVE is (the FP pipes follow the SMs).
+
+    Args:
+        busy: Busy share per GPU, 0 to 1.
+        levels: The ``PROFILED`` ratios while busy, per GPU.
+        mix: The activity mix (its FP pipe shares and SM_ACTIVE while busy).
+        wiggle: Step jitter per GPU, about 1.
+
+    Returns:
+        Ratios 0 to 1, shape ``(len(RATIO_FIELDS), GPUs)``.
+    """
+    pipes = levels["sm_active"] / mix.sm_active if mix.sm_active > 0 else 1.0
+    rows = np.empty((len(RATIO_FIELDS), np.size(busy)))
+    rows[0] = 1.0
+    for row, key in enumerate(PROFILED, start=1):
+        rows[row] = levels[key]
+    for row, share in enumerate((mix.fp64_active, mix.fp32_active, mix.fp16_active), start=5):
+        rows[row] = share * pipes
+    return np.asarray(np.clip(busy * rows * wiggle, 0.0, 1.0), dtype=float)
 
 
 def kernel_busy_share(in_flight: np.ndarray | float, slots: int) -> np.ndarray:
@@ -137,10 +228,9 @@ def kernel_busy_share(in_flight: np.ndarray | float, slots: int) -> np.ndarray:
     """
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
-    a = np.clip(np.nan_to_num(np.asarray(in_flight, dtype=float), nan=0.0), 0.0, None)
+    a = np.clip(nan_to(in_flight, 0.0), 0.0, None)
     k = int(slots)
-    j = np.arange(k + 1, dtype=float)
-    log_fact = np.concatenate(([0.0], np.cumsum(np.log(j[1:]))))
+    j, log_fact = _log_factorials(k)
     saturated = a >= k
     live = (a > 0.0) & ~saturated
     safe = np.where(live, a, 0.5 * k)[..., None]  # any value inside (0, k) for the others
@@ -165,4 +255,4 @@ def batch_fill(in_flight: np.ndarray | float, busy: np.ndarray | float, slots: i
     b = np.asarray(busy, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         fill = np.where(b > 0.0, m / (slots * b), 0.0)
-    return np.asarray(np.clip(np.nan_to_num(fill, nan=0.0), 0.0, 1.0), dtype=float)
+    return np.asarray(np.clip(nan_to(fill, 0.0), 0.0, 1.0), dtype=float)

@@ -24,6 +24,7 @@ Per GPU, for a step of ``dt`` seconds with the load held over the step:
 """
 
 import logging
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,10 +33,13 @@ from gpuscale.errors import ConfigError
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.telemetry.activity import (
     LLM_PHASES,
+    RATIO_FIELDS,
     ServingActivity,
     activity_index,
     mix_levels,
+    nan_to,
     phase_levels,
+    ratio_rows,
 )
 from gpuscale.telemetry.gpus import GPU_MODELS, MIB, GpuModel, gpu_model
 from gpuscale.telemetry.loads import LLM_SERVING, ActivityMix
@@ -143,7 +147,9 @@ class FleetPhysics:
         self.power_w = self._idle.copy()
         self.temperature_c = self.ambient_c + self._r * self.power_w
         self._jitter = np.zeros(self.n)
-        self._counters = {k: np.zeros(self.n) for k in _STATE}
+        # One row per counter, so that fields() floors them all in one operation.
+        self._counter_rows = np.zeros((len(_STATE), self.n))
+        self._counters = {k: self._counter_rows[i] for i, k in enumerate(_STATE)}
         # Which GPUs have each field at all: NaN for the rest, whatever their state.
         # ENC_UTIL and VGPU_LICENSE_STATUS stay supported everywhere: DCGM reports 0 for
         # them on encoder-less chips (A100, H100) and on bare metal, as dcgm-exporter shows.
@@ -158,6 +164,7 @@ class FleetPhysics:
             elif "REMAP" in name:  # row remapping: Ampere and later
                 self._support[name] = self._remap
         self._events: list[tuple[int, float, int]] = []
+        self._partial = [name for name, ok in self._support.items() if not ok.all()]
 
     def step(
         self,
@@ -200,7 +207,7 @@ class FleetPhysics:
         if demanded.shape != (self.n,):
             raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
         alive = ~self.lost
-        busy = np.where(alive, np.clip(np.nan_to_num(demanded, nan=0.0), 0.0, 1.0), 0.0)
+        busy = np.where(alive, np.clip(nan_to(demanded, 0.0), 0.0, 1.0), 0.0)
         if batch_fill is None and prefill_share is None:
             self._levels, scale = self._mix_levels, busy
         else:
@@ -222,8 +229,9 @@ class FleetPhysics:
             t_eq_free = t_amb + self._r * p_free
             # Thermal limit: the clock share whose power holds the die at slowdown.
             p_hold = (self._slowdown - t_amb) / self._r
-            c_th = np.nan_to_num(np.cbrt((p_hold - self._idle) / (head * demand)), nan=1.0)
-            c_th = np.clip(c_th, self._floor_frac, c_pow)
+            c_th = np.cbrt((p_hold - self._idle) / (head * demand))
+            # NaN (0/0) is 1; infinities clip to the bounds, as nan_to_num's largest floats would.
+            c_th = np.clip(np.where(np.isnan(c_th), 1.0, c_th), self._floor_frac, c_pow)
             p_held = np.minimum(self._idle + head * demand * c_th**3, self._tdp)
             t_eq_held = t_amb + self._r * p_held
             t0 = self.temperature_c
@@ -248,7 +256,8 @@ class FleetPhysics:
         c[_IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _US * live
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
-        self._working = np.broadcast_to(np.asarray(ws, dtype=float), (self.n,))
+        ws_arr = np.asarray(ws, dtype=float)
+        self._working = ws_arr if ws_arr.shape == (self.n,) else np.broadcast_to(ws_arr, (self.n,))
         self._kv = self._per_gpu(
             0.0 if kv_cache_bytes is None else kv_cache_bytes, "kv_cache_bytes"
         )
@@ -257,7 +266,13 @@ class FleetPhysics:
         self.capacity_factor = np.where(self.lost, 0.0, clock)
 
     def _per_gpu(self, value: np.ndarray | float, name: str) -> np.ndarray:
+        """``value`` as a new float array of one value per GPU, NaN as 0."""
+        if isinstance(value, float | int) and math.isfinite(value):
+            return np.full(self.n, float(value))
         arr = np.asarray(value, dtype=float)
+        if arr.shape == (self.n,):
+            out = nan_to(arr, 0.0)
+            return out.copy() if out is arr else out
         try:
             return np.asarray(np.nan_to_num(np.broadcast_to(arr, (self.n,)), nan=0.0), dtype=float)
         except ValueError:
@@ -266,7 +281,10 @@ class FleetPhysics:
             ) from None
 
     def _add_correctable_errors(self, dt: float, alive: np.ndarray) -> None:
-        hits = self._rng.integers(0, self.n, self._rng.poisson(SBE_RATE_PER_S * dt * self.n))
+        count = self._rng.poisson(SBE_RATE_PER_S * dt * self.n)
+        if not count:  # nearly always; drawing no integers leaves the generator as it is
+            return
+        hits = self._rng.integers(0, self.n, count)
         for key in _SBE:
             np.add.at(self._counters[key], hits[alive[hits]], 1.0)
 
@@ -283,58 +301,50 @@ class FleetPhysics:
             (``%``, ratios 0 to 1, MiB, W, mJ, C, MHz, us, KB/s, MB/s, B/s). NaN where the
             GPU cannot report the field: a lost GPU, or a field its model lacks.
         """
-        b, m, c, lv = self.busy, self.mix, self._counters, self._levels
+        b, m, lv = self.busy, self.mix, self._levels
         wiggle = 1.0 + POWER_JITTER * self._jitter
 
-        def ratio(level: np.ndarray | float) -> np.ndarray:  # averaged over the step, idle included
-            return np.clip(b * level * wiggle, 0.0, 1.0)
+        ratios = ratio_rows(b, lv, m, wiggle)  # averaged over the step, idle included
+        dram = ratios[RATIO_FIELDS.index("DCGM_FI_PROF_DRAM_ACTIVE")]
 
-        pipes = lv["sm_active"] / m.sm_active if m.sm_active > 0 else 1.0  # FP pipes follow SMs
-
-        boost = np.round(self.capacity_factor * self._max_mhz)
+        boost = np.rint(self.capacity_factor * self._max_mhz)
         clock = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
         kv = np.maximum(self._kv, self._kv_pool)
         used_b = np.clip(self._resident + self._working + kv, 0.0, None)
-        used = np.minimum(np.round(used_b / MIB), self._total_mib - self._reserved_mib)
+        used = np.minimum(np.rint(used_b / MIB), self._total_mib - self._reserved_mib)
         rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
         tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
         nvl = self._nvlink * m.nvlink_share * b * wiggle
-        dram = ratio(lv["dram_active"])
-        out = {k: np.floor(v) for k, v in c.items()}
+        floored = np.floor(self._counter_rows)
+        out = {k: floored[i] for i, k in enumerate(_STATE)}
         out |= {
             f"{_P}SM_CLOCK": clock,
             f"{_P}MEM_CLOCK": self._mem_mhz.copy(),
-            f"{_P}MEMORY_TEMP": np.round(self.temperature_c + 3.0 + 10.0 * dram),
-            f"{_P}GPU_TEMP": np.round(self.temperature_c),
+            f"{_P}MEMORY_TEMP": np.rint(self.temperature_c + 3.0 + 10.0 * dram),
+            f"{_P}GPU_TEMP": np.rint(self.temperature_c),
             f"{_P}POWER_USAGE": np.round(self.power_w, 3),
-            f"{_P}PCIE_TX_THROUGHPUT": np.round(tx / 1024.0),  # KB/s, as NVML samples it
-            f"{_P}PCIE_RX_THROUGHPUT": np.round(rx / 1024.0),
-            f"{_P}GPU_UTIL": np.round(100.0 * self._sampled),
-            f"{_P}MEM_COPY_UTIL": np.round(100.0 * dram),
+            f"{_P}PCIE_TX_THROUGHPUT": np.rint(tx / 1024.0),  # KB/s, as NVML samples it
+            f"{_P}PCIE_RX_THROUGHPUT": np.rint(rx / 1024.0),
+            f"{_P}GPU_UTIL": np.rint(100.0 * self._sampled),
+            f"{_P}MEM_COPY_UTIL": np.rint(100.0 * dram),
             f"{_P}FB_TOTAL": self._total_mib.copy(),
             f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
             f"{_P}FB_USED": used,
             f"{_P}FB_RESERVED": self._reserved_mib.copy(),
-            f"{_P}NVLINK_BANDWIDTH_TOTAL": np.round(2.0 * nvl / 1e6),  # MB/s, tx + rx, as DCGM
+            f"{_P}NVLINK_BANDWIDTH_TOTAL": np.rint(2.0 * nvl / 1e6),  # MB/s, tx + rx, as DCGM
             f"{_P}ENC_UTIL": np.zeros(self.n),
             f"{_P}DEC_UTIL": np.zeros(self.n),
             f"{_P}VGPU_LICENSE_STATUS": np.zeros(self.n),
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ratio(1.0),
-            "DCGM_FI_PROF_SM_ACTIVE": ratio(lv["sm_active"]),
-            "DCGM_FI_PROF_SM_OCCUPANCY": ratio(lv["sm_occupancy"]),
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ratio(lv["tensor_active"]),
-            "DCGM_FI_PROF_DRAM_ACTIVE": dram,
-            "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ratio(m.fp64_active * pipes),
-            "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ratio(m.fp32_active * pipes),
-            "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ratio(m.fp16_active * pipes),
+            **dict(zip(RATIO_FIELDS, ratios, strict=True)),
             "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
             "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
             "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
             "DCGM_FI_PROF_NVLINK_RX_BYTES": nvl.copy(),
         }
-        for name, arr in out.items():
+        lost = bool(self.lost.any())  # a healthy fleet masks only the fields a model lacks
+        for name in out if lost else [n for n in self._partial if n in out]:
             mask = self._support.get(name)
-            arr[self.lost if mask is None else self.lost | ~mask] = np.nan
+            out[name][self.lost if mask is None else self.lost | ~mask] = np.nan
         return out
 
     def _check_index(self, i: int) -> None:

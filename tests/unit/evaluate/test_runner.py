@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gpuscale.errors import ConfigError
+from gpuscale.evaluate.fleet import POOL_HEADROOM, pool_replicas
 from gpuscale.evaluate.runner import (
     POLICY_NAMES,
     EvaluationRequest,
@@ -21,7 +22,8 @@ from gpuscale.scaling.oracle import OraclePolicy
 from gpuscale.scaling.static import StaticConfig
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.generators import from_rate
-from gpuscale.sim.serving import ServingConfig, required_replicas
+from gpuscale.sim.latency import centred_mean
+from gpuscale.sim.serving import ServingConfig, replica_slots, required_replicas
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +44,14 @@ def test_parameters_follow_the_documented_fair_rules(prepared):
     p = prepared.configs
     assert list(p) == list(POLICY_NAMES)
     assert p["static"] == StaticConfig(replicas=math.ceil(np.quantile(required, 0.95)))
+    pool = sc.cluster.max_gpus  # one GPU per replica: the node pool's bound
     assert prepared.parameters("hpa") == {
         "target_average_value": 70.0,
         "min_replicas": 1,
-        "max_replicas": 2 * peak,
+        "max_replicas": pool,
     }
-    assert p["hpa"] == HpaConfig(target_average_value=70.0, min_replicas=1, max_replicas=2 * peak)
+    assert p["hpa"] == HpaConfig(target_average_value=70.0, min_replicas=1, max_replicas=pool)
+    assert {p[n].max_replicas for n in ("keda", "kpa", "oracle", "hpa-sm")} == {pool}
     assert p["keda"].threshold == pytest.approx(0.7)  # one slot per replica
     assert p["kpa"].target == pytest.approx(0.7)
     cold = sc.cluster.cold_start.quantile(0.95)
@@ -57,7 +61,46 @@ def test_parameters_follow_the_documented_fair_rules(prepared):
     assert p["oracle"].fast_capacity == sc.cluster.floor_nodes * sc.cluster.gpus_per_node
     assert p["oracle"].hold_s == pytest.approx(30.0 + cold, abs=0.05)
     assert sc.initial_replicas == max(int(required[:60].max()), 1)
-    assert sc.cluster.max_gpus >= 2 * peak
+    want = pool_replicas(sc.workload, sc.serving, sc.cluster.gpu_model)
+    assert sc.cluster.max_nodes == math.ceil(want / sc.cluster.gpus_per_node)
+
+
+def test_the_node_pool_is_sized_from_the_peak_rate_not_from_the_oracle():
+    # About 50 requests/s of 0.5 s each: a peak load of about 25 replicas, a pool of 50.
+    workload = from_rate("flat", np.full(900, 50.0), service_s=0.5, seed=3)
+    peak_rate = float(centred_mean(workload.arrivals, 60).max())
+    want = math.ceil(POOL_HEADROOM * peak_rate * workload.mean_service_s())
+    assert pool_replicas(workload, ServingConfig(), "H100") == want
+    assert 48 <= want <= 58
+    bounds = set()
+    peaks = set()
+    for slo in (1.0, 3.0):  # a tighter SLO needs more replicas; the pool does not change
+        prepared = plan(
+            workload,
+            trace="flat",
+            policies=["hpa", "oracle"],
+            scale=1.0,
+            slo_latency_s=slo,
+            timeout_s=4 * slo,
+            seed=0,
+        )
+        peaks.add(int(prepared.required.max()))
+        bounds.add((prepared.scenario.cluster.max_nodes, prepared.configs["hpa"].max_replicas))
+        assert prepared.configs["oracle"].max_replicas == prepared.configs["hpa"].max_replicas
+    assert len(peaks) == 2
+    nodes = math.ceil(pool_replicas(workload, ServingConfig(), "H100") / 8)
+    assert bounds == {(nodes, 8 * nodes)}
+
+
+def test_keda_and_kpa_thresholds_use_the_kv_bound_slots_of_an_llm_replica():
+    prepared = EvaluationRequest(
+        "azure-conv", scale=100.0, duration_s=600, policies=("keda", "kpa")
+    ).prepare()
+    sc = prepared.scenario
+    slots = replica_slots(sc.serving, sc.cluster.gpu_model, sc.workload)
+    assert slots < sc.serving.slots_per_replica  # the KV cache binds before the batch limit
+    assert prepared.configs["keda"].threshold == pytest.approx(0.7 * slots)
+    assert prepared.configs["kpa"].target == pytest.approx(0.7 * slots)
 
 
 def test_llm_traces_get_batched_serving_and_batch_sized_targets():

@@ -12,7 +12,13 @@ from gpuscale.evaluate.runner import EvaluationRequest
 from gpuscale.evaluate.scoring import evaluation_from_sweep, score_run
 from gpuscale.evaluate.stats import cost_at_target, mean_ci
 from gpuscale.evaluate.sweep import CEILING, SweepRequest, default_warmup_s, run_sweep
+from gpuscale.scaling.oracle import OraclePolicy
+from gpuscale.scaling.static import StaticPolicy
+from gpuscale.sim.cluster import ClusterConfig
+from gpuscale.sim.engine import Scenario, simulate
+from gpuscale.sim.generators import from_rate
 from gpuscale.sim.outcome import RunResult
+from gpuscale.sim.serving import ServingConfig
 
 REQUEST = EvaluationRequest("ramp", scale=2.0, duration_s=900, seed=5)
 
@@ -110,12 +116,16 @@ def test_warm_up_is_not_scored_in_gpu_hours(swept):
     result = score.result
     full = score_run(result, spec.seed, spec.knob_value, 0.0)
     late = score_run(result, spec.seed, spec.knob_value, 450.0)
-    assert full.gpu_hours == pytest.approx(result.gpu_seconds / 3600.0)
+    assert full.nodes_counted
+    assert full.gpu_hours == pytest.approx(result.node_gpu_seconds / 3600.0)
+    assert full.allocated_gpu_hours == pytest.approx(result.gpu_seconds / 3600.0)
     tl = result.timeline
     held_late = float(tl.allocated_gpus[tl.time_s >= 450.0].sum()) * 10.0 / 3600.0
-    assert late.gpu_hours == pytest.approx(held_late, rel=0.02)
+    nodes_late = float(tl.node_gpus[tl.time_s >= 450.0].sum()) * 10.0 / 3600.0
+    assert late.allocated_gpu_hours == pytest.approx(held_late, rel=0.02)
+    assert late.gpu_hours == pytest.approx(nodes_late, rel=0.02)
     assert late.gpu_hours < full.gpu_hours
-    assert late.from_warmup is (getattr(result.timeline, "within_slo", None) is not None)
+    assert late.from_warmup
 
 
 class _StepTimeline:
@@ -126,6 +136,7 @@ class _StepTimeline:
         self.demand_rps = np.full(10, 1.0)
         self.allocated_gpus = np.full(10, 1.0)
         self.within_slo = np.array([0.0] * 5 + [10.0] * 5)  # nothing met it while warming up
+        self.node_gpus = np.zeros(0)  # not recorded: GPU-hours are the pods'
 
 
 def test_attainment_skips_the_warm_up_when_per_step_counts_exist():
@@ -147,6 +158,87 @@ def test_attainment_skips_the_warm_up_when_per_step_counts_exist():
     assert warm.slo_attainment == pytest.approx(1.0)
     assert warm.from_warmup
     assert warm.gpu_hours == pytest.approx(50.0 / 3600.0)
+    assert not warm.nodes_counted
+
+
+def _cold_start_scenario() -> Scenario:
+    """A minute of 60 requests/s arriving at one Ready replica; the rest cold-start."""
+    workload = from_rate("flat", np.full(900, 60.0), service_s=0.2, seed=2)
+    return Scenario(workload, ClusterConfig(), ServingConfig(), 1.0, 4.0, seed=1)
+
+
+def test_warm_up_changes_the_attainment_of_a_real_run():
+    result = simulate(_cold_start_scenario(), StaticPolicy(20, name="static"))
+    whole = score_run(result, 1, None, 0.0)
+    warm = score_run(result, 1, None, 300.0)
+    tl = result.timeline
+    late = tl.time_s >= 300.0
+    want = float(tl.within_slo[late].sum()) / float((tl.demand_rps[late] * 10.0).sum())
+    assert whole.slo_attainment == pytest.approx(result.within_slo / result.requests)
+    assert warm.slo_attainment == pytest.approx(min(want, 1.0))
+    assert warm.from_warmup
+    assert warm.slo_attainment > whole.slo_attainment + 0.02  # the cold start is not scored
+    assert warm.slo_attainment > 0.99
+
+
+def test_gpu_hours_count_a_node_idle_until_scale_down():
+    # 12 replicas for 300 s need a second 8-GPU node; then 2 replicas leave it idle until
+    # cluster-autoscaler removes it, node_idle_remove_s (600 s) after it emptied.
+    wanted = [12] * 300 + [2] * 1200
+    workload = from_rate("flat", np.full(1500, 2.0), service_s=0.2, seed=2)
+    cluster = ClusterConfig(initial_nodes=1, min_nodes=1, max_nodes=2)
+    scenario = Scenario(workload, cluster, ServingConfig(), 1.0, 4.0, seed=1, initial_replicas=2)
+    result = simulate(scenario, OraclePolicy(wanted, lead_s=0.0, min_replicas=1, max_replicas=16))
+    tl = result.timeline
+    idle = (tl.time_s >= 500.0) & (tl.time_s < 850.0)  # scaled in, node not yet removed
+    assert np.all(tl.allocated_gpus[idle] == 2.0)
+    assert np.all(tl.node_gpus[idle] == 16.0)
+    assert np.all(tl.node_gpus[tl.time_s >= 1400.0] == 8.0)  # removed after 600 s idle
+    assert result.node_gpu_seconds > result.gpu_seconds + 8 * 600
+    score = score_run(result, 1, None, 0.0)
+    assert score.gpu_hours == pytest.approx(result.node_gpu_seconds / 3600.0)
+    assert score.gpu_hours > score.allocated_gpu_hours
+
+
+@pytest.fixture(scope="module")
+def searched():
+    """Static and the oracle at a target the ramp's serving model can reach (its ceiling
+    is about 0.98: exponential service times and an SLO of 4 of them)."""
+    request = dataclasses.replace(REQUEST, policies=("static", "oracle"))
+    plan = SweepRequest(
+        request, seeds=2, knob_values=2, warmup_s=120.0, target_attainment=0.95
+    ).prepare()
+    runs = run_sweep(plan, SerialRunner())
+    return plan, runs, evaluation_from_sweep(plan, runs)[0]
+
+
+def test_the_oracle_row_is_its_search_on_each_seed(searched):
+    plan, swept, ev = searched
+    oracle = [(spec, s) for spec, s in swept if spec.policy == "oracle"]
+    assert [spec.search_target for spec, _ in oracle] == [0.95, 0.95]
+    for _, score in oracle:
+        assert len(score.trials) >= 2  # the plans the search tried: the oracle's curve
+        assert score.slo_attainment >= 0.95, score.trials
+        assert (score.gpu_hours, score.slo_attainment) in score.trials
+        reaching = [c for c, a in score.trials if a >= 0.95]
+        assert score.gpu_hours == min(reaching)  # the cheapest plan that met the target
+    first = next(s for spec, s in oracle if s.result is not None)
+    rescored = score_run(first.result, first.seed, None, plan.warmup_s)
+    assert rescored.slo_attainment == first.slo_attainment  # scored as every run is
+    summary = ev.policies["oracle"]
+    assert summary.knob == "target_attainment"
+    assert summary.curve[-1].knob_value == 0.95
+    assert len(summary.curve) >= 2
+    assert summary.seeds_reaching_target == 2
+    assert summary.x_oracle_at_target == pytest.approx(1.0)
+    assert summary.gpu_hours_at_target <= summary.gpu_hours + 1e-9
+    assert summary.slo_attainment_per_seed == tuple(s.slo_attainment for _, s in oracle)
+    static = ev.policies["static"]
+    if static.gpu_hours_at_target is not None:
+        ratio = static.gpu_hours_at_target / summary.gpu_hours_at_target
+        assert static.x_oracle_at_target == pytest.approx(ratio)
+    assert ev.gpu_hours_basis == "node"
+    assert ev.attainment_from_warmup
 
 
 @pytest.mark.parametrize(

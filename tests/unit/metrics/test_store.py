@@ -150,7 +150,7 @@ def test_retention_drops_old_rows_and_dead_series():
     for i in range(200):
         names = [f"pod-{i}"]  # a new pod every scrape
         store.ingest(i * 15.0, UTIL, pods(*names), np.array([float(i)]))
-    assert store.series_count(UTIL) < 20
+    assert store.series_count(UTIL) <= 64  # at most one column per row held
     assert values(store.instant(Signal(UTIL), 199 * 15.0)) == {"pod-199": 199.0}
     assert store.latest_time() == 199 * 15.0
 

@@ -235,3 +235,51 @@ def test_cold_start_constants_are_the_gentd26_model_load_quantiles():
     )
     assert ks < 0.03
     assert cold.mean_s == pytest.approx(load_s.mean(), rel=0.05)
+
+
+# GPUs per replica (tensor parallelism) ----------------------------------------------------------
+
+
+def test_a_two_gpu_replica_holds_two_gpus_on_one_node_and_frees_both():
+    c = Cluster(small(gpus_per_node=8, initial_nodes=1, max_nodes=2), gpus_per_pod=2)
+    c.start(1)
+    (pod,) = c.pods.values()
+    assert len(pod.gpus) == 2
+    assert {s // 8 for s in pod.gpus} == {0}
+    assert c.held_count() == 2
+    assert sorted(np.flatnonzero(c.slot_pod == pod.uid).tolist()) == sorted(pod.gpus)
+    c.scale(0, now=5.0)
+    assert c.release(pod.uid, 6.0)
+    assert c.held_count() == 0
+    assert np.all(c.slot_pod < 0)
+
+
+def test_a_node_of_eight_gpus_fits_four_two_gpu_replicas_the_fifth_waits_for_a_node():
+    c = Cluster(small(gpus_per_node=8, initial_nodes=1, max_nodes=3), gpus_per_pod=2)
+    c.start(4)
+    assert c.held_count() == 8
+    c.scale(5, now=10.0)
+    fifth = max(c.pods.values(), key=lambda p: p.uid)
+    assert fifth.state == PENDING
+    assert c.nodes_up() == 2  # one node fits the Pending pod
+    c.advance(190.0)
+    assert fifth.state == STARTING
+    assert {s // 8 for s in fifth.gpus} == {1}
+    assert c.held_count() == 10
+
+
+def test_a_replica_needs_its_gpus_on_one_node_not_spread_over_two():
+    c = Cluster(small(gpus_per_node=3, initial_nodes=2, max_nodes=2), gpus_per_pod=2)
+    c.start(2)  # one per node: 1 GPU left free on each
+    c.scale(3, now=1.0)
+    third = max(c.pods.values(), key=lambda p: p.uid)
+    assert third.state == PENDING  # 2 free GPUs, but on different nodes
+    assert c.held_count() == 4
+
+
+def test_initial_replicas_beyond_the_nodes_gpus_is_a_config_error():
+    c = Cluster(small(gpus_per_node=8, initial_nodes=1), gpus_per_pod=2)
+    with pytest.raises(ConfigError, match="initial replicas 5 of 2 GPU"):
+        c.start(5)
+    with pytest.raises(ConfigError, match="gpus_per_replica=4"):
+        Cluster(small(gpus_per_node=2), gpus_per_pod=4)

@@ -1,5 +1,6 @@
 """Serving: LLM cost figures, capacity, latency under and over load, the oracle's need."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -8,11 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.policy import Decision, Observation, State
+from gpuscale.scaling.static import StaticPolicy
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
-from gpuscale.sim.engine import Scenario
+from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.fixed import serve_fixed
 from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
-from gpuscale.sim.llm import step_model
+from gpuscale.sim.llm import TENSOR_PARALLEL, step_model
 from gpuscale.sim.queueing import erlang_c, stationary_attainment
 from gpuscale.sim.serving import (
     ServingConfig,
@@ -20,7 +24,7 @@ from gpuscale.sim.serving import (
     relative_speed,
     required_replicas,
 )
-from gpuscale.sim.workload import Workload
+from gpuscale.sim.workload import RequestProfile, Workload
 
 
 def poisson(rate: np.ndarray | float, seconds: int, service_s: float, seed: int = 0) -> Workload:
@@ -75,6 +79,8 @@ def test_bad_serving_config_is_a_config_error(kwargs, key):
 def test_llm_config_batches_requests():
     cfg = ServingConfig.for_llm()
     assert cfg.slots_per_replica == 64
+    assert cfg.gpus_per_replica == TENSOR_PARALLEL == 2
+    assert ServingConfig().gpus_per_replica == 1
     assert ServingConfig.for_llm(slots=8, model_bytes=1e9).model_bytes == 1e9
 
 
@@ -203,3 +209,115 @@ def test_required_replicas_never_fall_as_demand_rises(rate, service):
     lo = required_replicas(wl_lo, scenario(wl_lo))[60]
     hi = required_replicas(wl_hi, scenario(wl_hi))[60]
     assert hi >= lo >= math.ceil(rate * service)
+
+
+# The LLM requirement: TTFT and TPOT ------------------------------------------------------------
+
+
+def steady_llm(rate: float, context: float, generated: float, seconds: int = 1_800) -> Workload:
+    """A constant rate of LLM requests with lognormal prompt and output lengths."""
+    rng = np.random.default_rng(1)
+    ctx = np.rint(rng.lognormal(math.log(context) - 0.5, 1.0, 20_000)).clip(1)
+    gen = np.rint(rng.lognormal(math.log(generated) - 0.5, 1.0, 20_000)).clip(1)
+    work = llm_work_seconds(ctx, gen)
+    arrivals = np.full(seconds, rate)
+    tokens = np.stack([arrivals * ctx.mean(), arrivals * gen.mean()], axis=1)
+    profile = RequestProfile.from_samples(work, ctx, gen)
+    return Workload("steady", arrivals, arrivals * work.mean(), tokens, profile)
+
+
+def llm_scenario(wl: Workload, replicas: int) -> Scenario:
+    nodes = math.ceil(replicas * TENSOR_PARALLEL / 8)
+    cluster = ClusterConfig(
+        initial_nodes=nodes, max_nodes=max(nodes, 1), cold_start=ColdStart.fixed(30.0)
+    )
+    return Scenario(
+        wl, cluster, ServingConfig.for_llm(), slo_latency_s=60.0, timeout_s=600.0,
+        initial_replicas=replicas,
+    )  # fmt: skip
+
+
+def attainment(wl: Workload, replicas: int) -> tuple[float, float, float]:
+    """Share of ended requests meeting both objectives, TTFT, and TPOT, on a fixed fleet."""
+    result = simulate(llm_scenario(wl, replicas), StaticPolicy(replicas))
+    ended = result.requests - result.in_flight_requests
+    assert result.ttft_within_slo is not None
+    assert result.tpot_within_slo is not None
+    return (
+        result.within_slo / ended,
+        result.ttft_within_slo / ended,
+        result.tpot_within_slo / ended,
+    )
+
+
+@pytest.mark.parametrize(
+    ("context", "generated", "binding"),
+    [(1_000.0, 250.0, "ttft"), (2_000.0, 25.0, "tpot")],
+    ids=["conversation-like", "coding-like"],
+)
+def test_a_fleet_of_exactly_the_llm_requirement_meets_the_target_and_one_fewer_misses(
+    context, generated, binding
+):
+    wl = steady_llm(40.0, context, generated)
+    sc = llm_scenario(wl, 1)
+    need = required_replicas(wl, sc)
+    assert np.all(need == need[0])
+    r, target = int(need[0]), sc.serving.slo_quantile
+    both, _, _ = attainment(wl, r)
+    assert both >= target
+    fewer, ttft_fewer, tpot_fewer = attainment(wl, r - 1)
+    assert fewer < target
+    # Conversation: the queue's wait breaks TTFT first; coding (long prompts, short
+    # outputs): prefills interleaved with decodes break TPOT first.
+    missed = ttft_fewer if binding == "ttft" else tpot_fewer
+    assert missed < target
+    assert (tpot_fewer if binding == "ttft" else ttft_fewer) >= target
+
+
+def test_the_llm_requirement_is_not_the_end_to_end_latency_plan():
+    wl = steady_llm(40.0, 2_000.0, 25.0)
+    sc = llm_scenario(wl, 1)
+    e2e = dataclasses.replace(sc, serving=dataclasses.replace(sc.serving, llm_slo=None))
+    # Planning on end-to-end latency ignores TPOT, which binds on coding-like requests.
+    assert required_replicas(wl, sc)[0] > required_replicas(wl, e2e)[0]
+
+
+# GPUs per replica ------------------------------------------------------------------------------
+
+
+class GpuProbe:
+    """A static policy that records how many GPU series there are, and each pod's spread."""
+
+    def __init__(self, replicas: int) -> None:
+        self.name = "probe"
+        self.interval_s = 60.0
+        self.history_s = 0.0
+        util = "DCGM_FI_DEV_GPU_UTIL"
+        self.signals = {"series": Signal(util, aggregation="count")}
+        self.pod_signals = {
+            "lo": Signal(util, aggregation="min", by=("pod",)),
+            "hi": Signal(util, aggregation="max", by=("pod",)),
+        }
+        self.min_replicas = self.max_replicas = replicas
+        self.seen: list[Observation] = []
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        self.seen.append(observation)
+        return Decision(self.max_replicas, "probe", state)
+
+
+def test_two_gpu_replicas_cost_two_gpus_and_each_gpu_reports_the_replicas_activity():
+    wl = steady_llm(20.0, 1_000.0, 250.0, seconds=600)
+    sc = llm_scenario(wl, 12)
+    probe = GpuProbe(12)
+    result = simulate(sc, probe)
+    replica_seconds = float((result.timeline.ready_replicas * sc.record_interval_s).sum())
+    assert replica_seconds == pytest.approx(12 * 600)
+    assert result.gpu_seconds == pytest.approx(2 * replica_seconds)
+    assert result.busy_gpu_seconds <= result.gpu_seconds
+    assert np.allclose(result.timeline.allocated_gpus, 24.0)
+    late = probe.seen[-1]
+    assert late.series["series"][-1][1] == 24.0  # one DCGM series per GPU
+    lo, hi = late.pod_metrics["lo"], late.pod_metrics["hi"]
+    assert len(lo) == 12
+    assert all(lo[p] == hi[p] > 0.0 for p in lo)  # both GPUs of a replica report alike

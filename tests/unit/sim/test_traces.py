@@ -33,22 +33,32 @@ needs_traces = pytest.mark.skipif(
 # --- real traces -----------------------------------------------------------------------------
 
 
+def expected_work_each(raw: pd.DataFrame) -> np.ndarray:
+    return llm_work_seconds(
+        raw["ContextTokens"].to_numpy(float), raw["GeneratedTokens"].to_numpy(float)
+    )
+
+
 @needs_traces
 def test_azure_conv_reads_every_request_into_one_second_bins():
     path = TRACES / "azure_llm_2023_conv.csv"
-    w = read_azure_llm(path, name="azure-conv")
+    w, marks = read_azure_llm(path, name="azure-conv")
     raw = pd.read_csv(path)
     assert w.arrivals.sum() == len(raw) == 19_366
     assert 3_300 <= w.duration_s <= 3_600  # the same hour, counted from the first request
     assert w.arrivals.sum() / w.duration_s == pytest.approx(5.5, rel=0.05)
-    expected_work = llm_work_seconds(
-        raw["ContextTokens"].to_numpy(float), raw["GeneratedTokens"].to_numpy(float)
-    ).sum()
+    expected_work = expected_work_each(raw).sum()
     assert w.work_s.sum() == pytest.approx(expected_work, rel=1e-9)
     assert w.tokens is not None
     assert w.tokens.shape == (w.duration_s, 2)
     assert w.tokens[:, 0].sum() == raw["ContextTokens"].sum()
     assert w.tokens[:, 1].sum() == raw["GeneratedTokens"].sum()
+    # One mark per request, carrying its own work and tokens, not its second's mean.
+    assert marks.second.size == len(raw)
+    assert np.array_equal(np.bincount(marks.second, minlength=w.duration_s), w.arrivals)
+    assert np.sort(marks.work_s) == pytest.approx(np.sort(expected_work_each(raw)), rel=1e-12)
+    assert marks.tokens is not None
+    assert marks.tokens[:, 0].sum() == raw["ContextTokens"].sum()
 
 
 @needs_traces
@@ -192,13 +202,18 @@ def test_small_azure_file_bins_requests_by_second(tmp_path):
         "2023-11-16 18:17:06.4,300,30\n",
         "azure.csv",
     )
-    w = read_azure_llm(path)
+    w, marks = read_azure_llm(path)
     assert list(w.arrivals) == [2, 0, 1]  # seconds counted from the first request
     assert w.tokens is not None
     assert w.tokens[0].tolist() == [300, 30]
     work = llm_work_seconds(np.array([100.0, 200.0, 300.0]), np.array([10.0, 20.0, 30.0]))
     assert w.work_s[0] == pytest.approx(work[0] + work[1])
     assert w.work_s[2] == pytest.approx(work[2])
+    assert marks.second.tolist() == [0, 0, 2]
+    assert marks.work_s == pytest.approx(work)
+    assert marks.tokens is not None
+    assert marks.tokens.tolist() == [[100, 10], [200, 20], [300, 30]]
+    assert marks.head(1).second.tolist() == [0, 0]
 
 
 def test_unknown_name_lists_the_choices():
