@@ -59,6 +59,7 @@ def main() -> None:
                 target=args.target,
                 score=attainment,
                 cost=cost,
+                warmup_s=warmup,
             )
             row = {
                 "trace": trace,
@@ -70,7 +71,7 @@ def main() -> None:
                 "met_target": found.met_target,
                 "gpu_hours": round(found.gpu_hours, 3),
                 "margin": found.config.margin,
-                "simulations": len(found.trials) + 1,
+                "simulations": len(found.trials) + (found.ceiling is not None),
                 "seconds": round(time.perf_counter() - start, 1),
             }
             rows.append(row)

@@ -10,6 +10,11 @@ each policy, and its ratio to ``static`` measured in the same sweep). Run:
 
     python bench/bench_sweep.py                        # writes bench/results.json["sweep"]
     python bench/bench_sweep.py --seeds 2 --knobs 3    # a quick check (not the figure)
+    python bench/bench_sweep.py --report out/azure-conv # also write results.json and report.html
+
+With ``--report DIR`` the sweep's own evaluation is written and printed as
+``gpuscale evaluate`` would (same sweep, same seeds, same figures), so one run gives
+both the timing and the comparison table; writing it is not timed.
 """
 
 import argparse
@@ -20,10 +25,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
+
 from gpuscale.evaluate.executor import open_runner
+from gpuscale.evaluate.report import comparison_table, write_report
+from gpuscale.evaluate.results import Evaluation
 from gpuscale.evaluate.runner import EvaluationRequest
 from gpuscale.evaluate.scoring import RunScore, evaluation_from_sweep
 from gpuscale.evaluate.sweep import RunSpec, SweepPlan, SweepRequest, execute
+from gpuscale.sim.outcome import RunResult
 
 ROOT = Path(__file__).resolve().parent
 TARGET_S = 600.0
@@ -37,14 +47,14 @@ def timed(spec: RunSpec, *, progress: Callable[[float], None]) -> tuple[float, R
     return time.perf_counter() - start, score
 
 
-def bench(args: argparse.Namespace) -> dict[str, object]:
+def bench(args: argparse.Namespace) -> tuple[dict[str, object], Evaluation, list[RunResult]]:
     start = time.perf_counter()
     request = EvaluationRequest(args.trace, scale=args.scale, duration_s=args.duration)
     plan: SweepPlan = SweepRequest(request, seeds=args.seeds, knob_values=args.knobs).prepare()
     specs = plan.specs()
     with open_runner(args.jobs, len(specs)) as runner:
         timings = runner.run(timed, [(s.key, (s,)) for s in specs])
-    evaluation, _ = evaluation_from_sweep(
+    evaluation, kept = evaluation_from_sweep(
         plan, [(s, score) for s, (_, score) in zip(specs, timings, strict=True)]
     )
     wall = time.perf_counter() - start
@@ -53,25 +63,31 @@ def bench(args: argparse.Namespace) -> dict[str, object]:
         per_policy.setdefault(spec.policy, []).append(seconds)
     medians = {p: statistics.median(v) for p, v in per_policy.items()}
     full = (args.seeds, args.knobs) == (10, 8) and args.duration is None
-    return {
-        "trace": args.trace,
-        "scale": args.scale,
-        "duration_s": float(plan.base.scenario.workload.duration_s),
-        "seeds": args.seeds,
-        "knob_values": args.knobs,
-        "runs": len(specs),
-        "runs_per_policy": {p: len(v) for p, v in per_policy.items()},
-        "jobs": args.jobs,
-        "wall_s": wall,
-        "target_s": TARGET_S if full else None,
-        "ratio_to_target": wall / TARGET_S if full else None,
-        "meets_target": wall <= TARGET_S if full else None,
-        "median_run_s": statistics.median(s for s, _ in timings),
-        "policy_median_run_s": medians,
-        "policy_x_static": {p: s / medians["static"] for p, s in medians.items()},
-        "ceiling": evaluation.ceiling,
-        "gpu_hours_at_target": {n: s.gpu_hours_at_target for n, s in evaluation.policies.items()},
-    }
+    return (
+        {
+            "trace": args.trace,
+            "scale": args.scale,
+            "duration_s": float(plan.base.scenario.workload.duration_s),
+            "seeds": args.seeds,
+            "knob_values": args.knobs,
+            "runs": len(specs),
+            "runs_per_policy": {p: len(v) for p, v in per_policy.items()},
+            "jobs": args.jobs,
+            "wall_s": wall,
+            "target_s": TARGET_S if full else None,
+            "ratio_to_target": wall / TARGET_S if full else None,
+            "meets_target": wall <= TARGET_S if full else None,
+            "median_run_s": statistics.median(s for s, _ in timings),
+            "policy_median_run_s": medians,
+            "policy_x_static": {p: s / medians["static"] for p, s in medians.items()},
+            "ceiling": evaluation.ceiling,
+            "gpu_hours_at_target": {
+                n: s.gpu_hours_at_target for n, s in evaluation.policies.items()
+            },
+        },
+        evaluation,
+        kept,
+    )
 
 
 def main() -> None:
@@ -83,8 +99,13 @@ def main() -> None:
     parser.add_argument("--knobs", type=int, default=8, help="knob values per policy")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--out", type=Path, default=ROOT / "results.json")
+    parser.add_argument("--report", type=Path, default=None, help="also write the evaluation")
     args = parser.parse_args()
-    result = bench(args)
+    result, evaluation, kept = bench(args)
+    if args.report is not None:
+        json_path, html_path = write_report(evaluation, kept, args.report)
+        Console(width=200).print(comparison_table(evaluation))
+        print(f"wrote {json_path} and {html_path}")
     target = result["target_s"]
     verdict = (
         "a reduced sweep: no target"

@@ -7,24 +7,31 @@ rate window, a queue that builds while capacity arrives) or generous, so the
 plan is checked the only way that counts: by running it through the same
 simulator the baselines run through (``sim.engine.simulate``, same scenario,
 same seed) and reading the run's attainment. The estimate is first sharpened
-with the arrivals the oracle knows: each second's count is scaled by the work of
-the surrounding ``SHARP_WINDOW_S`` seconds over that of the estimate's own rate
-window (``sharpen``), so a burst shorter than that window is planned for. Then
-one knob ``x`` scales the plan:
-``margin = x`` (``ceil(required x (1 + x))`` replicas) and
-``slack_s = SLACK_PER_MARGIN_S x max(x, 0)`` (replicas come that much earlier
-and stay that much longer). The search is deterministic and bounded
-(``max_simulations`` runs, the ceiling run included):
+with the arrivals the oracle knows (``sharpen``: each second scaled by the work
+of the surrounding ``SHARP_WINDOW_S`` seconds over that of the estimate's own
+rate window). A replica is kept while it is needed again within the node
+break-even (``node_hold_s``): GPU-hours count a node until it has stood idle,
+and each release drains pods whose long requests are retried. Then one knob
+``x`` scales the plan: ``margin = x`` (``ceil(required x (1 + x))`` replicas)
+and ``slack_s = SLACK_PER_MARGIN_S x max(x, 0)``. The search is deterministic
+and bounded (``max_simulations`` runs, the ceiling run included):
 
-1. ``x = 0``. If it meets the target, bisect down towards ``MIN_MARGIN``;
-   otherwise double ``x`` from ``FIRST_STEP`` until the target is met, then
-   bisect between the last miss and the first hit.
-2. Only when no plan met the target: the ceiling, every GPU the node pool holds
-   asked for at the start (from the scenario's own initial replicas and nodes).
-   If even it misses the target, the search aims just below the ceiling
-   (``CEILING_SLACK``), bisects towards that goal, and says so
-   (``OracleSearch.met_target`` is False).
-3. The answer is the cheapest run (GPU-hours, by the search's ``cost``) that met
+1. ``x = 0``.
+2. If it misses the target: the ceiling, every GPU the node pool holds asked for
+   at the start (from the scenario's own initial replicas and nodes). If it
+   misses the target, the goal is just below it (``CEILING_SLACK``;
+   ``met_target`` is False).
+3. When the pool grows by new nodes, ``x = 0`` again with nodes asked for only
+   when pods wait for them (``node_lead_s = 0``); if that meets the goal more
+   cheaply (or alone meets it), the rest of the search plans that way.
+4. If ``x = 0`` met the goal, bisect ``x`` down towards ``MIN_MARGIN``.
+   Otherwise local rounds (at most ``LOCAL_ROUNDS``): each raises the plan by
+   ``LOCAL_STEP`` of the estimate over the scored steps that missed the goal in
+   the last run and the ``LOCAL_BEFORE_S`` seconds before them
+   (``missed_seconds``), until the goal is met or a round gains less than
+   ``LOCAL_PROGRESS``. Then, if still short, double ``x`` from ``FIRST_STEP`` on
+   the raised plan until the goal is met, and bisect between miss and hit.
+5. The answer is the cheapest run (GPU-hours, by the search's ``cost``) that met
    the goal, or, when none did, the run with the highest attainment.
 
 ``gpuscale evaluate`` runs one search per seed (``evaluate.sweep``), scored with
@@ -32,7 +39,7 @@ its warm-up-aware scorer (``score`` and ``cost``), and its trials are the
 oracle's cost-against-attainment curve.
 
 What comes out is the best plan found in hindsight, not a proven lower bound: a
-cheaper plan may exist that this one-knob search does not reach.
+cheaper plan may exist that this search does not reach.
 """
 
 import dataclasses
@@ -45,11 +52,17 @@ import numpy as np
 
 from gpuscale.errors import require
 from gpuscale.evaluate import fleet
+from gpuscale.evaluate.oracle_plan import (
+    LOCAL_MAX,
+    MAX_MARGIN,
+    cold_starts_for,
+    missed_seconds,
+    node_hold_s,
+    sharpen,
+)
 from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
 from gpuscale.scaling.static import StaticPolicy
-from gpuscale.sim.coldstart import pod_cold_starts
 from gpuscale.sim.engine import Scenario, simulate
-from gpuscale.sim.latency import centred_mean
 from gpuscale.sim.outcome import RunResult
 
 logger = logging.getLogger(__name__)
@@ -66,17 +79,23 @@ MIN_MARGIN = -0.5
 FIRST_STEP = 0.1
 """First margin tried when the estimate misses; each later one doubles it."""
 
-MAX_MARGIN = 6.4
-"""The search stops growing the margin here (7.4 x the estimate)."""
-
 SLACK_PER_MARGIN_S = 60.0
 """Seconds of planning-window widening per unit of (positive) margin."""
+
+BISECT_TOLERANCE = 0.002
+"""The search stops bisecting the margin when the bracket is this narrow."""
 
 CEILING_SLACK = 0.002
 """When the ceiling is below the target, the search aims this far below the ceiling."""
 
-SHARP_WINDOW_S = 10
-"""Seconds of the short centred window ``sharpen`` scales the estimate by."""
+LOCAL_STEP = 0.05
+"""Share of the estimate each local round adds to the seconds around a missed step."""
+
+LOCAL_PROGRESS = 1e-4
+"""A local round that gains less attainment than this ends the local rounds."""
+
+LOCAL_ROUNDS = 8
+"""Most local rounds before the search falls back to scaling the whole plan."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +107,16 @@ class OracleTrial:
         slack_s: Planning-window widening on each side, seconds.
         attainment: Share of arrived requests completed within the SLO, 0 to 1.
         gpu_hours: GPU-hours the plan cost (by the search's ``cost``).
+        raised_s: Seconds of the plan a local round raised above the estimate.
+        node_lead_s: Node provisioning the plan asked for new nodes ahead by, seconds.
     """
 
     margin: float
     slack_s: float
     attainment: float
     gpu_hours: float
+    raised_s: int = 0
+    node_lead_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +132,10 @@ class OracleSearch:
         goal: The attainment aimed for: ``target``, or ``ceiling - CEILING_SLACK``
             when the ceiling is below the target.
         ceiling: Attainment of the whole node pool asked for at the start; None when
-            a plan met the target without it (it is run only when none did).
+            the first plan met the target (it is run only when that one did not).
         trials: Every oracle run, in the order made.
+        plan: The chosen plan's per-second requirement (build the policy from it and
+            ``config``).
     """
 
     config: OracleConfig
@@ -121,6 +146,7 @@ class OracleSearch:
     goal: float
     ceiling: float | None
     trials: tuple[OracleTrial, ...]
+    plan: tuple[int, ...] = ()
 
     @property
     def met_target(self) -> bool:
@@ -174,43 +200,6 @@ def ceiling_run(scenario: Scenario) -> RunResult:
     return simulate(scenario, StaticPolicy(fleet, name="ceiling", interval_s=1.0))
 
 
-def cold_starts_for(scenario: Scenario, required: Sequence[int], base: OracleConfig) -> np.ndarray:
-    """Enough of the run's pod cold starts for any plan the search tries.
-
-    A plan creates at most its initial replicas plus, for every rise of its planned
-    requirement, the rise (each scale-down can be undone once more): twice the rises
-    at ``MAX_MARGIN``, plus the bound, plus the initial replicas.
-
-    Returns:
-        Seconds, by pod creation order.
-    """
-    top = np.ceil(np.asarray(required, dtype=float) * (1.0 + MAX_MARGIN))
-    rises = float(np.clip(np.diff(top), 0.0, None).sum()) if top.size > 1 else 0.0
-    bound = base.max_replicas or int(top.max(initial=1.0))
-    n = scenario.initial_replicas + 2 * math.ceil(rises) + bound + 64
-    return pod_cold_starts(scenario.cluster.cold_start, scenario.seed, n)
-
-
-def sharpen(
-    required: Sequence[int], scenario: Scenario, window_s: int = SHARP_WINDOW_S
-) -> np.ndarray:
-    """Scale a per-second estimate by the work of a short window over its own window.
-
-    ``required`` plans for the rate averaged over ``serving.rate_window_s`` (60 s by
-    default), which hides a burst shorter than that; the oracle knows the arrivals,
-    so each second's count is multiplied by the work arriving in the centred
-    ``window_s`` seconds over that in the estimate's window, and rounded up.
-
-    Returns:
-        Replicas per second.
-    """
-    work = scenario.workload.work_s
-    wide = centred_mean(work, int(getattr(scenario.serving, "rate_window_s", 60)))
-    narrow = centred_mean(work, window_s)
-    ratio = np.where(wide > 0, narrow / np.maximum(wide, 1e-12), 1.0)
-    return np.ceil(np.asarray(required, dtype=float) * ratio - 1e-9).astype(np.int64)
-
-
 def _knob(x: float) -> tuple[float, float]:
     return x, round(SLACK_PER_MARGIN_S * max(x, 0.0), 1)
 
@@ -226,6 +215,7 @@ def search_oracle(
     on_trial: Callable[[OracleTrial], None] | None = None,
     score: Callable[[RunResult], float] | None = None,
     cost: Callable[[RunResult], float] | None = None,
+    warmup_s: float = 0.0,
 ) -> OracleSearch:
     """Find the cheapest oracle plan whose simulated attainment meets ``target``.
 
@@ -242,6 +232,8 @@ def search_oracle(
             harness passes its warm-up-aware scorer.
         cost: A run's GPU-hours (default ``allocated_gpu_hours``, the whole run's); the
             harness passes its node GPU-hours from the warm-up on.
+        warmup_s: Seconds ``score`` does not count: a step before it does not make a
+            local round raise the plan.
 
     Returns:
         The chosen plan, its run, the ceiling and every trial.
@@ -253,20 +245,37 @@ def search_oracle(
     ceiling: float | None = None
     goal = target
     colds = tuple(float(c) for c in cold_starts_for(scenario, required, base))
-    plan = sharpen(required, scenario).tolist()
+    estimate = sharpen(required, scenario).astype(float)
+    boost = np.zeros(estimate.size)
+    plan = estimate.astype(np.int64).tolist()
     fleet = fleet_replicas(scenario)
-    runs: dict[float, tuple[OracleConfig, RunResult, OracleTrial]] = {}
+    hold = node_hold_s(base)
+    runs: dict[float, tuple[OracleConfig, RunResult, OracleTrial, list[int]]] = {}
+    local: list[tuple[OracleConfig, RunResult, OracleTrial, list[int]]] = []
     trials: list[OracleTrial] = []
+    last: list[RunResult] = []
+    node_lead = [base.node_lead_s]
 
-    def hits(x: float) -> bool:
+    def hits(x: float, *, boosted: bool = False) -> bool:
         margin, slack = _knob(x)
         config = dataclasses.replace(
-            base, margin=margin, slack_s=slack, cold_starts_s=colds, max_replicas=fleet
+            base,
+            margin=margin,
+            slack_s=slack,
+            cold_starts_s=colds,
+            max_replicas=fleet,
+            hold_s=hold,
+            node_lead_s=node_lead[0],
         )
         result = simulate(scenario, OraclePolicy.from_config(plan, config, name))
-        trial = OracleTrial(margin, slack, rate(result), price(result))
+        raised = int(np.count_nonzero(boost))
+        trial = OracleTrial(margin, slack, rate(result), price(result), raised, node_lead[0])
         trials.append(trial)
-        runs[x] = (config, result, trial)
+        if boosted:
+            local.append((config, result, trial, plan))
+        else:
+            runs[x] = (config, result, trial, plan)
+        last[:] = [result]
         logger.debug(
             "%s: margin %+.3f, slack %.0f s: attainment %.4f, %.3f GPU-h",
             name, margin, slack, trial.attainment, trial.gpu_hours,
@@ -275,15 +284,9 @@ def search_oracle(
             on_trial(trial)
         return trial.attainment >= goal
 
-    budget = max_simulations - 1  # one run kept for the ceiling
-    lo, hi = (MIN_MARGIN, 0.0) if hits(0.0) else (0.0, math.nan)
-    x = FIRST_STEP
-    while math.isnan(hi) and len(trials) < budget and x <= MAX_MARGIN:
-        if hits(x):
-            hi = x
-        else:
-            lo, x = x, 2.0 * x
-    if math.isnan(hi):  # nothing met the target: can the node pool meet it at all?
+    budget = max_simulations
+    met = hits(0.0)
+    if not met:  # the estimate misses: can the node pool meet the target at all?
         ceiling = rate(ceiling_run(scenario))
         budget -= 1
         if ceiling < target:
@@ -292,22 +295,53 @@ def search_oracle(
                 "%s: the ceiling %.4f is below the target %.4f; aiming for %.4f",
                 name, ceiling, target, goal,
             )  # fmt: skip
-            met = [k for k, run in runs.items() if run[2].attainment >= goal]
-            if met:
-                hi = min(met)
-                lo = max((k for k in runs if k < hi), default=MIN_MARGIN)
-    while not math.isnan(hi) and len(trials) < budget and hi - lo > 0.01:
+            met = trials[0].attainment >= goal
+    if base.node_lead_s > 0:  # nodes asked for only when pods wait: cheaper if it meets the goal
+        early = runs[0.0]
+        node_lead[0] = 0.0
+        late = runs[0.0] if hits(0.0) else None
+        if late is not None and (not met or late[2].gpu_hours < early[2].gpu_hours):
+            local.append(early)
+            met = True
+        else:
+            local.append(runs[0.0])
+            runs[0.0], node_lead[0], last[:] = early, base.node_lead_s, [early[1]]
+    lo, hi = (MIN_MARGIN, 0.0) if met else (0.0, math.nan)
+    rounds = 0  # raise only the seconds around the steps that missed
+    while math.isnan(hi) and rounds < LOCAL_ROUNDS and len(trials) < budget - 1:
+        missed = missed_seconds(last[0], goal, warmup_s, estimate.size)
+        if not missed.any() or boost[missed].min() >= LOCAL_MAX:
+            break
+        boost[missed] = np.minimum(boost[missed] + LOCAL_STEP, LOCAL_MAX)
+        plan = np.ceil(estimate * (1.0 + boost) - 1e-9).astype(np.int64).tolist()
+        rounds += 1
+        before = trials[-1].attainment
+        if hits(0.0, boosted=True):
+            lo = hi = 0.0  # met: no global margin is tried
+        elif trials[-1].attainment < before + LOCAL_PROGRESS:
+            break  # raising the plan where it missed does not help: scale all of it
+    x = FIRST_STEP  # otherwise scale the whole (locally raised) plan
+    while math.isnan(hi) and len(trials) < budget and x <= MAX_MARGIN:
+        if hits(x):
+            hi = x
+        else:
+            lo, x = x, 2.0 * x
+    while not math.isnan(hi) and len(trials) < budget and hi - lo > BISECT_TOLERANCE:
         mid = round((lo + hi) / 2.0, 4)
         if hits(mid):
             hi = mid
         else:
             lo = mid
-    passing = [k for k, run in runs.items() if run[2].attainment >= goal]
+    every = list(runs.values()) + local
+    passing = [run for run in every if run[2].attainment >= goal]
     if passing:
-        best = min(passing, key=lambda k: (runs[k][2].gpu_hours, k))
+        config, result, chosen, chosen_plan = min(
+            passing, key=lambda run: (run[2].gpu_hours, run[2].margin)
+        )
     else:
-        best = max(runs, key=lambda k: (runs[k][2].attainment, -runs[k][2].gpu_hours))
-    config, result, chosen = runs[best]
+        config, result, chosen, chosen_plan = max(
+            every, key=lambda run: (run[2].attainment, -run[2].gpu_hours)
+        )
     logger.info(
         "%s: chose margin %+.3f (%.4f attainment, %.3f GPU-h, goal %.4f, ceiling %s) "
         "after %d runs",
@@ -315,5 +349,13 @@ def search_oracle(
         "not run" if ceiling is None else f"{ceiling:.4f}", len(trials) + (ceiling is not None),
     )  # fmt: skip
     return OracleSearch(
-        config, result, chosen.attainment, chosen.gpu_hours, target, goal, ceiling, tuple(trials)
+        config,
+        result,
+        chosen.attainment,
+        chosen.gpu_hours,
+        target,
+        goal,
+        ceiling,
+        tuple(trials),
+        tuple(chosen_plan),
     )

@@ -187,6 +187,9 @@ register(
         ("target_average_value", *_BOUNDS),
         units=HPA_UNITS,
         default=False,
+        knob=Knob(
+            "target_average_value", HPA_UNITS["target_average_value"], 30.0, 95.0, relative=False
+        ),
     )
 )
 register(
@@ -197,6 +200,9 @@ register(
         _build_hpa,
         ("metric", "target_average_value", *_BOUNDS),
         units={**HPA_SM_UNITS, "metric": "DCGM field"},
+        knob=Knob(
+            "target_average_value", HPA_SM_UNITS["target_average_value"], 0.1, 0.9, relative=False
+        ),
     )
 )
 register(
@@ -208,6 +214,7 @@ register(
         ("threshold", *_BOUNDS),
         units=KEDA_UTIL_UNITS,
         default=False,
+        knob=Knob("threshold", KEDA_UTIL_UNITS["threshold"], 0.4, 1.4),
     )
 )
 register(
@@ -219,6 +226,7 @@ register(
         ("threshold", *_BOUNDS),
         units=KEDA_SM_UNITS,
         default=False,
+        knob=Knob("threshold", KEDA_SM_UNITS["threshold"], 0.4, 1.4),
     )
 )
 register(

@@ -128,7 +128,8 @@ def _caption(evaluation: Evaluation) -> str:
     seeds = f"seed {e.seed}" if e.seeds == 1 else f"seeds {e.seed}-{e.seed + e.seeds - 1}"
     text = (
         f"trace {e.trace} x{e.scale:g}, {e.duration_s:.0f} s, {seeds}, "
-        f"warm-up {e.warmup_s:g} s not scored"
+        f"warm-up {e.warmup_s:g} s not scored, arrivals in the last {e.timeout_s:g} s "
+        "(the drop timeout) not judged"
     )
     if not e.attainment_from_warmup:
         text += " (GPU-hours; attainment over the whole run)"

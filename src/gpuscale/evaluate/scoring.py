@@ -9,7 +9,9 @@ first minute, empty queues), so its first ``warmup_s`` seconds are not scored:
   kept alongside. A run without node counts is scored on its pods' GPUs.
 * Attainment is the requests within the SLO that entered service from the
   warm-up on (``Timeline.within_slo``) over the requests that arrived from the
-  warm-up on; a request still queued at the end or dropped counts against it.
+  warm-up on, up to the last drop timeout of the run (the cool-down: a request
+  arriving later may still be waiting or in service when the trace ends); a
+  dropped request counts against it.
 
 Request totals (completed, dropped, in flight) are always the whole run's, so
 they add up to the arrivals. ``evaluation_from_sweep`` turns every seed and knob
@@ -98,9 +100,20 @@ def _after(total: float, per_row: np.ndarray, lengths: np.ndarray, scored: np.nd
 
 
 def score_run(
-    result: RunResult, seed: int, knob_value: float | None, warmup_s: float, *, keep: bool = False
+    result: RunResult,
+    seed: int,
+    knob_value: float | None,
+    warmup_s: float,
+    *,
+    keep: bool = False,
+    cooldown_s: float = 0.0,
 ) -> RunScore:
     """Score one run, skipping the timeline rows that start before ``warmup_s``.
+
+    Attainment also skips the requests that arrive in the last ``cooldown_s`` (the
+    scenario's drop timeout): they may still be waiting or in service when the trace
+    ends, through no fault of the policy, and counting them as misses would cap every
+    policy, and the ceiling, below 1. At most half the scored span is cut this way.
 
     Returns:
         The score.
@@ -111,14 +124,17 @@ def score_run(
         starts, append=starts[-1] + (starts[-1] - starts[-2] if starts.size > 1 else 1.0)
     )
     scored = starts >= warmup_s
+    end = float(starts[-1] + lengths[-1]) if starts.size else 0.0
+    scored_end = max(end - cooldown_s, warmup_s + (end - warmup_s) / 2.0)
+    judged = scored & (starts < scored_end)
     allocated = _after(float(result.gpu_seconds), tl.allocated_gpus, lengths, scored)
     nodes_counted = tl.node_gpus.size == starts.size and result.node_gpu_seconds > 0
     node = _after(result.node_gpu_seconds, tl.node_gpus, lengths, scored) if nodes_counted else 0.0
     counted = tl.within_slo.size == starts.size
     from_warmup = warmup_s <= 0 or counted
-    if counted and warmup_s > 0:
-        arrived = float((np.asarray(tl.demand_rps) * lengths)[scored].sum())
-        got = float(np.asarray(tl.within_slo, dtype=np.float64)[scored].sum())
+    if counted and (warmup_s > 0 or cooldown_s > 0):
+        arrived = float((np.asarray(tl.demand_rps) * lengths)[judged].sum())
+        got = float(np.asarray(tl.within_slo, dtype=np.float64)[judged].sum())
         attainment = got / arrived if arrived > 0 else None
     else:
         attainment = result.within_slo / result.requests if result.requests > 0 else None

@@ -152,9 +152,10 @@ def _searched(
     prepared: PreparedEvaluation, spec: RunSpec, target: float, progress: Callable[[float], None]
 ) -> RunScore:
     """The oracle's search on one seed, scored as every run is; its trials are the curve."""
+    cooldown = prepared.scenario.timeout_s
 
     def scored(result: RunResult) -> RunScore:
-        return score_run(result, spec.seed, None, spec.warmup_s)
+        return score_run(result, spec.seed, None, spec.warmup_s, cooldown_s=cooldown)
 
     def attainment(result: RunResult) -> float:
         got = scored(result).slo_attainment
@@ -179,8 +180,16 @@ def _searched(
             on_trial=step,
             score=attainment,
             cost=cost,
+            warmup_s=spec.warmup_s,
         )
-    chosen = score_run(found.result, spec.seed, spec.knob_value, spec.warmup_s, keep=spec.keep)
+    chosen = score_run(
+        found.result,
+        spec.seed,
+        spec.knob_value,
+        spec.warmup_s,
+        keep=spec.keep,
+        cooldown_s=cooldown,
+    )
     trials = tuple((t.gpu_hours, t.attainment) for t in found.trials)
     progress(1.0)
     return dataclasses.replace(chosen, trials=trials)
@@ -205,7 +214,14 @@ def execute(spec: RunSpec, *, progress: Callable[[float], None]) -> RunScore:
             progress=progress,
             quiet=not spec.keep,
         )
-    return score_run(result, spec.seed, spec.knob_value, spec.warmup_s, keep=spec.keep)
+    return score_run(
+        result,
+        spec.seed,
+        spec.knob_value,
+        spec.warmup_s,
+        keep=spec.keep,
+        cooldown_s=prepared.scenario.timeout_s,
+    )
 
 
 @dataclass(frozen=True, slots=True)

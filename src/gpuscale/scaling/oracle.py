@@ -9,7 +9,9 @@ the requirement over ``[t, t + interval_s + its lead)`` reaches the current coun
 plus ``j``: each replica is Ready when it is needed and not before. A replica
 released now and wanted again later costs its termination grace plus a new cold
 start in GPU time that serves nothing, so the oracle keeps a replica through any
-dip shorter than that break-even (``hold_s``) and releases it otherwise.
+dip shorter than that break-even (``hold_s``) and releases it otherwise; within
+``hold_s`` of the requirement's end it releases nothing, as no release there pays
+back.
 
 The requirement is ``required_per_s`` (``sim.serving.required_replicas``, a
 queueing estimate), raised by ``margin`` and widened by ``slack_s`` on both sides;
@@ -299,6 +301,8 @@ class OraclePolicy:
         need = int(np.max(slots[wanted])) if wanted.any() else 0
         # Never grow on the longer horizon, only decline to shrink across short dips.
         keep = min(desired, self.needed(now, self.hold_s))
+        if now + self.interval_s + self.hold_s >= self._planned.size:
+            keep = desired  # a release this close to the end of the plan never pays back
         replicas = clamp(max(need, keep), self.min_replicas, self.max_replicas)
         reason = f"{need} replicas are due within their own lead (next cold start "
         reason += f"{self.cold_start(created):.0f} s)"

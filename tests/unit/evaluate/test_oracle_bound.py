@@ -4,11 +4,16 @@ Each scenario is short and small (20 minutes, a few dozen GPUs) so every generat
 runs over several seeds in seconds; bench/bench_oracle.py runs the shared traces.
 While the serving model caps attainment below the target, the search aims just
 under the ceiling (what the whole node pool, asked for at the start, attains);
-``goal`` is that aim, and the tests hold the oracle to it.
+``goal`` is that aim, and the tests hold the oracle to it. The curve test scores
+as ``gpuscale evaluate`` does (node GPU-hours from the warm-up on) and holds the
+oracle below static's replica sweep and HPA's target sweep at the goal.
 """
+
+import dataclasses
 
 import pytest
 
+from gpuscale.evaluate import registry
 from gpuscale.evaluate.oracle_search import (
     CEILING_SLACK,
     DEFAULT_TARGET,
@@ -17,10 +22,13 @@ from gpuscale.evaluate.oracle_search import (
     attainment,
     search_oracle,
 )
-from gpuscale.evaluate.runner import EvaluationRequest, PreparedEvaluation, run_one
+from gpuscale.evaluate.runner import EvaluationRequest, PreparedEvaluation, build_policy, run_one
+from gpuscale.evaluate.scoring import score_run
+from gpuscale.evaluate.sweep import default_warmup_s
 from gpuscale.scaling.static import StaticPolicy
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import simulate
+from gpuscale.sim.outcome import RunResult
 
 GENERATORS = ("diurnal", "bursty", "flash-crowd", "ramp")
 SCALE = {"diurnal": 2.0, "bursty": 1.0, "flash-crowd": 1.0, "ramp": 1.0}
@@ -118,3 +126,80 @@ def test_a_one_replica_oracle_fails_the_bound_check():
 def test_a_baseline_as_good_for_fewer_gpu_hours_fails_the_bound_check():
     problems = bound_problems(0.98, 10.0, 0.97, {"hpa": (0.98, 9.9), "kpa": (0.979, 5.0)})
     assert problems == ["hpa: 9.900 GPU-h at 0.9800 beats the oracle's 10.000 GPU-h at 0.9800"]
+
+
+def node_scored(
+    p: PreparedEvaluation, target: float = DEFAULT_TARGET
+) -> tuple[OracleSearch, float]:
+    """The search scored as ``gpuscale evaluate`` scores it: from the warm-up, node GPU-hours."""
+    warmup = default_warmup_s(float(p.scenario.workload.duration_s))
+
+    def rate(result: RunResult) -> float:
+        got = score_run(result, p.scenario.seed, None, warmup).slo_attainment
+        return 1.0 if got is None else got
+
+    def cost(result: RunResult) -> float:
+        return score_run(result, p.scenario.seed, None, warmup).gpu_hours
+
+    search = search_oracle(
+        p.scenario,
+        p.required.tolist(),
+        p.configs["oracle"],
+        target=target,
+        score=rate,
+        cost=cost,
+        warmup_s=warmup,
+    )
+    return search, warmup
+
+
+def cost_at(curve: list[tuple[float, float]], target: float) -> float | None:
+    """GPU-hours where a (GPU-hours, attainment) curve first reaches ``target``, interpolated."""
+    points = sorted(curve)
+    for i, (h1, a1) in enumerate(points):
+        if a1 >= target:
+            if i == 0:
+                return h1
+            h0, a0 = points[i - 1]
+            return h0 + (h1 - h0) * (target - a0) / (a1 - a0)
+    return None
+
+
+def baseline_curves(p: PreparedEvaluation, warmup: float) -> dict[str, list[tuple[float, float]]]:
+    """Static's replica sweep and HPA's target sweep, each point scored as the harness does."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for name in ("static", "hpa"):
+        knob = registry.get(name).knob
+        assert knob is not None
+        fair = p.configs[name]
+        points = []
+        for value in knob.values(float(getattr(fair, knob.field)), 8):
+            config = dataclasses.replace(fair, **{knob.field: value})
+            run = simulate(p.scenario, build_policy(name, config, p.required))
+            s = score_run(run, p.scenario.seed, value, warmup)
+            assert s.slo_attainment is not None
+            points.append((s.gpu_hours, s.slo_attainment))
+        curves[name] = points
+    return curves
+
+
+@pytest.mark.parametrize(
+    ("trace", "scale", "seed", "gpus_per_node"),
+    [("azure-conv", 20.0, 0, 8), ("bursty", 1.0, 3, 8), ("ramp", 1.0, 9, 16)],
+)
+def test_no_baseline_curve_reaches_the_target_with_fewer_node_gpu_hours(
+    trace, scale, seed, gpus_per_node
+):
+    cluster = ClusterConfig(gpus_per_node=gpus_per_node)
+    p = EvaluationRequest(trace, scale=scale, duration_s=1800, seed=seed, cluster=cluster).prepare()
+    search, warmup = node_scored(p)
+    assert search.met_goal, [(t.margin, t.attainment, t.gpu_hours) for t in search.trials]
+    for name, curve in baseline_curves(p, warmup).items():
+        theirs = cost_at(curve, search.goal)
+        assert theirs is None or theirs >= search.gpu_hours, (name, theirs, search.gpu_hours, curve)
+
+
+def test_cost_at_interpolates_where_a_curve_first_reaches_the_target():
+    assert cost_at([(10.0, 0.98), (20.0, 1.0)], 0.99) == pytest.approx(15.0)
+    assert cost_at([(10.0, 0.995), (20.0, 1.0)], 0.99) == 10.0
+    assert cost_at([(10.0, 0.5)], 0.99) is None

@@ -223,7 +223,8 @@ def test_the_oracle_row_is_its_search_on_each_seed(searched):
         reaching = [c for c, a in score.trials if a >= 0.95]
         assert score.gpu_hours == min(reaching)  # the cheapest plan that met the target
     first = next(s for spec, s in oracle if s.result is not None)
-    rescored = score_run(first.result, first.seed, None, plan.warmup_s)
+    cooldown = plan.base.scenario.timeout_s
+    rescored = score_run(first.result, first.seed, None, plan.warmup_s, cooldown_s=cooldown)
     assert rescored.slo_attainment == first.slo_attainment  # scored as every run is
     summary = ev.policies["oracle"]
     assert summary.knob == "target_attainment"
@@ -293,3 +294,41 @@ def test_local_runs_use_processes_only_when_more_than_one_is_useful():
     with open_runner(4, 1) as runner:
         assert isinstance(runner, SerialRunner)
     assert math.isfinite(default_warmup_s(1.0))
+
+
+class _EndingTimeline:
+    """100 requests a second for 1,000 s; those entering service in the last 100 s missed."""
+
+    def __init__(self):
+        self.time_s = np.arange(1000) * 1.0
+        self.demand_rps = np.full(1000, 100.0)
+        self.allocated_gpus = np.full(1000, 8.0)
+        self.within_slo = np.array([100.0] * 900 + [0.0] * 100)
+        self.node_gpus = np.zeros(0)
+
+
+def test_requests_arriving_within_the_last_timeout_are_not_judged():
+    result = RunResult(
+        policy="p",
+        timeline=_EndingTimeline(),
+        requests=100_000.0,
+        within_slo=90_000.0,
+        dropped=0.0,
+        latency_edges_s=np.array([0.0, 1.0]),
+        latency_counts=np.array([90_000.0]),
+        gpu_seconds=8000.0,
+        busy_gpu_seconds=4000.0,
+        scale_events=0,
+        completed_requests=90_000.0,
+        in_flight_requests=10_000.0,
+    )
+    assert score_run(result, 0, None, 0.0).slo_attainment == pytest.approx(0.9)
+    # A 100 s cool-down judges the 900 s whose requests could finish: all met the SLO.
+    assert score_run(result, 0, None, 0.0, cooldown_s=100.0).slo_attainment == pytest.approx(1.0)
+    assert score_run(result, 0, None, 0.0, cooldown_s=50.0).slo_attainment == pytest.approx(
+        900 * 100 / (950 * 100)
+    )
+    # It never takes more than half the scored span: 1,000 s judged from 0 to 500 s.
+    assert score_run(result, 0, None, 0.0, cooldown_s=5000.0).slo_attainment == pytest.approx(1.0)
+    # GPU-hours still run to the end.
+    assert score_run(result, 0, None, 0.0, cooldown_s=100.0).gpu_hours == pytest.approx(8000 / 3600)

@@ -241,3 +241,12 @@ def test_simulated_pods_take_exactly_the_cold_starts_the_oracle_reads():
     assert len(new) == fleet - scenario.initial_replicas > 0
     for uid, cold in new.items():
         assert cold == pytest.approx(draws[uid - 1])
+
+
+def test_nothing_is_released_within_hold_s_of_the_end_of_the_requirement():
+    required = [6] * 200 + [1] * 100
+    policy = OraclePolicy(required, lead_s=10.0, interval_s=5.0, hold_s=60.0)
+    assert policy.decide(at(200.0, desired=6), {}).replicas == 1  # 200 + 5 + 60 < 300
+    assert policy.decide(at(235.0, desired=6), {}).replicas == 6  # 235 + 5 + 60 >= 300: kept
+    early = OraclePolicy([6] * 200 + [1] * 200, lead_s=10.0, interval_s=5.0, hold_s=60.0)
+    assert early.decide(at(235.0, desired=6), {}).replicas == 1  # far from the end: released
