@@ -68,5 +68,9 @@ def test_an_interrupt_cancels_queued_runs_and_stops_the_workers_at_once(records)
     with pytest.raises(KeyboardInterrupt), pool:
         pool.run(slow, calls, interrupt)
     assert time.monotonic() - start < 2.0
+    # The executor's own thread may be reaping a worker at this moment, and until it
+    # records the exit code is_alive() still says True: allow it the same 2 s bound.
+    while any(p.is_alive() for p in processes) and time.monotonic() - start < 2.0:
+        time.sleep(0.01)
     assert not any(p.is_alive() for p in processes)
     assert ("gpuscale.test_pool", "slow run finished") not in records.messages
