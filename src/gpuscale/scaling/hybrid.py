@@ -31,10 +31,15 @@ from types import MappingProxyType
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import health
-from gpuscale.scaling.baseline import hold, summed_series
 from gpuscale.scaling.health import HealthConfig
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series, State
-from gpuscale.scaling.predictive import PredictiveConfig, agree, plan, settle
+from gpuscale.scaling.predictive import (
+    PredictiveConfig,
+    agree,
+    demand_or_hold,
+    plan,
+    settle,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -126,12 +131,9 @@ class HybridPolicy:
             The desired replicas, the reason with every input, and the new state.
         """
         cfg = self.config
-        points = summed_series(observation, self._keys) if observation.healthy else None
-        if points is None:
-            why = "unhealthy" if not observation.healthy else "no demand data"
-            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
-            logger.info("%s: %s", self.name, decision.reason)
-            return decision
+        points = demand_or_hold(self.name, observation, self._keys, state, cfg)
+        if isinstance(points, Decision):
+            return points
         now, current = float(observation.now), observation.target.desired
         sick, health_state = health.assess(observation, state.get("health", {}), cfg.health)
         planned, why, parts = plan(observation, points, state, cfg)

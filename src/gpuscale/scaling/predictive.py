@@ -281,6 +281,29 @@ def agree(
     return proposal, up, ""
 
 
+def demand_or_hold(
+    name: str,
+    observation: Observation,
+    keys: tuple[str, ...],
+    state: State,
+    cfg: "PredictiveConfig",
+) -> Series | Decision:
+    """The summed demand series, or the hold decision (logged) when there is none.
+
+    Missing or unhealthy data means hold, never scale in (DESIGN: fail safe).
+
+    Returns:
+        The demand points, or the decision to return unchanged.
+    """
+    points = summed_series(observation, keys) if observation.healthy else None
+    if points is not None:
+        return points
+    why = "unhealthy" if not observation.healthy else "no demand data"
+    decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
+    logger.info("%s: %s", name, decision.reason)
+    return decision
+
+
 class PredictivePolicy:
     """Forecast-driven scale-out, observation-confirmed scale-in, as a pure ``ScalingPolicy``.
 
@@ -310,12 +333,9 @@ class PredictivePolicy:
             The desired replicas, the reason with the forecast, and the new state.
         """
         cfg = self.config
-        points = summed_series(observation, self._keys) if observation.healthy else None
-        if points is None:
-            why = "unhealthy" if not observation.healthy else "no demand data"
-            decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
-            logger.info("%s: %s", self.name, decision.reason)
-            return decision
+        points = demand_or_hold(self.name, observation, self._keys, state, cfg)
+        if isinstance(points, Decision):
+            return points
         now, current = float(observation.now), observation.target.desired
         need, why, parts = plan(observation, points, state, cfg)
         started = float(state.get("started_at", now))

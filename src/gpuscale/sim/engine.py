@@ -137,9 +137,10 @@ class _Run:
             self.ring = SecondTotals((IN_FLIGHT, QUEUE), int(keep) + 2)
             self.source, self.step_s = self.ring, self.path.interval_s
         serving = scenario.serving
+        self._base_scv = service_scv(serving, scenario.workload)  # fixed for the run
         self.queue = FluidQueue(
             timeout_s=scenario.timeout_s,
-            service_scv=service_scv(serving, scenario.workload),
+            service_scv=self._base_scv,
             arrival_scv=residual_arrival_scv(scenario.workload),
         )
         self.faults = FaultInjector(scenario.faults, int(seeds[2].generate_state(1)[0]))
@@ -218,7 +219,7 @@ class _Run:
         up = speed > 0
         self.servers = int(up.sum()) * self.slots
         self.capacity = total
-        base = service_scv(self.sc.serving, self.sc.workload)
+        base = self._base_scv
         if up.sum() > 1:  # a mix of speeds widens service times
             s = speed[up]
             mix = float((1.0 / s).sum() * s.sum()) / float(s.size) ** 2
