@@ -4,74 +4,12 @@ Each server binds 127.0.0.1 on a free port with a temporary directory, is shared
 across the session where that is safe, and is stopped by its own PID.
 """
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_http(url: str, timeout: float, **kw) -> httpx.Response:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(url, timeout=1.0, **kw)
-            if r.status_code < 500:
-                return r
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer within {timeout} s ({last})")
-
-
-class Process:
-    """A child process we started, stopped by its own PID."""
-
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.log = log
-        self._fh = log.open("wb")
-        self.proc = subprocess.Popen(args, stdout=self._fh, stderr=subprocess.STDOUT, env=env)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._fh.close()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def gpuscale_cmd() -> list[str]:
-    return [sys.executable, "-m", "gpuscale"]
-
-
-def start_exporter(tmp: Path, *args: str) -> tuple[Process, int]:
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = Process(
-        [*gpuscale_cmd(), "exporter", "--address", f"127.0.0.1:{port}", *args],
-        tmp / f"exporter-{port}.log",
-        env,
-    )
-    return proc, port
+from support.servers import Process, Prometheus, start_exporter, wait_http
 
 
 @pytest.fixture(scope="session")
@@ -80,44 +18,6 @@ def prometheus_bin() -> str:
     if path is None:
         pytest.fail("prometheus is not installed: run ./scripts/test, which installs it")
     return path
-
-
-class Prometheus:
-    def __init__(self, binary: str, workdir: Path, targets: list[str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = workdir / "prometheus.yml"
-        target_list = ", ".join(f"'{t}'" for t in targets)
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n  - job_name: gpu\n    scrape_timeout: 1s\n"
-            f"    static_configs:\n      - targets: [{target_list}]\n"
-        )
-        self.process = Process(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.enable-lifecycle",
-            ],
-            workdir / "prometheus.log",
-        )
-        wait_http(f"{self.url}/-/ready", 30)
-
-    def query(self, promql: str) -> list[dict]:
-        r = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
-        r.raise_for_status()
-        return r.json()["data"]["result"]
-
-    def wait_for(self, promql: str, timeout: float = 30.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = self.query(promql)
-            if result:
-                return result
-            time.sleep(0.5)
-        raise TimeoutError(f"no data for {promql!r} within {timeout} s")
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from prometheus_client.parser import text_string_to_metric_families
-
-from .conftest import free_port, gpuscale_cmd, start_exporter, wait_http
+from support.servers import free_port, gpuscale_cmd, start_exporter, wait_http
 
 
 def _trust(cert) -> ssl.SSLContext:

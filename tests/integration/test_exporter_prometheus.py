@@ -3,10 +3,9 @@
 import os
 
 import httpx
+from support.servers import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 from gpuscale.fields import default_counters
-
-from .conftest import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 DCGM_LABELS = {
     "gpu",

@@ -1,0 +1,1 @@
+"""GPU alert rules: the catalogue, rendering to Prometheus rule files, evaluation."""

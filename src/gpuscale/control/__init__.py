@@ -1,0 +1,1 @@
+"""The live autoscaler: Prometheus in, Kubernetes out (``gpuscale autoscale``)."""
