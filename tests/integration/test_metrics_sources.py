@@ -85,7 +85,19 @@ def _history() -> list[Series]:
     return out
 
 
-HISTORY = _history()
+# Label values that need escaping in PromQL and in both text formats, one series each.
+ESCAPE = "gpuscale_test_escape"
+AWKWARD = ['q"uote', "back\\slash", "new\nline", "tab\there", "üñï ©", 'a\\"b', "\\n", ""]
+
+
+def _escape_family() -> list[Series]:
+    return [
+        Series(ESCAPE, {"v": v, "i": str(i)}, tuple((T0 + STEP * k, float(i)) for k in range(N)))
+        for i, v in enumerate(AWKWARD)
+    ]
+
+
+HISTORY = _history() + _escape_family()
 END = T0 + STEP * (N - 1)
 
 SIGNALS = [
@@ -132,7 +144,7 @@ def store() -> MetricStore:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tools, tmp_path_factory) -> Iterator[PrometheusSource]:
+def prom_src(tools, tmp_path_factory) -> Iterator[PrometheusSource]:
     tmp = tmp_path_factory.mktemp("prom-backfill")
     data = backfill(tools["promtool"], openmetrics(HISTORY), tmp / "data", tmp)
     server = Prometheus(tools["prometheus"], tmp, [], data_dir=data)
@@ -155,7 +167,7 @@ def _vm(tools, tmp_path_factory, *flags: str) -> Iterator[PrometheusSource]:
 
 
 @pytest.fixture(scope="module")
-def victoria(tools, tmp_path_factory) -> Iterator[PrometheusSource]:
+def vm_src(tools, tmp_path_factory) -> Iterator[PrometheusSource]:
     with _vm(tools, tmp_path_factory, "-search.minStalenessInterval=5m") as src:
         yield src
 
@@ -183,8 +195,8 @@ def _compare_instants(store, remotes, signals, times) -> int:
     return found
 
 
-def test_instant_answers_agree(store, prometheus, victoria):
-    remotes = {"prometheus": prometheus, "victoria": victoria}
+def test_instant_answers_agree(store, prom_src, vm_src):
+    remotes = {"prometheus": prom_src, "victoria": vm_src}
     found = _compare_instants(store, remotes, SIGNALS, GRID + OFF + LATER)
     found += _compare_instants(store, remotes, WINDOWED, OFF + LATER)
     # Most (signal, time) pairs have data, so agreement is not agreement on nothing.
@@ -201,7 +213,7 @@ RANGES = [
 ]
 
 
-def test_range_answers_agree(store, prometheus, victoria):
+def test_range_answers_agree(store, prom_src, vm_src):
     found = 0
     for sig in SIGNALS + WINDOWED:
         for start, end, step in RANGES:
@@ -209,13 +221,22 @@ def test_range_answers_agree(store, prometheus, victoria):
                 continue  # on the grid: see the module docstring
             expected = store.range(sig, start, end, step)
             found += sum(len(r.points) for r in expected)
-            for name, src in (("prometheus", prometheus), ("victoria", victoria)):
+            for name, src in (("prometheus", prom_src), ("victoria", vm_src)):
                 got = src.range(sig, start, end, step)
                 _same(expected, got, f"{name} range {sig} T0+{start - T0}..{end - T0}/{step}")
     assert found > 1000
 
 
-def test_newest_agrees(store, prometheus, victoria):
+def test_label_values_that_need_escaping_select_exactly_their_series(store, prom_src, vm_src):
+    for i, value in enumerate(AWKWARD):
+        sig = Signal(ESCAPE, {"v": value})
+        for name, src in (("store", store), ("prometheus", prom_src), ("victoria", vm_src)):
+            found = src.instant(sig, T0 + 60.0)
+            assert [r.labels.get("i") for r in found] == [str(i)], f"{name} {value!r}"
+            assert found[0].labels.get("v", "") == value
+
+
+def test_newest_agrees(store, prom_src, vm_src):
     cases = [
         (Signal(UTIL), GRID + OFF + LATER),
         (Signal(UTIL, {"pod": "c"}), [T0 + STEP * LATE - 0.5, T0 + STEP * LATE + 0.5]),
@@ -227,14 +248,14 @@ def test_newest_agrees(store, prometheus, victoria):
         for at in times:
             expected = store.newest(sig, at)
             seen.add(expected)
-            for src in (prometheus, victoria):
+            for src in (prom_src, vm_src):
                 got = src.newest(sig, at)
                 assert got == pytest.approx(expected, abs=1e-3), f"newest {sig} at T0+{at - T0}"
     assert None in seen
     assert T0 + FLIGHT_PHASE + STEP * (FLIGHT_END - 1) in seen  # the in-flight family's last scrape
 
 
-def test_observe_gives_the_same_observation_and_decision(store, prometheus, victoria):
+def test_observe_gives_the_same_observation_and_decision(store, prom_src, vm_src):
     pods = (
         PodStatus("a", True, T0, T0 + 30),
         PodStatus("c", False, T0 + 290),
@@ -258,7 +279,7 @@ def test_observe_gives_the_same_observation_and_decision(store, prometheus, vict
     for policy in policies:
         for now in (T0 + 150.5, T0 + 600.25, END + 60.7, END + 400.2):
             want = observe(store, policy, target, now, delay_s=0.0, step_s=STEP)
-            for src in (prometheus, victoria):
+            for src in (prom_src, vm_src):
                 got = observe(src, policy, target, now, delay_s=0.0, step_s=STEP)
                 assert got.pod_metrics == want.pod_metrics
                 assert got.series.keys() == want.series.keys()
@@ -272,12 +293,12 @@ def test_observe_gives_the_same_observation_and_decision(store, prometheus, vict
     assert compared >= 10  # most comparisons had data in them
 
 
-def test_prometheus_2_includes_a_sample_on_the_window_edge(store, prometheus, victoria):
+def test_prometheus_2_includes_a_sample_on_the_window_edge(store, prom_src, vm_src):
     sig = Signal(UTIL, {"pod": "b"}, window=60.0)
     at = T0 + STEP * 10  # T0 + 90 s is a sample time, and so is at - 60 s
     (mine,) = store.instant(sig, at)
-    (prom,) = prometheus.instant(sig, at)
-    (vm,) = victoria.instant(sig, at)
+    (prom,) = prom_src.instant(sig, at)
+    (vm,) = vm_src.instant(sig, at)
     values = dict(next(s for s in HISTORY if s.labels.get("pod") == "b").points)
     left_open = np.mean([values[T0 + STEP * k] for k in range(7, 11)])
     closed = np.mean([values[T0 + STEP * k] for k in range(6, 11)])

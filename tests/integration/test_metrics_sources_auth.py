@@ -24,7 +24,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from support.servers import Prometheus
-from support.tsdb import BearerProxy, Series, backfill, openmetrics
+from support.tsdb import (
+    BearerProxy,
+    Series,
+    VictoriaMetrics,
+    backfill,
+    openmetrics,
+    prometheus_text,
+)
 
 from gpuscale.metrics import MetricsUnavailable, Signal
 from gpuscale.metrics.prometheus import PrometheusSource
@@ -235,3 +242,35 @@ def test_a_server_that_never_answers_times_out_within_the_bound():
     assert info.value.reason == "timeout"
     # One request, one read timeout of 0.5 s; one more second of slack for 2 busy cores.
     assert 0.5 <= elapsed < 1.5
+
+
+def test_victoria_metrics_with_basic_auth_over_tls(tls_server, tmp_path):
+    # The same options work unchanged against VictoriaMetrics' own -httpAuth and -tls.
+    vm_bin = shutil.which("victoria-metrics")
+    if vm_bin is None:
+        pytest.fail("victoria-metrics not installed: run ./scripts/test, which installs it")
+    _, certs = tls_server
+    ca = certs / "ca.crt"
+    flags = (
+        f"-httpAuth.username={USER}",
+        f"-httpAuth.password={PASSWORD}",
+        "-tls",
+        f"-tlsCertFile={certs / 'server.crt'}",
+        f"-tlsKeyFile={certs / 'server.key'}",
+    )
+    kw = {"auth": (USER, PASSWORD), "verify": ssl.create_default_context(cafile=str(ca))}
+    server = VictoriaMetrics(vm_bin, tmp_path, flags, scheme="https", http_kw=kw)
+    try:
+        server.import_prometheus(
+            prometheus_text([Series(SIG.metric, {"pod": "a"}, ((T0, VALUE),))])
+        )
+        with PrometheusSource(server.url, basic_auth=(USER, PASSWORD), ca_file=ca) as src:
+            assert _value(src) == VALUE
+        with (
+            PrometheusSource(server.url, basic_auth=(USER, "wrong"), ca_file=ca) as src,
+            pytest.raises(MetricsUnavailable, match="HTTP 401") as info,
+        ):
+            src.instant(SIG, T0 + 1.0)
+        assert info.value.reason == "http"
+    finally:
+        server.stop()

@@ -34,6 +34,10 @@ class Series:
     labels: Mapping[str, str]
     points: tuple[tuple[float, float], ...]
 
+    def __post_init__(self) -> None:
+        # Every writer reads the points, so a generator passed here would feed only the first.
+        object.__setattr__(self, "points", tuple(self.points))
+
 
 def _escape(value: str) -> str:
     # Label values in both text formats escape backslash, double quote and newline.
@@ -131,12 +135,24 @@ class VictoriaMetrics:
     Args:
         binary: Path of ``victoria-metrics``.
         workdir: Temporary directory for data and the log.
-        extra_args: More flags, e.g. ``-search.maxLookback=5m``.
+        extra_args: More flags, e.g. ``-search.minStalenessInterval=5m``, or
+            ``-httpAuth.username=...``/``-tls ...`` (then give ``scheme`` and ``http_kw``).
+        scheme: ``https`` when ``extra_args`` turn TLS on.
+        http_kw: httpx arguments (``auth``, ``verify``) for this helper's own requests.
     """
 
-    def __init__(self, binary: str, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        binary: str,
+        workdir: Path,
+        extra_args: tuple[str, ...] = (),
+        *,
+        scheme: str = "http",
+        http_kw: dict | None = None,
+    ) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self._kw = dict(http_kw or {})
         self.process = Process(
             [
                 binary,
@@ -147,13 +163,14 @@ class VictoriaMetrics:
             ],
             workdir / "victoria-metrics.log",
         )
-        wait_http(f"{self.url}/health", 30)
+        wait_http(f"{self.url}/health", 30, **self._kw)
 
     def import_prometheus(self, text: str) -> None:
         """Import Prometheus text (millisecond timestamps) and make it searchable now."""
-        r = httpx.post(f"{self.url}/api/v1/import/prometheus", content=text.encode(), timeout=60)
-        r.raise_for_status()
-        httpx.get(f"{self.url}/internal/force_flush", timeout=30).raise_for_status()
+        with httpx.Client(timeout=60, **self._kw) as client:
+            r = client.post(f"{self.url}/api/v1/import/prometheus", content=text.encode())
+            r.raise_for_status()
+            client.get(f"{self.url}/internal/force_flush").raise_for_status()
 
     def stop(self) -> None:
         self.process.stop()
