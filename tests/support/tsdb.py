@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from support.servers import Process, free_port, wait_http
+from support.servers import Process, Prometheus, free_port, wait_http
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,26 @@ def backfill(promtool: str, text: str, data_dir: Path, workdir: Path) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"promtool backfill failed: {done.stderr.strip() or done.stdout}")
     return data_dir
+
+
+def backfilled_prometheus(
+    workdir: Path,
+    series: Iterable[Series],
+    *,
+    prometheus: str = "prometheus",
+    promtool: str = "promtool",
+    **kw,
+) -> Prometheus:
+    """A Prometheus with no scrape targets serving ``series`` (backfilled before it starts).
+
+    Keep the samples within the retention (15 d) and older than about 2 h so they
+    never overlap the head block. ``kw`` goes to ``Prometheus`` (``web_config``, ...).
+
+    Returns:
+        The running server; stop it with ``.process.stop()``.
+    """
+    data = backfill(promtool, openmetrics(series), workdir / "data", workdir)
+    return Prometheus(prometheus, workdir, [], data_dir=data, **kw)
 
 
 def feed_store(store, series: Iterable[Series]) -> None:
