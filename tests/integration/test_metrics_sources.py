@@ -97,6 +97,14 @@ def _escape_family() -> list[Series]:
     ]
 
 
+# Non-finite samples, loaded into the servers only: the store reads NaN as absent.
+NONFINITE = "gpuscale_test_nonfinite"
+NONFINITE_SERIES = [
+    Series(NONFINITE, {"v": "nan"}, ((T0, 1.0), (T0 + STEP, math.nan))),
+    Series(NONFINITE, {"v": "inf"}, ((T0, 1.0), (T0 + STEP, math.inf))),
+    Series(NONFINITE, {"v": "-inf"}, ((T0, 1.0), (T0 + STEP, -math.inf))),
+]
+
 HISTORY = _history() + _escape_family()
 END = T0 + STEP * (N - 1)
 
@@ -146,7 +154,7 @@ def store() -> MetricStore:
 @pytest.fixture(scope="module")
 def prom_src(tools, tmp_path_factory) -> Iterator[PrometheusSource]:
     tmp = tmp_path_factory.mktemp("prom-backfill")
-    data = backfill(tools["promtool"], openmetrics(HISTORY), tmp / "data", tmp)
+    data = backfill(tools["promtool"], openmetrics(HISTORY + NONFINITE_SERIES), tmp / "data", tmp)
     server = Prometheus(tools["prometheus"], tmp, [], data_dir=data)
     try:
         with PrometheusSource(server.url) as src:
@@ -159,7 +167,7 @@ def prom_src(tools, tmp_path_factory) -> Iterator[PrometheusSource]:
 def _vm(tools, tmp_path_factory, *flags: str) -> Iterator[PrometheusSource]:
     server = VictoriaMetrics(tools["victoria-metrics"], tmp_path_factory.mktemp("vm"), flags)
     try:
-        server.import_prometheus(prometheus_text(HISTORY))
+        server.import_prometheus(prometheus_text(HISTORY + NONFINITE_SERIES))
         with PrometheusSource(server.url) as src:
             yield src
     finally:
@@ -234,6 +242,20 @@ def test_label_values_that_need_escaping_select_exactly_their_series(store, prom
             found = src.instant(sig, T0 + 60.0)
             assert [r.labels.get("i") for r in found] == [str(i)], f"{name} {value!r}"
             assert found[0].labels.get("v", "") == value
+
+
+def test_non_finite_samples_come_back_as_such_from_prometheus_and_nan_is_skipped_by_vm(
+    prom_src, vm_src
+):
+    def latest(src) -> dict[str, float]:
+        return {r.labels["v"]: r.points[0][1] for r in src.instant(Signal(NONFINITE), T0 + STEP)}
+
+    prom = latest(prom_src)
+    assert math.isnan(prom.pop("nan"))
+    assert prom == {"inf": math.inf, "-inf": -math.inf}
+    # VictoriaMetrics keeps the infinities but skips a NaN sample when querying, so the
+    # previous value (1.0) is served in its place.
+    assert latest(vm_src) == {"nan": 1.0, "inf": math.inf, "-inf": -math.inf}
 
 
 def test_newest_agrees(store, prom_src, vm_src):
