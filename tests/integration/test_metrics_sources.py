@@ -24,6 +24,8 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.servers import Prometheus
 from support.tsdb import (
     Series,
@@ -340,3 +342,35 @@ def test_default_victoria_metrics_ends_series_one_interval_after_the_last_sample
     assert want.points[-1][0] == last + 240.0  # the store (and Prometheus) carry it on
     assert last <= got.points[-1][0] <= last + 2 * STEP
     assert got.points == want.points[: len(got.points)]
+
+
+LABEL_VALUES = {
+    "pod": ["a", "b", "c", ""],
+    "Hostname": ["n1", "n2"],
+    "model": ["llama", ODD, ""],
+}
+
+
+@st.composite
+def _signals(draw) -> Signal:
+    metric = draw(st.sampled_from([UTIL, FLIGHT]))
+    names = draw(st.lists(st.sampled_from(sorted(LABEL_VALUES)), unique=True, max_size=2))
+    matchers = {n: draw(st.sampled_from(LABEL_VALUES[n])) for n in names}
+    aggregation = draw(st.sampled_from(["none", "sum", "avg", "max", "min", "count"]))
+    by = tuple(draw(st.lists(st.sampled_from(sorted(LABEL_VALUES)), unique=True, max_size=2)))
+    # Whole or half seconds: with the evaluation times below, t - window never lands on
+    # a sample (see the module docstring), whatever the window.
+    window = draw(st.sampled_from([0.0, 0.0, 0.5, 15.0, 30.0, 60.0, 150.5, 300.0]))
+    return Signal(metric, matchers, aggregation, by, window)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sig=_signals(), k=st.integers(-2, N + 25), ranged=st.booleans())
+def test_random_signals_agree(store, prom_src, vm_src, sig, k, ranged):
+    at = T0 + STEP * k + 7.25
+    for name, src in (("prometheus", prom_src), ("victoria", vm_src)):
+        if ranged:
+            want, got = store.range(sig, at - 300.0, at, 10.0), src.range(sig, at - 300.0, at, 10.0)
+        else:
+            want, got = store.instant(sig, at), src.instant(sig, at)
+        _same(want, got, f"{name} {sig} at T0+{at - T0} range={ranged}")
