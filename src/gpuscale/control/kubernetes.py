@@ -10,6 +10,7 @@ jitter, a 403 becomes one ``KubeForbiddenError`` naming the RBAC rule to add, an
 anything else is one ``KubeUnavailableError`` line.
 """
 
+import itertools
 import json
 import logging
 import os
@@ -310,7 +311,7 @@ class KubeActuator:
         self._instance = socket.gethostname()
         self._plurals: dict[tuple[str, str], str] = dict(_WELL_KNOWN)
         self._uids: dict[TargetRef, str] = {}
-        self._events = 0
+        self._event_seq = itertools.count(1)  # next() is atomic: safe across worker threads
 
     @classmethod
     def connect(
@@ -321,6 +322,7 @@ class KubeActuator:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
+        pool_size: int = 32,
     ) -> "KubeActuator":
         """Connect in-cluster (no kubeconfig and KUBERNETES_SERVICE_HOST set) or by kubeconfig.
 
@@ -330,6 +332,7 @@ class KubeActuator:
             retry: Retry bounds (see ``KubeActuator``).
             sleep: Sleeps between retries.
             clock: Wall clock for Event timestamps.
+            pool_size: Connections kept open to the API server (at least the worker threads).
 
         Returns:
             The actuator.
@@ -358,6 +361,7 @@ class KubeActuator:
                 where, f"cannot load: {reason}", "pass a valid kubeconfig and context"
             ) from None
         cfg.retries = False  # our own bounded retries, not urllib3's silent ones
+        cfg.connection_pool_maxsize = pool_size
         return cls(k8s.ApiClient(cfg), retry=retry, sleep=sleep, clock=clock)
 
     def close(self) -> None:
@@ -476,14 +480,14 @@ class KubeActuator:
         if ref not in self._uids:
             self._scale(ref)
         now = self._clock()
-        self._events += 1  # keeps names unique when the clock has not moved
+        seq = next(self._event_seq)  # keeps names unique when the clock has not moved
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             # client-go's recorder names events <object>.<unix nanoseconds in hex>
             "metadata": {
-                "name": f"{ref.name}.{int(now * 1e9) + self._events:x}",
+                "name": f"{ref.name}.{int(now * 1e9) + seq:x}",
                 "namespace": ref.namespace,
             },
             "involvedObject": {
