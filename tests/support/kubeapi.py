@@ -36,6 +36,7 @@ What the double does not model (and so what these tests cannot show):
   workloads are not served; conditions on Deployments are not written.
 """
 
+import contextlib
 import json
 import threading
 import time
@@ -359,9 +360,14 @@ class _Handler(BaseHTTPRequestHandler):
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        retry_after = (body.get("details") or {}).get("retryAfterSeconds")
+        if body.get("kind") == "Status" and retry_after:
+            self.send_header("Retry-After", str(retry_after))
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        # the client may have given up (a timeout test); there is no one to answer then
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(data)
 
     def _serve(self, method: str) -> None:
         parts = urlsplit(self.path)
@@ -490,9 +496,8 @@ def _fault(api: KubeApiDouble, method: str, path: str, target: tuple[Any, ...] |
         raise ApiError(
             m.status(403, "Forbidden", f'forbidden: User "{api.user}" cannot get path "{path}"')
         )
-    raise ApiError(
-        m.server_error(code) if code >= 500 else m.status(code, "Unknown", "injected fault")
-    )
+    known = code >= 500 or code == 429
+    raise ApiError(m.server_error(code) if known else m.status(code, "Unknown", "injected fault"))
 
 
 def _discovery(api: KubeApiDouble, segs: list[str]) -> Obj | None:

@@ -228,7 +228,10 @@ class KubeCall:
         text = data.decode("utf-8", "replace") if data else ""
         code = int(response.status)
         if 200 <= code < 300:
-            return json.loads(text) if text else {}
+            try:
+                return json.loads(text) if text else {}
+            except ValueError:
+                raise KubeUnavailableError(f"{method} {path}: answer is not JSON", code) from None
         if code == 403:
             raise _forbidden(method, path, text)
         if code in (409, 429) or code >= 500:

@@ -235,3 +235,48 @@ def test_unknown_context_is_a_one_line_config_error(api, tmp_path):
     with pytest.raises(ConfigError, match="--context elsewhere: cannot load") as err:
         KubeActuator.connect(str(kubeconfig), context="elsewhere")
     assert "\n" not in str(err.value)
+
+
+def test_too_many_requests_waits_the_retry_after(api, actuator, sleeps):
+    api.create_deployment("web", replicas=1)
+    api.fail_next(429, method="PUT", path=SCALE_PATH)
+    actuator.scale(DEPLOY, 2)
+    assert sleeps == [1.0]  # the Retry-After header the API server sends with 429
+    assert api.count("PUT", SCALE_PATH) == 2
+
+
+def test_slow_answer_times_out_and_is_retried(api, tmp_path, sleeps):
+    import time
+
+    api.create_deployment("web", replicas=1)
+    policy = RetryPolicy(attempts=3, base_s=0.1, max_s=0.1, total_s=30.0, timeout_s=0.3)
+    act = KubeActuator.connect(
+        str(api.write_kubeconfig(tmp_path / "kc")), retry=policy, sleep=sleeps.append
+    )
+    api.before_next(lambda: time.sleep(0.6), method="GET", path=SCALE_PATH)
+    start = time.monotonic()
+    assert act.status(DEPLOY).desired == 1
+    # the first read gave up at the 0.3 s timeout; the retry waited for the stalled server
+    assert len(sleeps) == 1
+    assert api.count("GET", SCALE_PATH) == 2
+    assert time.monotonic() - start < 5.0
+    act.close()
+
+
+def test_retries_stop_at_the_total_time_bound(api, actuator):
+    from gpuscale.control.kubernetes import KubeCall
+
+    api.create_deployment("web", replicas=1)
+    api.fail_next(503, 1000, method="GET", path=SCALE_PATH)
+    now = [0.0]
+
+    def fake_sleep(s: float) -> None:
+        now[0] += s
+
+    policy = RetryPolicy(attempts=1000, base_s=1.0, max_s=1.0, total_s=10.0)
+    call = KubeCall(actuator.api_client, policy, sleep=fake_sleep, monotonic=lambda: now[0])
+    with pytest.raises(KubeUnavailableError, match="HTTP 503"):
+        call("GET", SCALE_PATH)
+    assert now[0] <= policy.total_s  # never sleeps past the bound
+    # with waits of up to 1 s each, using most of 10 s takes more than 10 tries
+    assert api.count("GET", SCALE_PATH) > 10
