@@ -344,25 +344,30 @@ class KubeActuator:
             ConfigError: When the kubeconfig is missing, unreadable or lacks the context.
         """
         cfg = k8s.Configuration()
+        in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        if kubeconfig is not None and not os.path.isfile(kubeconfig):
+            raise config_error(
+                f"--kubeconfig {kubeconfig}", "no such file", "pass an existing kubeconfig"
+            )
         try:
-            if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            if in_cluster:
                 k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             else:
-                if kubeconfig is not None and not os.path.isfile(kubeconfig):
-                    raise config_error(
-                        f"--kubeconfig {kubeconfig}", "no such file", "pass an existing kubeconfig"
-                    )
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
         except k8s_config.ConfigException as exc:
-            where = f"--kubeconfig {kubeconfig}" if kubeconfig else "kubeconfig (~/.kube/config)"
-            if context:
-                where += f" --context {context}"
+            if in_cluster:
+                where, fix = (
+                    "in-cluster config",
+                    "mount the service account token or pass --kubeconfig",
+                )
+            else:
+                where = f"--kubeconfig {kubeconfig}" if kubeconfig else "kubeconfig ~/.kube/config"
+                where += f" --context {context}" if context else ""
+                fix = "pass a valid kubeconfig and context"
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise config_error(
-                where, f"cannot load: {reason}", "pass a valid kubeconfig and context"
-            ) from None
+            raise config_error(where, f"cannot load: {reason}", fix) from None
         cfg.retries = False  # our own bounded retries, not urllib3's silent ones
         cfg.connection_pool_maxsize = pool_size
         return cls(k8s.ApiClient(cfg), retry=retry, sleep=sleep, clock=clock)

@@ -280,3 +280,13 @@ def test_retries_stop_at_the_total_time_bound(api, actuator):
     assert now[0] <= policy.total_s  # never sleeps past the bound
     # with waits of up to 1 s each, using most of 10 s takes more than 10 tries
     assert api.count("GET", SCALE_PATH) > 10
+
+
+def test_in_cluster_without_a_service_account_is_one_line(monkeypatch):
+    from gpuscale.errors import ConfigError
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ConfigError, match=r"^in-cluster config: cannot load") as err:
+        KubeActuator.connect()
+    assert "\n" not in str(err.value)
