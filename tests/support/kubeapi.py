@@ -389,6 +389,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, body)
 
 
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")  # Go's decoder rejects NaN and Infinity too
+
+
 def _authenticate(api: KubeApiDouble, header: str | None) -> None:
     if api.token and header != f"Bearer {api.token}":
         raise ApiError(m.status(401, "Unauthorized", "Unauthorized"))
@@ -426,8 +430,8 @@ def _route(
     body: Any = None
     if raw:
         try:
-            body = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            body = json.loads(raw, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as exc:
             raise ApiError(m.bad_request(f"invalid JSON in request body: {exc}")) from None
     store = api.store
     if sub == "scale":

@@ -473,7 +473,10 @@ class KubeActuator:
         """Write ``state`` as JSON into annotation ``gpuscale.io/<key>`` by a merge patch."""
         if not _ANNOTATION_NAME.match(key):
             raise ValueError(f"state key {key!r} is not a valid annotation name")
-        text = json.dumps(state, sort_keys=True, separators=(",", ":"))
+        try:  # NaN and Infinity are not JSON: the API server would answer 400
+            text = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"state for {key!r} is not JSON: {exc}") from None
         if len(text.encode()) > _ANNOTATIONS_MAX_BYTES:
             raise ValueError(f"state for {key!r} is {len(text)} bytes; annotations hold 256 KiB")
         patch = {"metadata": {"annotations": {STATE_PREFIX + key: text}}}

@@ -308,3 +308,10 @@ def test_event_validation(api, http):
     assert "involvedObject.namespace" in r.json()["message"]
     event["involvedObject"]["namespace"] = "default"
     assert http.post("/api/v1/namespaces/default/events", json=event).status_code == 201
+
+
+def test_nan_in_a_body_is_a_bad_request(api, http):
+    api.create_deployment("web", replicas=1)
+    r = http.patch(DEPLOY, content=b'{"metadata": {"labels": {"x": NaN}}}', headers=MERGE)
+    assert r.status_code == 400
+    assert r.json()["reason"] == "BadRequest"
