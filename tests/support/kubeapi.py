@@ -33,7 +33,10 @@ What the double does not model (and so what these tests cannot show):
 - the scheduler only spreads pods over schedulable nodes (``spec.unschedulable``); no
   resources, affinity or GPU accounting;
 - Events are stored as sent (no aggregation or series, no TTL); status subresources of
-  workloads are not served; conditions on Deployments are not written.
+  workloads are not served; conditions on Deployments are not written;
+- namespaces are not objects (every namespace exists); DeleteOptions (grace period,
+  preconditions, propagation policy) and the ``resourceVersion`` list parameters are
+  ignored; a PUT with no resourceVersion is an unconditional update for every kind.
 """
 
 import contextlib
