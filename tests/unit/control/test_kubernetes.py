@@ -208,6 +208,7 @@ def test_connection_refused_is_retried_then_unavailable(tmp_path, sleeps):
     assert err.value.status is None
     assert "cannot reach the API server" in str(err.value)
     assert len(sleeps) == POLICY.attempts - 1
+    act.close()
 
 
 def test_bearer_token_from_the_kubeconfig(tmp_path):
@@ -219,6 +220,7 @@ def test_bearer_token_from_the_kubeconfig(tmp_path):
         with pytest.raises(KubeUnavailableError) as err:
             good.status(DEPLOY)
         assert err.value.status == 401
+        good.close()
 
 
 def test_missing_kubeconfig_is_a_one_line_config_error(tmp_path):
