@@ -104,6 +104,7 @@ class KubeApiDouble:
             self.store, ready_after_s=ready_after_s, terminate_after_s=terminate_after_s
         )
         self.faults = m.Faults()
+        self.stalls = m.Faults()
         self.requests: Counter[str] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -312,6 +313,13 @@ class KubeApiDouble:
         with self.store.lock:
             self.faults.rules.append([action, count, method, path])
 
+    def stall_next(
+        self, seconds: float, count: int = 1, *, method: str | None = None, path: str | None = None
+    ) -> None:
+        """Answer the next ``count`` matching requests ``seconds`` late (a slow API server)."""
+        with self.store.lock:
+            self.stalls.rules.append([seconds, count, method, path])
+
     def count(self, method: str, path: str) -> int:
         """Requests seen for ``METHOD path`` (path without the query string)."""
         return self.requests[f"{method} {path}"]
@@ -380,6 +388,10 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.api
         with api.store.lock:
             api.requests[f"{method} {path}"] += 1
+            stall = api.stalls.take(method, path)
+        if stall:
+            time.sleep(stall)  # outside the lock: other requests are answered meanwhile
+        with api.store.lock:
             try:
                 _authenticate(api, self.headers.get("Authorization"))
                 api.workloads.sync()
