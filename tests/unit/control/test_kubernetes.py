@@ -292,3 +292,33 @@ def test_in_cluster_without_a_service_account_is_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"^in-cluster config: cannot load") as err:
         KubeActuator.connect()
     assert "\n" not in str(err.value)
+
+
+def test_endless_conflicts_give_up_with_status_409(api, actuator, sleeps):
+    api.create_deployment("web", replicas=1)
+    bump = iter(range(1000))
+    api.before_next(
+        lambda: api.patch_object(
+            "apps/v1",
+            "deployments",
+            "web",
+            "default",
+            {"metadata": {"labels": {"n": str(next(bump))}}},
+        ),
+        100,
+        method="PUT",
+        path=SCALE_PATH,
+    )
+    with pytest.raises(KubeUnavailableError) as err:
+        actuator.scale(DEPLOY, 3)
+    assert err.value.status == 409
+    assert api.count("PUT", SCALE_PATH) == POLICY.attempts
+    assert api.get("apps/v1", "deployments", "web", "default")["spec"]["replicas"] == 1
+
+
+def test_custom_kind_without_a_selector_has_no_pods(api, actuator):
+    api.register_scalable_kind("serving.example.io", "v1", "Pool", "pools")
+    body = {"metadata": {"name": "p"}, "spec": {"replicas": 2}, "status": {"replicas": 2}}
+    api.create_object("serving.example.io/v1", "pools", body, "default")
+    status = actuator.status(TargetRef("serving.example.io/v1", "Pool", "p", "default"))
+    assert (status.desired, status.pods) == (2, ())
