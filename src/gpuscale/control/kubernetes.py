@@ -32,6 +32,9 @@ from gpuscale.scaling.policy import PodStatus, TargetStatus
 
 logger = logging.getLogger(__name__)
 
+ApiClient = k8s.ApiClient
+"""The client's connection; other modules name it through here, never importing ``kubernetes``."""
+
 T = TypeVar("T")
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"

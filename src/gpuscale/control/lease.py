@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client as k8s
-
-from gpuscale.control.kubernetes import KubeCall, KubeUnavailableError, RetryPolicy
+from gpuscale.control.kubernetes import ApiClient, KubeCall, KubeUnavailableError, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +77,7 @@ class LeaseElector:
 
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        api_client: ApiClient,
         namespace: str,
         name: str,
         identity: str,
