@@ -589,3 +589,52 @@ def amdsmi_get_gpu_metrics_info(processor_handle: _Handle) -> dict[str, Any]:
         "xcp_stats.jpeg_busy": _per_xcp(list(gpu.jpeg_busy), 32),
         "vram_max_bandwidth": gpu.vram_max_bandwidth,
     }
+
+
+# --- fleets, for an exporter process started with the fake on PYTHONPATH ------------
+def mi300x(index: int) -> FakeAmdGpu:
+    """An MI300X OAM board in SPX/NPS1, as the exporter's MI3xx rows describe it."""
+    return FakeAmdGpu(
+        uuid=f"5fff74a1-0000-1000-80bd-{index:012x}",
+        product_serial=f"6922510011{index:02d}",
+        bdf=f"0000:{0x0C + 0x10 * index:02x}:00.0",
+        drm_card=index + 1,
+    )
+
+
+def mi210(index: int) -> FakeAmdGpu:
+    """An MI210 PCIe card: average power, an edge sensor, four HBM stacks, no XCP stats."""
+    return FakeAmdGpu(
+        uuid=f"740f74a1-0000-1000-80bd-{index:012x}",
+        market_name="AMD Instinct MI210",
+        model_number="102-D67305-00",
+        product_serial=f"7402110011{index:02d}",
+        bdf=f"0000:{0x0C + 0x10 * index:02x}:00.0",
+        drm_card=index + 1,
+        current_socket_power="N/A",
+        average_socket_power=280,
+        hbm_temps=[51, 52, 50, 53],
+        gfx_busy_inst=["N/A"] * 8,
+        vcn_busy=["N/A"] * 4,
+        jpeg_busy=["N/A"] * 32,
+        pcie_speed=16000,
+        pcie_max_speed=16000,
+    )
+
+
+_KINDS = {"mi300x": mi300x, "mi210": mi210}
+
+
+def fleet(spec: str) -> list[FakeAmdGpu]:
+    """GPUs from ``kind:count[,kind:count...]``; kinds: mi300x, mi210, and ``+ecc``
+    after a kind for a GPU with an uncorrectable UMC error (the exporter: unhealthy)."""
+    gpus: list[FakeAmdGpu] = []
+    for part in spec.split(","):
+        kind, _, count = part.strip().partition(":")
+        base, _, flag = kind.partition("+")
+        for _ in range(int(count or 1)):
+            gpu = _KINDS[base](len(gpus))
+            if flag == "ecc":
+                gpu.ecc_blocks = {**gpu.ecc_blocks, 1: (12, 1, 0)}
+            gpus.append(gpu)
+    return gpus

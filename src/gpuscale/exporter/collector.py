@@ -12,7 +12,13 @@ from typing import Protocol
 
 from prometheus_client.metrics_core import Metric
 
-from gpuscale.fields.amd import AMD_FIELDS, AMD_LABELS, NODE_GPUS, split_labelled_key
+from gpuscale.fields.amd import (
+    AMD_FIELDS,
+    AMD_LABELS,
+    CLUSTER_LABEL,
+    NODE_GPUS,
+    split_labelled_key,
+)
 from gpuscale.fields.counters import Counter
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot
 
@@ -112,7 +118,10 @@ class SnapshotFamilies:
         if info.mig_instance_id is not None:
             known["gpu_partition_id"] = str(info.mig_instance_id)
         self._add_pod(known, info)
-        return {name: known.get(name, "") for name in AMD_LABELS}
+        labels = {name: known.get(name, "") for name in AMD_LABELS}
+        if CLUSTER_LABEL in known:
+            labels[CLUSTER_LABEL] = known[CLUSTER_LABEL]
+        return labels
 
     def _add_pod(self, labels: dict[str, str], info: GpuInfo) -> None:
         if self._pods is None:
@@ -184,7 +193,8 @@ class SnapshotFamilies:
 def _amd_families(entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> Iterable[Metric]:
     """device-metrics-exporter's families; per-index values carry their index labels."""
     families = {name: Metric(name, field.help, "gauge") for name, field in AMD_FIELDS.items()}
-    node = {"hostname": entities[0][1]["hostname"]}  # a snapshot is one node's
+    first = entities[0][1]  # a snapshot is one node's
+    node = {k: first[k] for k in ("hostname", CLUSTER_LABEL) if k in first}
     families[NODE_GPUS].add_sample(NODE_GPUS, node, float(len(entities)))
     for device, labels in entities:
         for key, value in device.values.items():

@@ -58,7 +58,11 @@ AMD_OPTIONAL_LABELS: tuple[str, ...] = (
     "vbios_version",
 )
 
-#: Every label of a GPU series, mandatory first.
+#: The one custom label the exporter allows (its ``CustomLabels`` config); it goes
+#: on every series, ``gpu_nodes_total`` included, and only when it is set.
+CLUSTER_LABEL = "cluster_name"
+
+#: Every label of a GPU series, mandatory first (``cluster_name`` follows when set).
 AMD_LABELS: tuple[str, ...] = AMD_MANDATORY_LABELS + AMD_OPTIONAL_LABELS
 
 
@@ -269,6 +273,7 @@ __all__ = [
     "AMD_MANDATORY_LABELS",
     "AMD_OPTIONAL_LABELS",
     "AMD_PROFILER_ONLY",
+    "CLUSTER_LABEL",
     "ECC_BLOCKS",
     "LABEL_KEY_SEPARATOR",
     "NODE_GPUS",

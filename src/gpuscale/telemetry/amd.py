@@ -28,6 +28,7 @@ identity labels (``card_model`` is the board part number, as its dashboards'
 import contextlib
 import io
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ logger = logging.getLogger(__name__)
 _ABSENT = frozenset({2, 3, 40})  # NOT_SUPPORTED, NOT_YET_IMPLEMENTED, NO_DATA
 _LOST = frozenset({8, 31, 34, 54})  # TIMEOUT, NOT_FOUND, DRIVER_NOT_LOADED, AMDGPU_RESTART_ERR
 _MIB = 1024 * 1024
+CLUSTER_ENV = "GPUSCALE_CLUSTER_NAME"
 
 
 def _load() -> ModuleType:
@@ -94,6 +96,9 @@ class AmdSource:
         clock: Wall clock in seconds, stamped on each snapshot.
         hostname: Host name for the snapshot; defaults to this machine's.
         library: The amdsmi module to use; tests pass a fake. Imported when None.
+        cluster_name: The exporter's ``cluster_name`` custom label, which its
+            dashboards' first variable lists; defaults to ``GPUSCALE_CLUSTER_NAME``
+            from the environment, and no label when that is unset or empty.
 
     Raises:
         SourceUnavailableError: amdsmi cannot be imported or initialised here.
@@ -107,8 +112,12 @@ class AmdSource:
         clock: Callable[[], float] = time.time,
         hostname: str | None = None,
         library: ModuleType | None = None,
+        cluster_name: str | None = None,
     ) -> None:
         self._clock = clock
+        if cluster_name is None:
+            cluster_name = os.environ.get(CLUSTER_ENV, "")
+        self._cluster = cluster_name.strip()
         self._hostname = hostname or socket.gethostname()
         self._closed = False
         self._told_absent: set[tuple[int, str]] = set()
@@ -194,7 +203,7 @@ class AmdSource:
             ("card_series", series),
             ("card_vendor", _text(asic.get("vendor_name")) or ""),
             ("vbios_version", _text(vbios.get("version")) or ""),
-        )
+        ) + ((("cluster_name", self._cluster),) if self._cluster else ())
         return GpuInfo(
             index=index,
             uuid=GpuUuid(str(uuid)),
