@@ -154,3 +154,14 @@ def test_pod_labels_fill_the_mandatory_slots(smi):
     by_gpu = {s.labels["gpu_id"]: s.labels for s in samples["gpu_used_vram"]}
     assert [by_gpu["1"][k] for k in ("pod", "namespace", "container")] == ["rocm-0", "ml", "hip"]
     assert [by_gpu["0"][k] for k in ("pod", "namespace", "container")] == ["", "", ""]
+
+
+def test_cluster_name_goes_on_every_series_only_when_set(smi, monkeypatch):
+    monkeypatch.delenv("GPUSCALE_CLUSTER_NAME", raising=False)
+    _, plain = scrape(fleet(smi))
+    assert all("cluster_name" not in s.labels for series in plain.values() for s in series)
+    monkeypatch.setenv("GPUSCALE_CLUSTER_NAME", "lab-a")
+    _, named = scrape(fleet(smi))
+    gpu_and_node = [s for n, series in named.items() if n in AMD_FIELDS for s in series]
+    assert {s.labels["cluster_name"] for s in gpu_and_node} == {"lab-a"}
+    assert named["gpu_nodes_total"][0].labels == {"hostname": "node-b", "cluster_name": "lab-a"}
