@@ -29,7 +29,7 @@ Run (the machine is shared: numbers are medians, and every ratio in the README
 is between cells of the same run):
 
     python bench/bench_overhead.py           # full grid, about 5 minutes
-    python bench/bench_overhead.py --quick   # 8 GPUs, 2 x 2 cells, 30 s window
+    python bench/bench_overhead.py --quick   # 8 GPUs, 2 x 2 cells, 30 s window; prints only
 """
 
 import argparse
@@ -297,7 +297,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 GPUs, 2 x 2 cells, 30 s window")
     parser.add_argument("--window", type=float, help="seconds measured (default 180, quick 30)")
-    parser.add_argument("--no-write", action="store_true", help="print only; keep results.json")
+    parser.add_argument("--no-write", action="store_true", help="print only (--quick never writes)")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     sub_s = 30.0 if args.quick else 60.0  # a multiple of every interval in the plan
@@ -327,7 +327,7 @@ def main() -> None:
         },
     }
     print(f"wall {out['wall_s']:.0f} s; 1 s collect, 8 GPUs: {worst:.2f} % of a core (goal < 2 %)")
-    if not args.no_write:
+    if not (args.no_write or args.quick):  # a quick run must not replace the full grid
         path = ROOT / "results.json"
         existing = json.loads(path.read_text()) if path.exists() else {}
         existing["overhead"] = out
