@@ -1,22 +1,22 @@
 """AMD's own Grafana dashboards against a real Prometheus scraping ``--source amd``.
 
 The exporter runs as a process with the amdsmi fake first on its PYTHONPATH
-(tests/fakes/amdsmi_site) and a mixed fleet: MI300X boards (one with an
-uncorrectable ECC error, so the exporter's health rule marks it unhealthy) and
+(tests/fakes/amdsmi_site) and a mixed fleet: MI300X boards (two with an
+uncorrectable ECC error, so the exporter's health rule marks them unhealthy) and
 MI210 cards, whose ``card_model`` values select the other branch of each
-dashboard's MI2xx/MI3xx queries. A real gRPC pod-resources server gives two of
-the GPUs to pods. Every expression of the five dashboards (tests/data/amd,
+dashboard's MI2xx/MI3xx queries. A real gRPC pod-resources server gives three
+GPUs to Kubernetes pods, and Slurm prolog files (AMD's format) give three
+others to a Slurm job, so both the pod and the job variants of the dashboards'
+queries have something to show. Every expression of the five dashboards (tests/data/amd,
 copied from ROCm/device-metrics-exporter) is run with the dashboards' own
 template variables, resolved through their own ``label_values`` chain the way
 Grafana resolves them; a query passes when some choice of variable values
 returns data.
 
-Two kinds of query cannot return data here, and the test pins exactly which:
-those that need a Slurm job (``job_id!=""``: gpuscale attributes GPUs to
-Kubernetes pods, not to Slurm jobs, so ``job_id`` is always empty, as it is on
-a Kubernetes node under AMD's exporter) and those that read the rocprofiler
-counters no amdsmi call gives (``AMD_PROFILER_ONLY``). For those the test
-checks the opposite: no data at all, never a made-up 0.
+One kind of query cannot return data here, and the test pins exactly which:
+those reading the rocprofiler counters no amdsmi call gives
+(``AMD_PROFILER_ONLY``). For those the test checks the opposite: no data at
+all, never a made-up 0.
 """
 
 import json
@@ -41,13 +41,14 @@ pytestmark = pytest.mark.integration
 
 TESTS = Path(__file__).resolve().parents[1]
 DASHBOARDS = sorted((TESTS / "data" / "amd").glob("dashboard_*.json"))
-FLEET = "mi300x:5,mi300x+ecc:1,mi210:2"
+FLEET = "mi300x:4,mi300x+ecc:2,mi210:2"
 GPUS = 8
 CLUSTER = "lab-a"
 # The device plugin lists AMD GPUs by PCI address; the fake puts GPU i at 0x0c + 0x10 * i.
-# train-1 holds the unhealthy MI300X and an MI210, so the job dashboard's
-# "unhealthy GPUs of this pod" panel has something to show.
+# train-1 and the Slurm job each hold an unhealthy MI300X and an MI210, so the
+# job dashboard's "unhealthy GPUs of this pod/job" panels have something to show.
 PODS = {"llm-0": ((0,), "serving", "vllm"), "train-1": ((5, 6), "ml", "trainer")}
+SLURM_GPUS = "3,4,7"
 # $__interval: ten 1 s scrapes, so delta() over it always has two samples.
 INTERVAL = "10s"
 
@@ -91,9 +92,25 @@ def kubelet_socket() -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _slurm_prolog(folder: Path) -> None:
+    """The files AMD's slurm-prolog.sh writes: one per GPU of the job, the same JSON."""
+    env = {
+        "SLURM_JOB_ID": "4711",
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_PARTITION": "mi300",
+        "SLURM_CLUSTER_NAME": "hpc-a",
+        "SLURM_JOB_GPUS": SLURM_GPUS,
+        "CUDA_VISIBLE_DEVICES": SLURM_GPUS,
+    }
+    folder.mkdir()
+    for gpu in SLURM_GPUS.split(","):
+        (folder / gpu).write_text(json.dumps(env))
+
+
 @pytest.fixture(scope="module")
 def amd_prometheus(prometheus_bin, kubelet_socket, tmp_path_factory) -> Iterator[Prometheus]:
     tmp = tmp_path_factory.mktemp("amd")
+    _slurm_prolog(tmp / "slurm")
     port = free_port()
     site = str(TESTS / "fakes" / "amdsmi_site")
     env = {
@@ -102,6 +119,7 @@ def amd_prometheus(prometheus_bin, kubelet_socket, tmp_path_factory) -> Iterator
         "PYTHONPATH": os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p),
         "FAKE_AMDSMI_FLEET": FLEET,
         "GPUSCALE_CLUSTER_NAME": CLUSTER,
+        "GPUSCALE_SLURM_JOB_DIR": str(tmp / "slurm"),
     }
     args = [*gpuscale_cmd(), "exporter", "--source", "amd", "--address", f"127.0.0.1:{port}"]
     args += ["--collect-interval", "500", "--kubernetes"]
@@ -113,6 +131,7 @@ def amd_prometheus(prometheus_bin, kubelet_socket, tmp_path_factory) -> Iterator
         server = Prometheus(prometheus_bin, tmp, [f"127.0.0.1:{port}"])
         server.wait_for(f"count(gpu_health) == {GPUS}")
         server.wait_for('count(gpu_used_vram{pod!=""}) == 3')
+        server.wait_for('count(gpu_used_vram{job_id="4711"}) == 3')
         time.sleep(3)  # a few more scrapes, so every delta() window holds two samples
         yield server
     except TimeoutError:
@@ -195,9 +214,8 @@ def _has_data(prom: Prometheus, expr: str, choices: list[dict[str, str]], seen: 
 
 
 def _cannot_have_data(expr: str) -> bool:
-    """Queries that need a Slurm job or a rocprofiler counter (see the module docstring)."""
-    slurm_only = 'job_id!=""' in expr and 'pod!=""' not in expr and "vector(0)" not in expr
-    return slurm_only or any(name in expr for name in AMD_PROFILER_ONLY)
+    """Queries that read a rocprofiler counter (see the module docstring)."""
+    return any(name in expr for name in AMD_PROFILER_ONLY)
 
 
 def test_dashboard_copies_hold_the_five_gpu_dashboards():
@@ -237,15 +255,21 @@ def test_variable_chain_resolves_to_the_fleet(amd_prometheus):
     assert {c["g_gpu_partition_id"] for c in choices} == {"0"}
 
 
-def test_pods_and_unhealthy_gpu_reach_prometheus(amd_prometheus):
+def test_pods_jobs_and_unhealthy_gpus_reach_prometheus(amd_prometheus):
     held = amd_prometheus.query('gpu_used_vram{pod!=""}')
     assert {(r["metric"]["pod"], r["metric"]["gpu_id"]) for r in held} == {
         ("llm-0", "0"),
         ("train-1", "5"),
         ("train-1", "6"),
     }
+    jobs = amd_prometheus.query('gpu_used_vram{job_id!=""}')
+    assert {
+        (r["metric"]["job_id"], r["metric"]["job_user"], r["metric"]["gpu_id"]) for r in jobs
+    } == {("4711", "alice", gpu) for gpu in SLURM_GPUS.split(",")}
+    # The custom cluster label wins over the job's SLURM_CLUSTER_NAME, as upstream.
+    assert {r["metric"]["cluster_name"] for r in jobs} == {CLUSTER}
     sick = amd_prometheus.query("gpu_health < 1")
-    assert [r["metric"]["gpu_id"] for r in sick] == ["5"]
+    assert sorted(r["metric"]["gpu_id"] for r in sick) == ["4", "5"]
 
 
 def test_no_prometheus_series_for_what_amdsmi_cannot_give(amd_prometheus):

@@ -32,6 +32,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -41,6 +42,7 @@ from gpuscale.ids import GpuUuid
 from gpuscale.telemetry.amd_reads import FEEDS, AmdBatch, num, read_device
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor
 from gpuscale.telemetry.batch import DeviceLostError, FieldError
+from gpuscale.telemetry.slurm import SlurmJob, SlurmJobs
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,8 @@ class AmdSource:
         cluster_name: The exporter's ``cluster_name`` custom label, which its
             dashboards' first variable lists; defaults to ``GPUSCALE_CLUSTER_NAME``
             from the environment, and no label when that is unset or empty.
+        slurm: Where Slurm jobs per GPU come from (``job_id``, ``job_user``,
+            ``job_partition``); AMD's prolog files under ``/var/run/exporter`` when None.
 
     Raises:
         SourceUnavailableError: amdsmi cannot be imported or initialised here.
@@ -113,11 +117,13 @@ class AmdSource:
         hostname: str | None = None,
         library: ModuleType | None = None,
         cluster_name: str | None = None,
+        slurm: SlurmJobs | None = None,
     ) -> None:
         self._clock = clock
         if cluster_name is None:
             cluster_name = os.environ.get(CLUSTER_ENV, "")
         self._cluster = cluster_name.strip()
+        self._slurm = slurm if slurm is not None else SlurmJobs()
         self._hostname = hostname or socket.gethostname()
         self._closed = False
         self._told_absent: set[tuple[int, str]] = set()
@@ -243,7 +249,11 @@ class AmdSource:
         if self._closed:
             raise SourceUnavailableError("amdsmi source is closed")
         timestamp = self._clock()
-        devices = tuple(self._sample(info, handle) for info, handle in self._gpus)
+        jobs = self._slurm.by_gpu()
+        devices = tuple(
+            self._sample(self._with_job(info, jobs.get(info.index)), handle)
+            for info, handle in self._gpus
+        )
         return Snapshot(timestamp=timestamp, hostname=self._hostname, devices=devices)
 
     def close(self) -> None:
@@ -251,6 +261,15 @@ class AmdSource:
         if not self._closed:
             self._closed = True
             self._amd.amdsmi_shut_down()
+
+    def _with_job(self, info: GpuInfo, job: SlurmJob | None) -> GpuInfo:
+        """The GPU's identity plus the Slurm job holding it now, as the exporter labels it."""
+        if job is None:
+            return info
+        labels = [("job_id", job.job_id), ("job_user", job.user), ("job_partition", job.partition)]
+        if job.cluster and not self._cluster:  # the custom label wins, as upstream
+            labels.append(("cluster_name", job.cluster))
+        return replace(info, vendor_labels=info.vendor_labels + tuple(labels))
 
     # --- sampling -----------------------------------------------------------------
     def _sample(self, info: GpuInfo, handle: object) -> DeviceSample:

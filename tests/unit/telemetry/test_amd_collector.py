@@ -41,7 +41,9 @@ INDEX_LABELS = {
 
 
 @pytest.fixture
-def smi(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
+    # No Slurm prolog files from the host: an empty job folder of our own.
+    monkeypatch.setenv("GPUSCALE_SLURM_JOB_DIR", str(tmp_path / "slurm"))
     spec = importlib.util.spec_from_file_location("_gpuscale_fake_amdsmi", FAKES / "fake_amdsmi.py")
     assert spec is not None
     assert spec.loader is not None

@@ -189,7 +189,9 @@ def load_fake(monkeypatch: pytest.MonkeyPatch, name: str) -> ModuleType:
 
 
 @pytest.fixture
-def smi(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
+    # No Slurm prolog files from the host: an empty job folder of our own.
+    monkeypatch.setenv("GPUSCALE_SLURM_JOB_DIR", str(tmp_path / "slurm"))
     fake = load_fake(monkeypatch, "fake_amdsmi")
     monkeypatch.setitem(sys.modules, "amdsmi", fake)
     return fake
