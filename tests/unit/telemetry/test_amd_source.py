@@ -276,10 +276,13 @@ def test_health_follows_the_exporters_ecc_rule(smi):
 
 
 def test_absent_series_are_logged_once_per_gpu(smi, caplog):
-    source = start(smi, [smi.FakeAmdGpu()])
     with caplog.at_level(logging.INFO, logger="gpuscale.telemetry.amd"):
+        source = start(smi, [smi.FakeAmdGpu()])
         source.sample()
         source.sample()
+    startup = [r.getMessage() for r in caplog.records if "rocprofiler" in r.getMessage()]
+    assert len(startup) == 1
+    assert all(name in startup[0] for name in AMD_PROFILER_ONLY)
     absent = [r.getMessage() for r in caplog.records if "the series is absent" in r.getMessage()]
     hbm = [m for m in absent if " gpu_hbm_temperature " in m]
     assert hbm == [
