@@ -18,7 +18,10 @@ window of wall time. Per cell it measures:
   block; its size over its ``numSamples`` (meta.json) is bytes per sample, times
   the measured samples/s per GPU, times 86,400. The block holds the whole run,
   so at 15 s and 60 s scrapes each series has only a few samples per chunk and
-  the figure is an upper bound on what Prometheus' 2 h blocks store;
+  the figure is an upper bound on what Prometheus' 2 h blocks store. A
+  reference Prometheus per fleet size scrapes an extra 100 ms-collect exporter
+  every second: its chunks fill within the run and every sample is a new
+  collect, so its bytes per sample price full chunks when collect <= scrape;
 - staleness a policy sees: at jittered times during the window, the age of the
   collect behind the newest sample (query time minus
   ``gpuscale_exporter_last_successful_collect_timestamp_seconds``), read raw and
@@ -200,7 +203,15 @@ def quantiles(values: list[float]) -> dict[str, float | None]:
 def run(plan: dict, window_s: float, sub_s: float, binary: str, workdir: Path) -> dict:
     cells: list[Cell] = []
     servers: list[Server] = []
+    refs: dict[int, Server] = {}
     for gpus in plan["gpus"]:
+        # Reference for TSDB cost at full chunks: 100 ms collect, 1 s scrape, so every
+        # sample is a new collect and each series fills its chunks within the run.
+        folder = workdir / f"g{gpus}-ref"
+        folder.mkdir()
+        ref = Cell(gpus, 0.1, 1, folder / "ref.log")
+        ref.job = "ref"
+        refs[gpus] = Server(binary, folder, [ref], 1)
         for scrape_s in plan["scrape_s"]:
             folder = workdir / f"g{gpus}-s{scrape_s}"
             folder.mkdir()
@@ -208,9 +219,9 @@ def run(plan: dict, window_s: float, sub_s: float, binary: str, workdir: Path) -
             cells += row
             servers.append(Server(binary, folder, row, scrape_s))
     try:
-        for cell in cells:
+        for cell in cells + [r.cells[0] for r in refs.values()]:
             wait_http(f"http://127.0.0.1:{cell.port}/metrics", 120)
-        for server in servers:
+        for server in servers + list(refs.values()):
             wait_http(f"{server.url}/-/ready", 60)
         # Warm-up: every target scraped at least twice, so rates and the rule have data.
         deadline = time.monotonic() + 3 * max(plan["scrape_s"]) + 30
@@ -233,18 +244,21 @@ def run(plan: dict, window_s: float, sub_s: float, binary: str, workdir: Path) -
         stop.set()
         watcher.join(10)
         appended1 = [(time.monotonic(), s.appended()) for s in servers]
-        return summarise(cells, servers, appended0, appended1, sub_s)
+        full = {gpus: ref.snapshot_block() for gpus, ref in refs.items()}
+        return summarise(servers, appended0, appended1, sub_s, full)
     finally:
-        for proc in [c.proc for c in cells] + [s.proc for s in servers]:
+        every = servers + list(refs.values())
+        procs = [c.proc for s in every for c in s.cells] + [s.proc for s in every]
+        for proc in procs:
             proc.terminate()
-        for proc in [c.proc for c in cells] + [s.proc for s in servers]:
+        for proc in procs:
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
 
 
-def summarise(cells, servers, appended0, appended1, sub_s) -> dict:
+def summarise(servers, appended0, appended1, sub_s, full) -> dict:
     rows, proms = [], []
     for server, (t0, a0), (t1, a1) in zip(servers, appended0, appended1, strict=True):
         rate = (a1 - a0) / (t1 - t0)
@@ -275,10 +289,14 @@ def summarise(cells, servers, appended0, appended1, sub_s) -> dict:
                 "samples_per_s": per_target, "samples_per_s_per_gpu": per_gpu,
                 "tsdb_bytes_per_sample": block["bytes_per_sample"],
                 "tsdb_mb_per_gpu_day": block["bytes_per_sample"] * per_gpu * 86400 / 1e6,
+                "tsdb_bytes_per_sample_full_chunks": full[gpus]["bytes_per_sample"],
+                "tsdb_mb_per_gpu_day_full_chunks": (
+                    full[gpus]["bytes_per_sample"] * per_gpu * 86400 / 1e6
+                ),
                 "staleness_raw_s": quantiles(cell.ages_raw),
                 "staleness_rule_s": quantiles(cell.ages_rule),
             })  # fmt: skip
-    return {"cells": rows, "prometheus": proms}
+    return {"cells": rows, "prometheus": proms, "full_chunk_reference": full}
 
 
 def print_table(rows: list[dict]) -> None:
@@ -320,6 +338,7 @@ def main() -> None:
         "wall_s": time.monotonic() - started,
         "cells": rows,
         "prometheus": result["prometheus"],
+        "full_chunk_reference": result["full_chunk_reference"],
         "goal_cpu_pct_1s_collect_8_gpus": {
             "worst_scrape": worst,
             "target": TARGET_CPU_PCT,
