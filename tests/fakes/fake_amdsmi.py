@@ -124,6 +124,43 @@ class AmdSmiTemperatureType(IntEnum):
     PLX = 7
 
 
+class AmdSmiGpuBlock(IntEnum):
+    INVALID = 0
+    UMC = 1
+    SDMA = 2
+    GFX = 4
+    MMHUB = 8
+    ATHUB = 16
+    PCIE_BIF = 32
+    HDP = 64
+    XGMI_WAFL = 128
+    DF = 256
+    SMN = 512
+    SEM = 1024
+    MP0 = 2048
+    MP1 = 4096
+    FUSE = 8192
+    MCA = 16384
+    VCN = 32768
+    JPEG = 65536
+    IH = 131072
+    MPIO = 262144
+
+
+class AmdSmiMemoryType(IntEnum):
+    VRAM = 0
+    VIS_VRAM = 1
+    GTT = 2
+
+
+class AmdSmiVirtualizationMode(IntEnum):
+    UNKNOWN = 0
+    BAREMETAL = 1
+    HOST = 2
+    GUEST = 3
+    PASSTHROUGH = 4
+
+
 class AmdSmiTemperatureMetric(IntEnum):
     CURRENT = 0
     MAX = 1
@@ -154,11 +191,49 @@ class FakeAmdGpu:
     energy_accumulator: int = 1_000_000
     counter_resolution: float = 15.259  # uJ per tick
     temps: dict[int, int] = field(default_factory=lambda: {0: 41, 1: 63, 2: 55})  # by sensor
-    clocks: dict[int, int | str] = field(default_factory=lambda: {0: 2100, 4: 1300})  # MHz
-    ecc: tuple[int, int, int] = (12, 1, 0)  # correctable, uncorrectable, deferred
+    clocks: dict[int, int | str] = field(  # MHz, by AmdSmiClkType
+        default_factory=lambda: {0: 2100, 4: 1300, 3: 1143, 6: 914, 8: 711}
+    )
     pcie_speed: int = 32000  # MT/s
     pcie_bandwidth: int = 9000  # Mb/s
     pcie_replay_count: int = 5
+    model_number: str = "102-G30211-00"  # board part number: the exporter's card_model
+    vbios_version: str = "022.040.003.043.000001"
+    compute_partition: str = "SPX"
+    memory_partition: str = "NPS1"
+    partition_id: int = 0
+    virtualization_mode: int = 1  # BAREMETAL
+    # amdsmi_get_gpu_metrics_info, as an MI300X (gpu_metrics v1.6) reports it.
+    hbm_temps: list[int | str] = field(default_factory=lambda: ["N/A"] * 8)
+    gfx_busy_inst: list[int | str] = field(default_factory=lambda: [71, 74, 80, 77, 69, 75, 79, 73])
+    vcn_busy: list[int | str] = field(default_factory=lambda: [0, 0, 0, 0])
+    jpeg_busy: list[int | str] = field(default_factory=lambda: [0] * 32)
+    gfxclks: list[int | str] = field(default_factory=lambda: [2100] * 8)
+    socclks: list[int | str] = field(default_factory=lambda: [1143, 1143, 1143, 1143])
+    vclk0s: list[int | str] = field(default_factory=lambda: [914, 914, 914, 914])
+    dclk0s: list[int | str] = field(default_factory=lambda: [711, 711, 711, 711])
+    uclk: int | str = 1300
+    vram_max_bandwidth: int | str = 5300  # GB/s
+    pcie_bandwidth_acc: int | str = 123456
+    xgmi_read_kb: list[int | str] = field(default_factory=lambda: [0] + [2_776_148_269] * 7)
+    xgmi_write_kb: list[int | str] = field(default_factory=lambda: [0] + [3_539_423_344] * 7)
+    voltages: tuple[int | str, int | str, int | str] = ("N/A", "N/A", "N/A")  # soc, gfx, mem
+    # Per-block ECC (correctable, uncorrectable, deferred) by AmdSmiGpuBlock value.
+    ecc_blocks: dict[int, tuple[int, int, int]] = field(
+        default_factory=lambda: {1: (12, 0, 0), 4: (0, 0, 0), 2: (0, 0, 0)}
+    )
+    memory: dict[int, tuple[int, int]] = field(  # by AmdSmiMemoryType: (total, used) bytes
+        default_factory=lambda: {
+            0: (196592 * 2**20, 70000 * 2**20),
+            1: (196592 * 2**20, 70000 * 2**20),
+            2: (128 * 2**30, 6 * 2**20),
+        }
+    )
+    pcie_max_speed: int = 32000  # MT/s
+    pcie_recovery_count: int = 2
+    pcie_replay_rollover_count: int = 0
+    pcie_nak_sent_count: int = 1
+    pcie_nak_received_count: int = 3
     lost: bool = False
     unsupported: set[str] = field(default_factory=set)  # function names
     failing: dict[str, int] = field(default_factory=dict)  # function name -> status code
@@ -256,7 +331,7 @@ def amdsmi_get_gpu_asic_info(processor_handle: _Handle) -> dict[str, Any]:
 def amdsmi_get_gpu_board_info(processor_handle: _Handle) -> dict[str, Any]:
     gpu = _gpu("amdsmi_get_gpu_board_info", processor_handle)
     return {
-        "model_number": "102-G30211-00",
+        "model_number": gpu.model_number,
         "product_serial": gpu.product_serial,
         "fru_id": "N/A",
         "product_name": gpu.market_name,
@@ -344,13 +419,12 @@ def amdsmi_get_clock_info(processor_handle: _Handle, clock_type: AmdSmiClkType) 
 
 
 def amdsmi_get_gpu_total_ecc_count(processor_handle: _Handle) -> dict[str, Any]:
-    correctable, uncorrectable, deferred = _gpu(
-        "amdsmi_get_gpu_total_ecc_count", processor_handle
-    ).ecc
+    gpu = _gpu("amdsmi_get_gpu_total_ecc_count", processor_handle)
+    counts = list(gpu.ecc_blocks.values())  # the library sums the blocks
     return {
-        "correctable_count": correctable,
-        "uncorrectable_count": uncorrectable,
-        "deferred_count": deferred,
+        "correctable_count": sum(c for c, _, _ in counts),
+        "uncorrectable_count": sum(u for _, u, _ in counts),
+        "deferred_count": sum(d for _, _, d in counts),
     }
 
 
@@ -359,7 +433,7 @@ def amdsmi_get_pcie_info(processor_handle: _Handle) -> dict[str, Any]:
     return {
         "pcie_static": {
             "max_pcie_width": 16,
-            "max_pcie_speed": 32000,
+            "max_pcie_speed": gpu.pcie_max_speed,
             "pcie_interface_version": 5,
             "slot_type": "OAM",
         },
@@ -368,10 +442,199 @@ def amdsmi_get_pcie_info(processor_handle: _Handle) -> dict[str, Any]:
             "pcie_speed": gpu.pcie_speed,
             "pcie_bandwidth": gpu.pcie_bandwidth,
             "pcie_replay_count": gpu.pcie_replay_count,
-            "pcie_l0_to_recovery_count": 0,
-            "pcie_replay_roll_over_count": 0,
-            "pcie_nak_sent_count": 0,
-            "pcie_nak_received_count": 0,
+            "pcie_l0_to_recovery_count": gpu.pcie_recovery_count,
+            "pcie_replay_roll_over_count": gpu.pcie_replay_rollover_count,
+            "pcie_nak_sent_count": gpu.pcie_nak_sent_count,
+            "pcie_nak_received_count": gpu.pcie_nak_received_count,
             "pcie_lc_perf_other_end_recovery_count": 0,
         },
     }
+
+
+def amdsmi_get_gpu_ecc_count(processor_handle: _Handle, block: AmdSmiGpuBlock) -> dict[str, int]:
+    gpu = _gpu("amdsmi_get_gpu_ecc_count", processor_handle)
+    if not isinstance(block, AmdSmiGpuBlock):
+        raise AmdSmiParameterException(block, AmdSmiGpuBlock)
+    if int(block) not in gpu.ecc_blocks:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+    correctable, uncorrectable, deferred = gpu.ecc_blocks[int(block)]
+    return {
+        "correctable_count": correctable,
+        "uncorrectable_count": uncorrectable,
+        "deferred_count": deferred,
+    }
+
+
+def amdsmi_get_gpu_memory_total(processor_handle: _Handle, mem_type: AmdSmiMemoryType) -> int:
+    gpu = _gpu("amdsmi_get_gpu_memory_total", processor_handle)
+    if not isinstance(mem_type, AmdSmiMemoryType):
+        raise AmdSmiParameterException(mem_type, AmdSmiMemoryType)
+    return gpu.memory[int(mem_type)][0]
+
+
+def amdsmi_get_gpu_memory_usage(processor_handle: _Handle, mem_type: AmdSmiMemoryType) -> int:
+    gpu = _gpu("amdsmi_get_gpu_memory_usage", processor_handle)
+    if not isinstance(mem_type, AmdSmiMemoryType):
+        raise AmdSmiParameterException(mem_type, AmdSmiMemoryType)
+    return gpu.memory[int(mem_type)][1]
+
+
+# --- partitions and identity details -------------------------------------------------
+def amdsmi_get_gpu_compute_partition(processor_handle: _Handle) -> str:
+    return _gpu("amdsmi_get_gpu_compute_partition", processor_handle).compute_partition
+
+
+def amdsmi_get_gpu_memory_partition(processor_handle: _Handle) -> str:
+    return _gpu("amdsmi_get_gpu_memory_partition", processor_handle).memory_partition
+
+
+def amdsmi_get_gpu_kfd_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_kfd_info", processor_handle)
+    index = processor_handle.index
+    return {"kfd_id": 17000 + index, "node_id": index + 2, "current_partition_id": gpu.partition_id}
+
+
+def amdsmi_get_gpu_virtualization_mode(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_virtualization_mode", processor_handle)
+    return {"mode": AmdSmiVirtualizationMode(gpu.virtualization_mode)}
+
+
+def amdsmi_get_gpu_vbios_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_vbios_info", processor_handle)
+    return {
+        "name": "AMD MI300X_HW_SRIOV_CVS_1VF",
+        "build_date": "2024/03/28 09:41",
+        "part_number": "113-M3000100-103",
+        "version": gpu.vbios_version,
+    }
+
+
+def amdsmi_get_violation_status(processor_handle: _Handle) -> dict[str, Any]:
+    _gpu("amdsmi_get_violation_status", processor_handle)
+    per_xcc = [[0] * 8] + [["N/A"] * 8] * 7  # one XCP (SPX), eight XCCs
+    return {
+        "reference_timestamp": 1_700_000_000_000_000,
+        "violation_timestamp": 1000,
+        "acc_counter": 1234,
+        "acc_prochot_thrm": 0,
+        "acc_ppt_pwr": 57,
+        "acc_socket_thrm": 0,
+        "acc_vr_thrm": 0,
+        "acc_hbm_thrm": 0,
+        "acc_gfx_clk_below_host_limit": 57,
+        "acc_gfx_clk_below_host_limit_pwr": per_xcc,
+        "acc_gfx_clk_below_host_limit_thm": per_xcc,
+        "acc_gfx_clk_below_host_limit_total": per_xcc,
+        "acc_low_utilization": per_xcc,
+        "per_prochot_thrm": 0,
+        "per_ppt_pwr": 4,
+        "per_socket_thrm": 0,
+        "per_vr_thrm": 0,
+        "per_hbm_thrm": 0,
+        "per_gfx_clk_below_host_limit": 4,
+        "per_gfx_clk_below_host_limit_pwr": per_xcc,
+        "per_gfx_clk_below_host_limit_thm": per_xcc,
+        "per_gfx_clk_below_host_limit_total": per_xcc,
+        "per_low_utilization": per_xcc,
+    }
+
+
+def _per_xcp(values: list[int | str], width: int) -> list[list[int | str]]:
+    """The driver's xcp_stats layout: eight XCP rows; only XCP 0 is used in SPX mode."""
+    return [values + ["N/A"] * (width - len(values))] + [["N/A"] * width] * 7
+
+
+def amdsmi_get_gpu_metrics_info(processor_handle: _Handle) -> dict[str, Any]:
+    gpu = _gpu("amdsmi_get_gpu_metrics_info", processor_handle)
+    soc, gfx, mem = gpu.voltages
+    return {
+        "temperature_edge": gpu.temps.get(0, "N/A"),
+        "temperature_hotspot": gpu.temps.get(1, "N/A"),
+        "temperature_mem": gpu.temps.get(2, "N/A"),
+        "average_gfx_activity": gpu.activity["gfx_activity"],
+        "average_umc_activity": gpu.activity["umc_activity"],
+        "average_mm_activity": gpu.activity["mm_activity"],
+        "average_socket_power": gpu.average_socket_power,
+        "current_socket_power": gpu.current_socket_power,
+        "energy_accumulator": gpu.energy_accumulator,
+        "current_gfxclk": gpu.gfxclks[0],
+        "current_socclk": gpu.socclks[0],
+        "current_uclk": gpu.uclk,
+        "current_vclk0": gpu.vclk0s[0],
+        "current_dclk0": gpu.dclk0s[0],
+        "temperature_hbm": list(gpu.hbm_temps),
+        "voltage_soc": soc,
+        "voltage_gfx": gfx,
+        "voltage_mem": mem,
+        "vcn_activity": ["N/A"] * 4,
+        "jpeg_activity": ["N/A"] * 32,
+        "pcie_link_width": 16,
+        "pcie_link_speed": gpu.pcie_speed // 1000 * 10,
+        "pcie_bandwidth_acc": gpu.pcie_bandwidth_acc,
+        "pcie_bandwidth_inst": gpu.pcie_bandwidth,
+        "pcie_l0_to_recov_count_acc": gpu.pcie_recovery_count,
+        "pcie_replay_count_acc": gpu.pcie_replay_count,
+        "pcie_replay_rover_count_acc": gpu.pcie_replay_rollover_count,
+        "pcie_nak_sent_count_acc": gpu.pcie_nak_sent_count,
+        "pcie_nak_rcvd_count_acc": gpu.pcie_nak_received_count,
+        "xgmi_read_data_acc": list(gpu.xgmi_read_kb),
+        "xgmi_write_data_acc": list(gpu.xgmi_write_kb),
+        "current_gfxclks": list(gpu.gfxclks),
+        "current_socclks": list(gpu.socclks),
+        "current_vclk0s": list(gpu.vclk0s),
+        "current_dclk0s": list(gpu.dclk0s),
+        "num_partition": 1,
+        "xcp_stats.gfx_busy_inst": _per_xcp(list(gpu.gfx_busy_inst), 8),
+        "xcp_stats.vcn_busy": _per_xcp(list(gpu.vcn_busy), 4),
+        "xcp_stats.jpeg_busy": _per_xcp(list(gpu.jpeg_busy), 32),
+        "vram_max_bandwidth": gpu.vram_max_bandwidth,
+    }
+
+
+# --- fleets, for an exporter process started with the fake on PYTHONPATH ------------
+def mi300x(index: int) -> FakeAmdGpu:
+    """An MI300X OAM board in SPX/NPS1, as the exporter's MI3xx rows describe it."""
+    return FakeAmdGpu(
+        uuid=f"5fff74a1-0000-1000-80bd-{index:012x}",
+        product_serial=f"6922510011{index:02d}",
+        bdf=f"0000:{0x0C + 0x10 * index:02x}:00.0",
+        drm_card=index + 1,
+    )
+
+
+def mi210(index: int) -> FakeAmdGpu:
+    """An MI210 PCIe card: average power, an edge sensor, four HBM stacks, no XCP stats."""
+    return FakeAmdGpu(
+        uuid=f"740f74a1-0000-1000-80bd-{index:012x}",
+        market_name="AMD Instinct MI210",
+        model_number="102-D67305-00",
+        product_serial=f"7402110011{index:02d}",
+        bdf=f"0000:{0x0C + 0x10 * index:02x}:00.0",
+        drm_card=index + 1,
+        current_socket_power="N/A",
+        average_socket_power=280,
+        hbm_temps=[51, 52, 50, 53],
+        gfx_busy_inst=["N/A"] * 8,
+        vcn_busy=["N/A"] * 4,
+        jpeg_busy=["N/A"] * 32,
+        pcie_speed=16000,
+        pcie_max_speed=16000,
+    )
+
+
+_KINDS = {"mi300x": mi300x, "mi210": mi210}
+
+
+def fleet(spec: str) -> list[FakeAmdGpu]:
+    """GPUs from ``kind:count[,kind:count...]``; kinds: mi300x, mi210, and ``+ecc``
+    after a kind for a GPU with an uncorrectable UMC error (the exporter: unhealthy)."""
+    gpus: list[FakeAmdGpu] = []
+    for part in spec.split(","):
+        kind, _, count = part.strip().partition(":")
+        base, _, flag = kind.partition("+")
+        for _ in range(int(count or 1)):
+            gpu = _KINDS[base](len(gpus))
+            if flag == "ecc":
+                gpu.ecc_blocks = {**gpu.ecc_blocks, 1: (12, 1, 0)}
+            gpus.append(gpu)
+    return gpus

@@ -12,7 +12,13 @@ from typing import Protocol
 
 from prometheus_client.metrics_core import Metric
 
-from gpuscale.fields.amd import AMD_FIELDS, CLOCK_TYPE_LABEL, split_labelled_key
+from gpuscale.fields.amd import (
+    AMD_FIELDS,
+    AMD_LABELS,
+    CLUSTER_LABEL,
+    NODE_GPUS,
+    split_labelled_key,
+)
 from gpuscale.fields.counters import Counter
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot
 
@@ -99,17 +105,22 @@ class SnapshotFamilies:
         return labels
 
     def _amd_labels(self, info: GpuInfo, hostname: str) -> dict[str, str]:
-        labels = {
-            "gpu_id": str(info.index),
-            "card_model": info.model,
-            "serial_number": info.serial or "",
-            "hostname": hostname,
-            "gpu_uuid": str(info.uuid),
-            "driver_version": info.driver_version,
-        }
+        """device-metrics-exporter's labels: the mandatory ones always, empty when unknown."""
+        known = dict(info.vendor_labels)
+        known.update(
+            gpu_id=str(info.index),
+            serial_number=info.serial or "",
+            hostname=hostname,
+            gpu_uuid=str(info.uuid),
+            driver_version=info.driver_version,
+        )
+        known.setdefault("card_model", info.model)
         if info.mig_instance_id is not None:
-            labels["gpu_partition_id"] = str(info.mig_instance_id)
-        self._add_pod(labels, info)
+            known["gpu_partition_id"] = str(info.mig_instance_id)
+        self._add_pod(known, info)
+        labels = {name: known.get(name, "") for name in AMD_LABELS}
+        if CLUSTER_LABEL in known:
+            labels[CLUSTER_LABEL] = known[CLUSTER_LABEL]
         return labels
 
     def _add_pod(self, labels: dict[str, str], info: GpuInfo) -> None:
@@ -180,19 +191,17 @@ class SnapshotFamilies:
 
 
 def _amd_families(entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> Iterable[Metric]:
-    families: dict[str, Metric] = {}
-    for key, field in AMD_FIELDS.items():
-        name, clock_type = split_labelled_key(key)
-        family = families.get(name)
-        if family is None:
-            family = families[name] = Metric(name, field.help, "gauge")
-        for device, labels in entities:
-            value = device.values.get(key)
-            if value is None:
-                continue
-            if clock_type is not None:
-                labels = {**labels, CLOCK_TYPE_LABEL: clock_type}
-            family.add_sample(name, labels, value)
+    """device-metrics-exporter's families; per-index values carry their index labels."""
+    families = {name: Metric(name, field.help, "gauge") for name, field in AMD_FIELDS.items()}
+    first = entities[0][1]  # a snapshot is one node's
+    node = {k: first[k] for k in ("hostname", CLUSTER_LABEL) if k in first}
+    families[NODE_GPUS].add_sample(NODE_GPUS, node, float(len(entities)))
+    for device, labels in entities:
+        for key, value in device.values.items():
+            name, extra = split_labelled_key(key)
+            family = families.get(name)
+            if family is not None:
+                family.add_sample(name, {**extra, **labels} if extra else labels, value)
     return families.values()
 
 

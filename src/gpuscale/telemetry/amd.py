@@ -15,26 +15,34 @@ Every amdsmi call goes through one chokepoint, ``AmdSource._call``, which sorts
   ``TIMEOUT``): the device reports ``up=False`` and the others carry on;
 - anything else: the fields that call feeds are absent and named in ``failed_fields``.
 
-Values use the exporter's units (``gpuscale.fields.amd``); ``gpu_clock`` values
-are keyed ``gpu_clock|system`` and ``gpu_clock|memory`` by ``clock_type``.
-``GpuInfo.device`` is the DRM card (``card1``), the name ``/dev/dri`` uses.
+Values use the exporter's units (``gpuscale.fields.amd``); the reads, and which
+amdsmi call feeds each series, live in ``telemetry/amd_reads.py``. A series no
+call answers for a GPU is absent and logged once for that GPU, with the call
+that would feed it; the ``gpu_prof_*`` counters only rocprofiler gives are
+logged once at start-up. ``GpuInfo.device`` is the DRM card (``card1``), the
+name ``/dev/dri`` uses; ``GpuInfo.vendor_labels`` carries the exporter's
+identity labels (``card_model`` is the board part number, as its dashboards'
+``card_model=~"102-..."`` filters expect).
 """
 
 import contextlib
 import io
 import logging
+import os
 import socket
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
 from gpuscale.errors import SourceUnavailableError
-from gpuscale.fields.amd import labelled_key
+from gpuscale.fields.amd import AMD_FIELDS, AMD_PROFILER_ONLY, NODE_GPUS, split_labelled_key
 from gpuscale.ids import GpuUuid
+from gpuscale.telemetry.amd_reads import FEEDS, AmdBatch, num, read_device
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor
-from gpuscale.telemetry.batch import DeviceLostError, FieldBatch, FieldError
+from gpuscale.telemetry.batch import DeviceLostError, FieldError
+from gpuscale.telemetry.slurm import SlurmJob, SlurmJobs
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +50,7 @@ logger = logging.getLogger(__name__)
 _ABSENT = frozenset({2, 3, 40})  # NOT_SUPPORTED, NOT_YET_IMPLEMENTED, NO_DATA
 _LOST = frozenset({8, 31, 34, 54})  # TIMEOUT, NOT_FOUND, DRIVER_NOT_LOADED, AMDGPU_RESTART_ERR
 _MIB = 1024 * 1024
+CLUSTER_ENV = "GPUSCALE_CLUSTER_NAME"
 
 
 def _load() -> ModuleType:
@@ -66,29 +75,20 @@ def _unavailable(err: BaseException) -> str:
     )
 
 
-def _num(value: object) -> float | None:
-    """A number from amdsmi, or None for its ``"N/A"`` and other non-numbers."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+# amdsmi's virtualization modes -> the exporter's deployment_mode (its default: baremetal).
+_DEPLOYMENT = {
+    "BAREMETAL": "baremetal",
+    "HOST": "hypervisor",
+    "GUEST": "vm_vf",
+    "PASSTHROUGH": "vm_pf",
+}
+
+
+def _text(value: object) -> str | None:
+    """A usable string from amdsmi, or None for empty and ``"N/A"``."""
+    if value is None or value == "N/A" or str(value).strip() == "":
         return None
-    return float(value)
-
-
-@dataclass(slots=True)
-class _Batch(FieldBatch):
-    """One pass over one AMD GPU; amdsmi answers dicts and ``"N/A"`` for unknowns."""
-
-    def put(self, name: str, value: object) -> None:
-        """Store a numeric value; ``"N/A"`` and None leave the field absent."""
-        number = _num(value)
-        if number is not None:
-            self.values[name] = number
-
-    def dict_fields(self, fn: str, keys: Mapping[str, str], *args: object) -> dict[str, Any]:
-        """Call a dict-returning getter and store ``keys`` (amdsmi key -> field name)."""
-        answer = self.get(tuple(keys.values()), fn, *args) or {}
-        for key, name in keys.items():
-            self.put(name, answer.get(key))
-        return dict(answer)
+    return str(value).strip()
 
 
 class AmdSource:
@@ -98,6 +98,11 @@ class AmdSource:
         clock: Wall clock in seconds, stamped on each snapshot.
         hostname: Host name for the snapshot; defaults to this machine's.
         library: The amdsmi module to use; tests pass a fake. Imported when None.
+        cluster_name: The exporter's ``cluster_name`` custom label, which its
+            dashboards' first variable lists; defaults to ``GPUSCALE_CLUSTER_NAME``
+            from the environment, and no label when that is unset or empty.
+        slurm: Where Slurm jobs per GPU come from (``job_id``, ``job_user``,
+            ``job_partition``); AMD's prolog files under ``/var/run/exporter`` when None.
 
     Raises:
         SourceUnavailableError: amdsmi cannot be imported or initialised here.
@@ -111,10 +116,18 @@ class AmdSource:
         clock: Callable[[], float] = time.time,
         hostname: str | None = None,
         library: ModuleType | None = None,
+        cluster_name: str | None = None,
+        slurm: SlurmJobs | None = None,
     ) -> None:
         self._clock = clock
+        if cluster_name is None:
+            cluster_name = os.environ.get(CLUSTER_ENV, "")
+        self._cluster = cluster_name.strip()
+        self._slurm = slurm if slurm is not None else SlurmJobs()
         self._hostname = hostname or socket.gethostname()
         self._closed = False
+        self._told_absent: set[tuple[int, str]] = set()
+        self._partitions: dict[int, int] = {}
         try:
             self._amd = library if library is not None else _load()
         except (ImportError, KeyError, OSError) as err:
@@ -163,6 +176,10 @@ class AmdSource:
             except (DeviceLostError, FieldError) as err:
                 logger.warning("amdsmi: GPU %d skipped at start-up: %s", index, err)
         logger.info("amdsmi: %d GPUs", len(gpus))
+        logger.info(
+            "amdsmi: %s are rocprofiler counters no amdsmi call gives; those series are absent",
+            ", ".join(AMD_PROFILER_ONLY),
+        )
         return gpus
 
     def _describe(self, index: int, handle: object) -> GpuInfo:
@@ -175,22 +192,45 @@ class AmdSource:
         enum = self._optional("amdsmi_get_gpu_enumeration_info", handle) or {}
         vram = self._optional("amdsmi_get_gpu_vram_usage", handle) or {}
         card = enum.get("drm_card")
-        serial = next(
-            (s for s in (board.get("product_serial"), asic.get("asic_serial")) if s and s != "N/A"),
-            None,
-        )
-        total_mb = _num(vram.get("vram_total"))
+        serial = _text(board.get("product_serial")) or _text(asic.get("asic_serial"))
+        total_mb = num(vram.get("vram_total"))
+        partition = self._partition(index, handle)
+        series = _text(asic.get("market_name")) or "AMD GPU"
+        vbios = self._optional("amdsmi_get_gpu_vbios_info", handle) or {}
+        mode = (self._optional("amdsmi_get_gpu_virtualization_mode", handle) or {}).get("mode")
+        compute = _text(self._optional("amdsmi_get_gpu_compute_partition", handle))
+        memory = _text(self._optional("amdsmi_get_gpu_memory_partition", handle))
+        labels = (
+            ("card_model", _text(board.get("model_number")) or series),
+            ("gpu_partition_id", "NA" if partition is None else str(partition)),
+            ("gpu_compute_partition_type", (compute or "").lower()),
+            ("gpu_memory_partition_type", (memory or "").lower()),
+            ("deployment_mode", _DEPLOYMENT.get(getattr(mode, "name", ""), "baremetal")),
+            ("card_series", series),
+            ("card_vendor", _text(asic.get("vendor_name")) or ""),
+            ("vbios_version", _text(vbios.get("version")) or ""),
+        ) + ((("cluster_name", self._cluster),) if self._cluster else ())
         return GpuInfo(
             index=index,
             uuid=GpuUuid(str(uuid)),
-            model=str(asic.get("market_name") or "AMD GPU"),
+            model=series,
             pci_bus_id=str(self._optional("amdsmi_get_gpu_device_bdf", handle) or ""),
             device=f"card{card if isinstance(card, int) else index}",
             vendor="amd",
             driver_version=str(driver.get("driver_version", "")),
             serial=serial,
             memory_total_bytes=int(total_mb * _MIB) if total_mb is not None else None,
+            vendor_labels=labels,
         )
+
+    def _partition(self, index: int, handle: object) -> int | None:
+        """The GPU's partition (XCP) id from KFD; it picks its row of per-XCP tables."""
+        kfd = self._optional("amdsmi_get_gpu_kfd_info", handle) or {}
+        partition = num(kfd.get("current_partition_id"))
+        if partition is None:
+            return None
+        self._partitions[index] = int(partition)
+        return int(partition)
 
     # --- GpuSource --------------------------------------------------------------
     def devices(self) -> list[GpuInfo]:
@@ -209,7 +249,11 @@ class AmdSource:
         if self._closed:
             raise SourceUnavailableError("amdsmi source is closed")
         timestamp = self._clock()
-        devices = tuple(self._sample(info, handle) for info, handle in self._gpus)
+        jobs = self._slurm.by_gpu()
+        devices = tuple(
+            self._sample(self._with_job(info, jobs.get(info.index)), handle)
+            for info, handle in self._gpus
+        )
         return Snapshot(timestamp=timestamp, hostname=self._hostname, devices=devices)
 
     def close(self) -> None:
@@ -218,14 +262,24 @@ class AmdSource:
             self._closed = True
             self._amd.amdsmi_shut_down()
 
+    def _with_job(self, info: GpuInfo, job: SlurmJob | None) -> GpuInfo:
+        """The GPU's identity plus the Slurm job holding it now, as the exporter labels it."""
+        if job is None:
+            return info
+        labels = [("job_id", job.job_id), ("job_user", job.user), ("job_partition", job.partition)]
+        if job.cluster and not self._cluster:  # the custom label wins, as upstream
+            labels.append(("cluster_name", job.cluster))
+        return replace(info, vendor_labels=info.vendor_labels + tuple(labels))
+
     # --- sampling -----------------------------------------------------------------
     def _sample(self, info: GpuInfo, handle: object) -> DeviceSample:
-        b = _Batch(self._call, handle)
+        b = AmdBatch(self._call, handle)
         try:
-            self._read(b)
+            read_device(b, self._amd, self._partitions.get(info.index, 0))
         except DeviceLostError as err:
             logger.warning("amdsmi: GPU %s is lost: %s", info.key, err)
             return DeviceSample(info, {}, up=False, error=f"GPU is lost: {err}")
+        self._tell_absent(info.index, b)
         return DeviceSample(
             info=info,
             values=b.values,
@@ -233,71 +287,18 @@ class AmdSource:
             failed_fields=tuple(b.failed),
         )
 
-    def _read(self, b: _Batch) -> None:
-        amd = self._amd
-        # Engine busy shares, % (amd-smi metric -u).
-        b.dict_fields(
-            "amdsmi_get_gpu_activity",
-            {
-                "gfx_activity": "gpu_gfx_activity",
-                "umc_activity": "gpu_umc_activity",
-                "mm_activity": "gpu_mma_activity",
-            },
-        )
-        # VRAM, MB (amd-smi metric -m); free is total minus used, as the exporter computes it.
-        vram = b.dict_fields(
-            "amdsmi_get_gpu_vram_usage",
-            {"vram_total": "gpu_total_vram", "vram_used": "gpu_used_vram"},
-        )
-        total, used = _num(vram.get("vram_total")), _num(vram.get("vram_used"))
-        b.put("gpu_free_vram", None if total is None or used is None else total - used)
-        # Socket power, W (amd-smi metric -p): current on MI300, average on MI200.
-        power = b.dict_fields(
-            "amdsmi_get_power_info",
-            {
-                "current_socket_power": "gpu_package_power",
-                "average_socket_power": "gpu_average_package_power",
-            },
-        )
-        current, average = (
-            _num(power.get(k)) for k in ("current_socket_power", "average_socket_power")
-        )
-        b.put("gpu_power_usage", current if current is not None else average)
-        # Energy, ticks x uJ per tick -> uJ (amd-smi metric -E).
-        energy = b.get(("gpu_energy_consumed",), "amdsmi_get_energy_count") or {}
-        ticks, resolution = (
-            _num(energy.get("energy_accumulator")),
-            _num(energy.get("counter_resolution")),
-        )
-        b.put(
-            "gpu_energy_consumed",
-            None if ticks is None or resolution is None else ticks * resolution,
-        )
-        # Temperatures, C (amd-smi metric -t).
-        sensors = amd.AmdSmiTemperatureType
-        for name, sensor in (
-            ("gpu_junction_temperature", sensors.HOTSPOT),
-            ("gpu_edge_temperature", sensors.EDGE),
-            ("gpu_memory_temperature", sensors.VRAM),
-        ):
-            current_metric = amd.AmdSmiTemperatureMetric.CURRENT
-            b.put(name, b.get((name,), "amdsmi_get_temp_metric", sensor, current_metric))
-        # Clocks, MHz (amd-smi metric -c), one key per exporter clock_type.
-        for label, kind in (("system", amd.AmdSmiClkType.GFX), ("memory", amd.AmdSmiClkType.MEM)):
-            name = labelled_key("gpu_clock", label)
-            b.dict_fields("amdsmi_get_clock_info", {"clk": name}, kind)
-        # ECC totals, count (amd-smi metric -e).
-        b.dict_fields(
-            "amdsmi_get_gpu_total_ecc_count",
-            {
-                "correctable_count": "gpu_ecc_correct_total",
-                "uncorrectable_count": "gpu_ecc_uncorrect_total",
-            },
-        )
-        # PCIe link (amd-smi metric -P): speed MT/s -> GT/s, bandwidth Mb/s, replays.
-        pcie_fields = ("pcie_speed", "pcie_bandwidth", "pcie_replay_count")
-        metric = (b.get(pcie_fields, "amdsmi_get_pcie_info") or {}).get("pcie_metric", {})
-        speed = _num(metric.get("pcie_speed"))
-        b.put("pcie_speed", None if speed is None else speed / 1000)
-        b.put("pcie_bandwidth", metric.get("pcie_bandwidth"))
-        b.put("pcie_replay_count", metric.get("pcie_replay_count"))
+    def _tell_absent(self, index: int, b: AmdBatch) -> None:
+        """Log, once per GPU and series, a series amdsmi did not answer (not a failure)."""
+        present = {split_labelled_key(key)[0] for key in b.values}
+        failed = {split_labelled_key(key)[0] for key in b.failed}
+        for name in AMD_FIELDS:
+            if name in present or name in failed or name == NODE_GPUS:
+                continue
+            if (index, name) not in self._told_absent:
+                self._told_absent.add((index, name))
+                logger.info(
+                    "amdsmi: GPU %d gives no %s (fed by %s); the series is absent",
+                    index,
+                    name,
+                    FEEDS.get(name, "no amdsmi call"),
+                )

@@ -138,7 +138,11 @@ def test_amd_gpus_use_device_metrics_exporter_names_and_labels():
         "6.8.5",
         serial="692251001124",
     )
-    values = {"gpu_gfx_activity": 87.0, "gpu_clock|system": 2100.0, "gpu_clock|memory": 1300.0}
+    values = {
+        "gpu_gfx_activity": 87.0,
+        "gpu_clock|clock_index=0,clock_type=system": 2100.0,
+        "gpu_clock|clock_index=1,clock_type=memory": 1300.0,
+    }
     snap = Snapshot(1.0, "node-b", (DeviceSample(info, values),))
     samples = _parse(render(SnapshotFamilies(default_counters()).build(snap, {})))
     (gfx,) = samples["gpu_gfx_activity"]
