@@ -1,5 +1,11 @@
 """Where policies get telemetry from: Prometheus over HTTP, or the in-process store."""
 
-from gpuscale.metrics.signal import Aggregation, LabelledValue, MetricsSource, Signal
+from gpuscale.metrics.signal import (
+    Aggregation,
+    LabelledValue,
+    MetricsSource,
+    MetricsUnavailable,
+    Signal,
+)
 
-__all__ = ["Aggregation", "LabelledValue", "MetricsSource", "Signal"]
+__all__ = ["Aggregation", "LabelledValue", "MetricsSource", "MetricsUnavailable", "Signal"]

@@ -82,6 +82,21 @@ class SecondTotals:
             return []
         return [LabelledValue({}, ((float(at), ring[t % self.capacity_s]),))]
 
+    def newest(self, signal: Signal, at: float) -> float | None:
+        """The second of the newest sample at or before ``at``.
+
+        Returns:
+            Seconds, or None when the metric is unknown or no sample is that recent.
+
+        Raises:
+            ValueError: The signal has matchers (only unlabelled totals are kept).
+        """
+        t = min(math.floor(at), self._last)
+        plain = Signal(signal.metric, signal.matchers, "sum")  # window and aggregation ignored
+        if not self._ring(plain) or self._first is None or t < self._oldest():
+            return None
+        return float(t)
+
     def range(self, signal: Signal, start: float, end: float, step: float) -> list[LabelledValue]:
         """The newest sample at or before each of ``start, start + step, ... <= end``.
 

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from gpuscale.errors import TransientError
+
 Aggregation = Literal["sum", "avg", "max", "min", "count", "none"]
 
 
@@ -43,8 +45,29 @@ class LabelledValue:
     points: tuple[tuple[float, float], ...]
 
 
+class MetricsUnavailable(TransientError):  # noqa: N818 (the name is the issue-10 interface)
+    """A metrics source could not answer: down, too slow, refused us, or answered nonsense.
+
+    The message is one line naming the source and the cause; the controller treats
+    this as missing data and holds replicas.
+
+    Args:
+        message: What failed, where.
+        reason: A short fixed word for the cause (``connect``, ``timeout``, ``http``,
+            ``query``, ``response``), for error counters.
+    """
+
+    def __init__(self, message: str, reason: str = "unavailable") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class MetricsSource(Protocol):
-    """Reads Signals at an instant or over a range."""
+    """Reads Signals at an instant or over a range.
+
+    Implementations raise ``MetricsUnavailable`` when they cannot answer; an empty
+    result means the source answered and holds no matching data.
+    """
 
     def instant(self, signal: Signal, at: float) -> list[LabelledValue]:
         """Evaluate a signal at one time; each result has one point."""
@@ -52,4 +75,15 @@ class MetricsSource(Protocol):
 
     def range(self, signal: Signal, start: float, end: float, step: float) -> list[LabelledValue]:
         """Evaluate a signal at every ``step`` seconds from ``start`` to ``end``."""
+        ...
+
+    def newest(self, signal: Signal, at: float) -> float | None:
+        """Time of the newest raw sample among the signal's series at or before ``at``.
+
+        Only samples an instant query at ``at`` would see count (within the 5-minute
+        lookback, not stale); the signal's window and aggregation are ignored.
+
+        Returns:
+            Seconds, or None when no series of the signal has such a sample.
+        """
         ...

@@ -233,6 +233,27 @@ class MetricStore:
         """
         return self._evaluate(signal, np.array([float(at)]))
 
+    def newest(self, signal: Signal, at: float) -> float | None:
+        """Time of the newest sample among the signal's series that an instant query sees.
+
+        Like ``max(timestamp(selector))`` in Prometheus: the window and aggregation of
+        the signal are ignored; a stale or absent series contributes nothing.
+
+        Returns:
+            Seconds, or None when no matching series has a sample within the lookback.
+        """
+        fam = self._families.get(signal.metric)
+        if fam is None or fam.rows == 0:
+            return None
+        columns = self._grouping(fam, Signal(signal.metric, signal.matchers)).columns
+        ts = fam.times[: fam.rows]
+        row = int(np.searchsorted(ts, float(at), side="right")) - 1
+        if columns.size == 0 or row < 0 or at - ts[row] > self.lookback_s:
+            return None
+        # Every series of a family is written at each of its scrapes (absent ones as NaN,
+        # the staleness marker), so the newest row is the only one an instant query sees.
+        return float(ts[row]) if not np.all(np.isnan(fam.values[row, columns])) else None
+
     def range(self, signal: Signal, start: float, end: float, step: float) -> list[LabelledValue]:
         """Evaluate a signal at ``start, start + step, ...`` up to ``end``.
 
