@@ -17,12 +17,20 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpuscale.control.params import BOUNDS, KINDS, SIGNAL_MODEL, PolicyKind, build, camel, policy_model
+from gpuscale.control.params import (
+    BOUNDS,
+    KINDS,
+    SIGNAL_MODEL,
+    PolicyKind,
+    build,
+    camel,
+    policy_model,
+)
 from gpuscale.errors import ConfigError, config_error
 
 API_VERSION = "gpuscale.io/v1alpha1"
@@ -71,7 +79,10 @@ def _policy_union() -> Any:  # noqa: ANN401 - a typing expression
     return Annotated[Union[models], Field(discriminator="name")]  # noqa: UP007
 
 
-PolicyModel = _policy_union()
+if TYPE_CHECKING:
+    PolicyModel = Any
+else:
+    PolicyModel = _policy_union()
 
 
 class Target(_Strict):
@@ -196,7 +207,9 @@ def _documents(path: Path) -> list[tuple[Any, yaml.Node | None, str]]:
         if data is None:
             continue
         if isinstance(data, list) and isinstance(node, yaml.SequenceNode):
-            docs += [(d, n, f"[{i}]") for i, (d, n) in enumerate(zip(data, node.value, strict=True))]
+            docs += [
+                (d, n, f"[{i}]") for i, (d, n) in enumerate(zip(data, node.value, strict=True))
+            ]
         else:
             docs.append((data, node, ""))
     if len(docs) > 1:
@@ -223,7 +236,9 @@ def load(path: str | Path) -> list[GPUScaler]:
     seen: dict[tuple[str, str, str], str] = {}
     for data, node, prefix in _documents(path):
 
-        def where(loc: Sequence[int | str], node: yaml.Node | None = node, pre: str = prefix) -> str:
+        def where(
+            loc: Sequence[int | str], node: yaml.Node | None = node, pre: str = prefix
+        ) -> str:
             line, key = _line(node, loc), _path(loc)
             key = f"{pre}.{key}" if pre and key else (pre or key)
             place = f"{path}:{line}" if line else str(path)

@@ -48,7 +48,7 @@ def _merge_objects(branches: list[dict[str, Any]]) -> dict[str, Any]:
         for key, sub in branch.get("properties", {}).items():
             if key == "name":
                 names = props.setdefault("name", {"type": "string", "enum": []})
-                names["enum"] += sub.get("enum", [])
+                names["enum"] += sub.get("enum") or [sub["const"]]
                 names["description"] = "Policy name."
             elif key not in props:
                 props[key] = sub
@@ -82,7 +82,7 @@ def structural(node: Any) -> Any:  # noqa: ANN401 - JSON
             out["nullable"] = True
         return out
     for key, value in node.items():
-        if key in _DROP or key == "additionalProperties" and value is False:
+        if key in _DROP or (key == "additionalProperties" and value is False):
             continue
         if key == "const":
             out["enum"] = [value]

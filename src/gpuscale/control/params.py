@@ -12,6 +12,7 @@ whose own ``__post_init__`` checks then run unchanged.
 """
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -51,9 +52,7 @@ def camel(name: str) -> str:
 def _descriptions(cls: type[Any]) -> dict[str, str]:
     """Field descriptions from the Google-style ``Attributes:`` section of a docstring."""
     found: dict[str, str] = {}
-    doc = "\n".join(
-        (c.__doc__ or "") for c in reversed(cls.__mro__) if dataclasses.is_dataclass(c)
-    )
+    doc = "\n".join((c.__doc__ or "") for c in reversed(cls.__mro__) if dataclasses.is_dataclass(c))
     current: str | None = None
     for line in doc.splitlines():
         m = re.match(r"^\s{8}(\w+): (.*)$", line)
@@ -76,10 +75,10 @@ def _convert(tp: Any) -> Any:  # noqa: ANN401 - a typing expression in, one out
         return Union[tuple(_convert(a) for a in args)]  # noqa: UP007 - built from a tuple
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple[_convert(args[0]), ...]  # type: ignore[misc]
-        return tuple[tuple(_convert(a) for a in args)]  # type: ignore[misc]
+            return types.GenericAlias(tuple, (_convert(args[0]), ...))
+        return types.GenericAlias(tuple, tuple(_convert(a) for a in args))
     if origin in (Mapping, dict) or tp is Mapping:
-        return dict[args[0], _convert(args[1])] if args else dict[str, Any]  # type: ignore[valid-type]
+        return types.GenericAlias(dict, (args[0], _convert(args[1])) if args else (str, Any))
     return tp
 
 
@@ -112,7 +111,7 @@ def model_for(cls: type[Any], exclude: frozenset[str] = frozenset()) -> type[Bas
         else:
             spec = Field(alias=camel(f.name), description=text or None)
         fields[f.name] = (_convert(hints[f.name]), spec)
-    model = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         f"{cls.__name__}Model",
         __config__=ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True),
         __doc__=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else None,
@@ -120,7 +119,7 @@ def model_for(cls: type[Any], exclude: frozenset[str] = frozenset()) -> type[Bas
     )
     _MODEL_OF[key] = model
     _DATACLASS_OF[model] = cls
-    return typing.cast(type[BaseModel], model)
+    return model
 
 
 def _value(v: Any) -> Any:  # noqa: ANN401 - any validated value
@@ -192,6 +191,7 @@ KINDS: Mapping[str, PolicyKind] = {
 }
 
 
+@functools.cache
 def policy_model(kind: PolicyKind) -> type[BaseModel]:
     """The model of a ``policy:`` block: ``name`` plus the config's fields but the bounds.
 
@@ -199,13 +199,14 @@ def policy_model(kind: PolicyKind) -> type[BaseModel]:
         A model whose ``name`` is the literal policy name (the union's discriminator).
     """
     base = model_for(kind.config_type, frozenset(BOUNDS))
-    model = create_model(  # type: ignore[call-overload]
+    tag: Any = typing.cast(Any, Literal)[kind.name]
+    model = create_model(
         f"{kind.config_type.__name__}Policy",
         __base__=base,
-        name=(Literal[kind.name], Field(description="Policy name.")),  # type: ignore[valid-type]
+        name=(tag, Field(description="Policy name.")),
     )
     _DATACLASS_OF[model] = kind.config_type
-    return typing.cast(type[BaseModel], model)
+    return model
 
 
 SIGNAL_MODEL = model_for(Signal)

@@ -88,9 +88,7 @@ def find(source: MetricsSource, namespace: str, at: float) -> list[Finding]:
             window = res.labels.get("window_size_in_ms", "")
             within = f" within {int(window) // 1000} s" if window.isdigit() else ""
             found.append(
-                Finding(
-                    res.labels["pod"], gpu, node, "xid", f"XID {xid} x{count:g}{within}"
-                )
+                Finding(res.labels["pod"], gpu, node, "xid", f"XID {xid} x{count:g}{within}")
             )
     for res in source.instant(Signal(DBE, ns), at):
         count = res.points[-1][1] if res.points else 0.0

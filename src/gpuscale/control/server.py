@@ -142,11 +142,13 @@ class TelemetryServer:
         port: Port (0 picks a free one; see ``port`` after ``start``).
     """
 
-    def __init__(self, metrics: ControllerMetrics, health: HealthState, host: str, port: int):
+    def __init__(
+        self, metrics: ControllerMetrics, health: HealthState, host: str, port: int
+    ) -> None:
         registry = metrics.registry
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's method name
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     body, code, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
@@ -161,7 +163,7 @@ class TelemetryServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 logger.debug("telemetry: " + format, *args)
 
         self._server = ThreadingHTTPServer((host, port), Handler)
