@@ -25,12 +25,14 @@ class PodStatus:
         ready: Whether the Ready condition is true.
         created_at: Creation time, seconds.
         ready_at: When it became Ready, seconds; None while starting.
+        node: The node it runs on; empty while unscheduled or where unknown.
     """
 
     name: str
     ready: bool
     created_at: float
     ready_at: float | None = None
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)

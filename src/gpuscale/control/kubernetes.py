@@ -1,0 +1,520 @@
+"""The Kubernetes actuator: the only place (with lease.py) that talks to the API server.
+
+It reads and writes replicas only through the ``/scale`` subresource, so it works for
+Deployments, StatefulSets and any custom kind that serves ``/scale``, exactly as the
+HorizontalPodAutoscaler does. Every request goes through one chokepoint (``KubeCall``)
+on the real ``kubernetes`` client's ``ApiClient`` (kubeconfig or in-cluster auth, TLS,
+connection pool), which sorts failures the way the controller must treat them: 409,
+429, 5xx and connection errors are retried with capped exponential backoff and full
+jitter, a 403 becomes one ``KubeForbiddenError`` naming the RBAC rule to add, and
+anything else is one ``KubeUnavailableError`` line.
+"""
+
+import json
+import logging
+import os
+import random
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from gpuscale.errors import PermanentError, TransientError, config_error
+from gpuscale.scaling.policy import PodStatus, TargetStatus
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+STATE_PREFIX = "gpuscale.io/"
+_ANNOTATION_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_ANNOTATIONS_MAX_BYTES = 256 * 1024  # the API server's limit on all annotations of an object
+_WELL_KNOWN = {
+    ("apps/v1", "Deployment"): "deployments",
+    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("apps/v1", "ReplicaSet"): "replicasets",
+}
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRef:
+    """A scale target, as an HPA's ``scaleTargetRef`` names it (plus its namespace)."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name} ({self.api_version}) in namespace {self.namespace}"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How hard to retry 409, 429, 5xx and connection errors.
+
+    Attributes:
+        attempts: Tries in all, the first included.
+        base_s: First backoff cap, seconds; doubles per retry (full jitter below the cap).
+        max_s: Largest backoff cap, seconds.
+        total_s: Give up once this much time has passed since the first try, seconds.
+        timeout_s: Per-request timeout, seconds.
+    """
+
+    attempts: int = 5
+    base_s: float = 0.2
+    max_s: float = 5.0
+    total_s: float = 20.0
+    timeout_s: float = 10.0
+
+
+class KubeForbiddenError(PermanentError):
+    """The API server answered 403: the controller's service account lacks an RBAC rule.
+
+    Attributes:
+        rule: The missing rule, as a Role/ClusterRole ``rules`` entry in flow YAML.
+    """
+
+    def __init__(self, message: str, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+class KubeUnavailableError(TransientError):
+    """The API server could not be reached or refused the request for another reason.
+
+    Attributes:
+        status: The HTTP status, or None for a connection error or timeout.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _RetryableError(Exception):
+    def __init__(self, cause: str, status: int | None, delay_s: float | None = None) -> None:
+        super().__init__(cause)
+        self.status = status
+        self.delay_s = delay_s
+
+
+def _request_parts(method: str, path: str) -> tuple[str, str, str, str]:
+    """(verb, resource[/subresource], API group, namespace) of a request path."""
+    segs = path.split("?")[0].strip("/").split("/")
+    group, rest = ("", segs[2:]) if segs[0] == "api" else (segs[1], segs[3:])
+    namespace = ""
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] if rest else ""
+    if len(rest) >= 3:
+        resource += "/" + rest[2]
+    verb = ("get" if len(rest) >= 2 else "list") if method == "GET" else _VERBS[method]
+    return verb, resource, group, namespace
+
+
+def _forbidden(method: str, path: str, body: str) -> KubeForbiddenError:
+    verb, resource, group, namespace = _request_parts(method, path)
+    user = re.search(r'User "([^"]*)"', _message(body))
+    who = f' for User "{user.group(1)}"' if user else ""
+    where = f'in namespace "{namespace}"' if namespace else "at cluster scope"
+    rule = f'{{apiGroups: ["{group}"], resources: ["{resource}"], verbs: ["{verb}"]}}'
+    scope = "Role" if namespace else "ClusterRole"
+    return KubeForbiddenError(
+        f'Kubernetes API forbids {verb} on {resource} in API group "{group}" {where}{who}; '
+        f"add this rule to the controller's {scope}: {rule}",
+        rule,
+    )
+
+
+def _message(body: str) -> str:
+    try:
+        return str(json.loads(body).get("message", "")) or body[:200]
+    except (ValueError, AttributeError):
+        return body[:200]
+
+
+class KubeCall:
+    """One chokepoint for every request: serialization, auth, timeouts, retries, errors.
+
+    Args:
+        api_client: A configured ``kubernetes.client.ApiClient``.
+        retry: The retry bounds.
+        sleep: Sleeps between retries (a seam for tests).
+        monotonic: Elapsed-time clock for the total bound (a seam for tests).
+        rng: Jitter source.
+    """
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        retry: RetryPolicy | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not a secret
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        retry_conflicts: bool = True,
+    ) -> Json:
+        """Send one request, retried within the policy's bounds.
+
+        Returns:
+            The decoded JSON answer.
+
+        Raises:
+            KubeForbiddenError: On 403.
+            KubeUnavailableError: On any other failure, or when retries run out.
+        """
+        return self.retrying(
+            f"{method} {path}",
+            lambda: self.once(method, path, query=query, body=body, content_type=content_type),
+            retry_conflicts=retry_conflicts,
+        )
+
+    def once(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+    ) -> Json:
+        """Send one request with no retry; retryable failures raise ``_RetryableError``.
+
+        Returns:
+            The decoded JSON answer.
+        """
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        params = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api_client.call_api(*params, _request_timeout=self.retry.timeout_s)
+            data = response.read()  # type: ignore[no-untyped-call]
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _RetryableError(
+                f"cannot reach the API server: {type(exc).__name__}", None
+            ) from None
+        text = data.decode("utf-8", "replace") if data else ""
+        code = int(response.status)
+        if 200 <= code < 300:
+            return json.loads(text) if text else {}
+        if code == 403:
+            raise _forbidden(method, path, text)
+        if code in (409, 429) or code >= 500:
+            after = response.headers.get("Retry-After") if response.headers else None
+            delay = float(after) if after and after.isdigit() else None
+            raise _RetryableError(f"HTTP {code}: {_message(text)}", code, delay)
+        raise KubeUnavailableError(f"{method} {path}: HTTP {code}: {_message(text)}", code)
+
+    def retrying(self, what: str, op: Callable[[], T], *, retry_conflicts: bool = True) -> T:
+        """Run ``op`` until it succeeds or the policy's bounds run out.
+
+        Returns:
+            What ``op`` returns.
+
+        Raises:
+            KubeUnavailableError: When the last try still failed retryably.
+        """
+        policy, start = self.retry, self._monotonic()
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                return op()
+            except _RetryableError as exc:
+                cap = min(policy.max_s, policy.base_s * 2 ** (attempt - 1))
+                delay = exc.delay_s if exc.delay_s is not None else self._rng.uniform(0, cap)
+                final = attempt == policy.attempts or (exc.status == 409 and not retry_conflicts)
+                if final or self._monotonic() - start + delay > policy.total_s:
+                    raise KubeUnavailableError(
+                        f"{what}: {exc} (gave up after {attempt} attempt(s))", exc.status
+                    ) from None
+                logger.debug("kubernetes: %s: %s; retry %d in %.2f s", what, exc, attempt, delay)
+                self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _time(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _pod_status(pod: Json) -> PodStatus:
+    ready = next(
+        (c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"),
+        None,
+    )
+    is_ready = ready is not None and ready.get("status") == "True"
+    return PodStatus(
+        name=pod["metadata"]["name"],
+        ready=is_ready,
+        created_at=_time(pod["metadata"].get("creationTimestamp")) or 0.0,
+        ready_at=_time(ready.get("lastTransitionTime")) if is_ready and ready else None,
+        node=pod.get("spec", {}).get("nodeName") or "",
+    )
+
+
+class KubeActuator:
+    """Reads and writes scale targets, pods, nodes and Events through the API server.
+
+    Args:
+        api_client: A configured ``kubernetes.client.ApiClient`` (see ``connect``).
+        retry: Retry bounds for 409, 429, 5xx and connection errors.
+        sleep: Sleeps between retries (a seam for tests).
+        clock: Wall clock for Event timestamps, seconds since the epoch.
+        component: Event source component (``reportingComponent``).
+    """
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        component: str = "gpuscale-autoscaler",
+    ) -> None:
+        self.api_client = api_client
+        self.call = KubeCall(api_client, retry, sleep=sleep)
+        self._clock = clock
+        self._component = component
+        self._instance = socket.gethostname()
+        self._plurals: dict[tuple[str, str], str] = dict(_WELL_KNOWN)
+        self._uids: dict[TargetRef, str] = {}
+        self._events = 0
+
+    @classmethod
+    def connect(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+    ) -> "KubeActuator":
+        """Connect in-cluster (no kubeconfig and KUBERNETES_SERVICE_HOST set) or by kubeconfig.
+
+        Args:
+            kubeconfig: Path of a kubeconfig; None for in-cluster or ``~/.kube/config``.
+            context: Context to use; None for the kubeconfig's current context.
+            retry: Retry bounds (see ``KubeActuator``).
+            sleep: Sleeps between retries.
+            clock: Wall clock for Event timestamps.
+
+        Returns:
+            The actuator.
+
+        Raises:
+            ConfigError: When the kubeconfig is missing, unreadable or lacks the context.
+        """
+        cfg = k8s.Configuration()
+        try:
+            if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            else:
+                if kubeconfig is not None and not os.path.isfile(kubeconfig):
+                    raise config_error(
+                        f"--kubeconfig {kubeconfig}", "no such file", "pass an existing kubeconfig"
+                    )
+                k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, context=context, client_configuration=cfg
+                )
+        except k8s_config.ConfigException as exc:
+            where = f"--kubeconfig {kubeconfig}" if kubeconfig else "kubeconfig (~/.kube/config)"
+            if context:
+                where += f" --context {context}"
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise config_error(
+                where, f"cannot load: {reason}", "pass a valid kubeconfig and context"
+            ) from None
+        cfg.retries = False  # our own bounded retries, not urllib3's silent ones
+        return cls(k8s.ApiClient(cfg), retry=retry, sleep=sleep, clock=clock)
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.api_client.close()  # type: ignore[no-untyped-call]
+
+    # --- targets ---------------------------------------------------------------------------
+
+    def _path(self, ref: TargetRef) -> str:
+        """The target's object path, resolving its kind's plural once via discovery."""
+        key = (ref.api_version, ref.kind)
+        if key not in self._plurals:
+            prefix = "/api/v1" if ref.api_version == "v1" else f"/apis/{ref.api_version}"
+            found = self.call("GET", prefix).get("resources", [])
+            names = {r["name"] for r in found}
+            for r in found:
+                if r.get("kind") == ref.kind and "/" not in r["name"]:
+                    if f"{r['name']}/scale" not in names:
+                        raise config_error(
+                            f"scaleTargetRef {ref}",
+                            "this kind has no /scale subresource",
+                            "target a kind that serves /scale",
+                        )
+                    self._plurals[key] = r["name"]
+            if key not in self._plurals:
+                raise config_error(
+                    f"scaleTargetRef {ref}",
+                    f"the API server serves no kind {ref.kind} in {ref.api_version}",
+                    "check apiVersion and kind",
+                )
+        base = "/api/v1" if ref.api_version == "v1" else f"/apis/{ref.api_version}"
+        return f"{base}/namespaces/{ref.namespace}/{self._plurals[key]}/{ref.name}"
+
+    def _scale(self, ref: TargetRef) -> Json:
+        scale = self.call("GET", self._path(ref) + "/scale")
+        self._uids[ref] = scale.get("metadata", {}).get("uid", "")
+        return scale
+
+    def status(self, ref: TargetRef) -> TargetStatus:
+        """The target's desired replicas and its live (not terminating) pods.
+
+        Returns:
+            ``spec.replicas`` from ``/scale`` and the pods its ``status.selector`` selects.
+        """
+        scale = self._scale(ref)
+        desired = int(scale.get("spec", {}).get("replicas") or 0)
+        selector = scale.get("status", {}).get("selector")
+        if not selector:
+            return TargetStatus(desired=desired)
+        pods = self.call(
+            "GET", f"/api/v1/namespaces/{ref.namespace}/pods", query={"labelSelector": selector}
+        ).get("items", [])
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return TargetStatus(desired=desired, pods=tuple(_pod_status(p) for p in live))
+
+    def scale(self, ref: TargetRef, replicas: int) -> None:
+        """Set ``spec.replicas`` through ``/scale``, as the HPA does (read, then PUT with rv).
+
+        A concurrent writer makes the PUT answer 409; the retry reads the Scale again.
+        """
+        if replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {replicas}")
+        path = self._path(ref) + "/scale"
+
+        def attempt() -> None:
+            scale = self.call.once("GET", path)
+            if scale.get("spec", {}).get("replicas") == replicas:
+                return
+            body = {
+                "apiVersion": scale.get("apiVersion", "autoscaling/v1"),
+                "kind": "Scale",
+                "metadata": scale["metadata"],
+                "spec": {"replicas": replicas},
+            }
+            self.call.once("PUT", path, body=body)
+
+        self.call.retrying(f"scale {ref} to {replicas}", attempt)
+
+    # --- policy state in an annotation -----------------------------------------------------
+
+    def load_state(self, ref: TargetRef, key: str) -> dict[str, Any]:
+        """The JSON object in annotation ``gpuscale.io/<key>``; {} when absent or unreadable.
+
+        Returns:
+            The saved state.
+        """
+        obj = self.call("GET", self._path(ref))
+        text = (obj.get("metadata", {}).get("annotations") or {}).get(STATE_PREFIX + key)
+        if not text:
+            return {}
+        try:
+            state = json.loads(text)
+        except ValueError:
+            logger.warning(
+                "kubernetes: %s: annotation %s%s is not JSON; ignored", ref, STATE_PREFIX, key
+            )
+            return {}
+        return state if isinstance(state, dict) else {}
+
+    def save_state(self, ref: TargetRef, key: str, state: Mapping[str, Any]) -> None:
+        """Write ``state`` as JSON into annotation ``gpuscale.io/<key>`` by a merge patch."""
+        if not _ANNOTATION_NAME.match(key):
+            raise ValueError(f"state key {key!r} is not a valid annotation name")
+        text = json.dumps(state, sort_keys=True, separators=(",", ":"))
+        if len(text.encode()) > _ANNOTATIONS_MAX_BYTES:
+            raise ValueError(f"state for {key!r} is {len(text)} bytes; annotations hold 256 KiB")
+        patch = {"metadata": {"annotations": {STATE_PREFIX + key: text}}}
+        self.call("PATCH", self._path(ref), body=patch, content_type=MERGE_PATCH)
+
+    # --- events, pods, nodes ---------------------------------------------------------------
+
+    def record_event(
+        self, ref: TargetRef, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Record a core/v1 Event on the target (shown by ``kubectl describe``)."""
+        if ref not in self._uids:
+            self._scale(ref)
+        now = self._clock()
+        self._events += 1  # keeps names unique when the clock has not moved
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            # client-go's recorder names events <object>.<unix nanoseconds in hex>
+            "metadata": {
+                "name": f"{ref.name}.{int(now * 1e9) + self._events:x}",
+                "namespace": ref.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": ref.api_version,
+                "kind": ref.kind,
+                "name": ref.name,
+                "namespace": ref.namespace,
+                "uid": self._uids.get(ref, ""),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": self._component, "host": self._instance},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "reportingComponent": self._component,
+            "reportingInstance": self._instance,
+        }
+        path = f"/api/v1/namespaces/{ref.namespace}/events"
+        self.call("POST", path, body=event, retry_conflicts=False)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod (gracefully); a pod already gone counts as deleted."""
+        try:
+            self.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeUnavailableError as exc:
+            if exc.status != 404:
+                raise
+
+    def cordon(self, node: str) -> None:
+        """Mark a node unschedulable (``kubectl cordon``)."""
+        patch = {"spec": {"unschedulable": True}}
+        self.call("PATCH", f"/api/v1/nodes/{node}", body=patch, content_type=MERGE_PATCH)

@@ -1,0 +1,358 @@
+"""The API double's minimal controllers: ReplicaSet-style pods for Deployments, ordinal pods
+for StatefulSets, a spreading scheduler, readiness after a delay and graceful termination.
+
+They run synchronously inside the double (``Workloads.sync`` before every request and after
+every write), driven by the double's clock, so a test with a manual clock sees a pod turn
+Ready exactly when it advances the clock past the pod's delay.
+"""
+
+import copy
+import hashlib
+import heapq
+import json
+import random
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from support import kubeapi_model as m
+from support.kubeapi_model import Obj, Resource
+from support.kubeapi_store import Store
+
+_SAFE = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.SafeEncodeString alphabet
+PODS = next(r for r in m.BUILTIN if r.plural == "pods")
+NODES = next(r for r in m.BUILTIN if r.plural == "nodes")
+
+
+def _safe_hash(text: str, n: int) -> str:
+    digest = hashlib.sha256(text.encode()).digest()
+    return "".join(_SAFE[b % len(_SAFE)] for b in digest[:n])
+
+
+def _condition(kind: str, ok: bool, at: float, reason: str = "") -> Obj:
+    cond: Obj = {
+        "type": kind,
+        "status": "True" if ok else "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": m.fmt_time(at),
+    }
+    if reason:
+        cond["reason"] = reason
+    return cond
+
+
+class Workloads:
+    """Pods for every Deployment and StatefulSet in the store, kept at spec.replicas.
+
+    Work is event driven so that a double holding hundreds of workloads stays fast: a
+    write to a workload marks it dirty, pod timers (Ready due, termination due) sit in a
+    heap, and ``sync`` handles only what changed or fell due.
+    """
+
+    def __init__(self, store: Store, *, ready_after_s: float, terminate_after_s: float) -> None:
+        self.store = store
+        self.ready_after_s = ready_after_s
+        self.terminate_after_s = terminate_after_s
+        self._rng = random.Random(0)
+        self.delays: dict[str, float] = {}  # workload uid -> its pods' readiness delay
+        self._owner: dict[str, tuple[Resource, str, str]] = {}  # pod uid -> workload
+        self._pods: dict[str, dict[str, Obj]] = {}  # workload uid -> pod name -> pod
+        self._due: list[tuple[float, int, str, Obj]] = []  # (time, seq, "ready"|"gone", pod)
+        self._seq = 0
+        self._held_unready: set[str] = set()
+        self._dirty: set[tuple[str, str, str]] = set()  # (plural, namespace, name)
+        self._pending: list[Obj] = []  # pods no node could take yet
+        store.on_write = self._on_write
+
+    def _on_write(self, res: Resource, obj: Obj) -> None:
+        if res.builtin and res.scale:
+            self._dirty.add((res.plural, obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        elif res.plural == "nodes" and self._pending:
+            self._bind_pending(self.store.clock())
+
+    # --- entry point -----------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Fire the pod timers that fell due, then converge each changed workload."""
+        now = self.store.clock()
+        while self._due and self._due[0][0] <= now:
+            at, _, what, pod = heapq.heappop(self._due)
+            if self._alive(pod):
+                self._fire(what, pod, at)
+        self._bind_pending(now)
+        while self._dirty:
+            plural, ns, name = self._dirty.pop()
+            res = self.store.resources[("apps/v1", plural)]
+            obj = self.store.objects.get(("apps/v1", plural, ns, name))
+            if obj is not None:
+                self._converge(res, obj, now)
+
+    def _alive(self, pod: Obj) -> bool:
+        meta = pod["metadata"]
+        return self.store.objects.get(("v1", "pods", meta["namespace"], meta["name"])) is pod
+
+    def _fire(self, what: str, pod: Obj, at: float) -> None:
+        uid = pod["metadata"]["uid"]
+        if what == "gone":
+            self._forget(pod)
+        elif uid not in self._held_unready and not pod["metadata"].get("deletionTimestamp"):
+            self.set_ready(pod, True, at)
+
+    def _timer(self, at: float, what: str, pod: Obj) -> None:
+        self._seq += 1
+        heapq.heappush(self._due, (at, self._seq, what, pod))
+
+    def _mark_owner(self, pod: Obj) -> None:
+        owner = self._owner.get(pod["metadata"]["uid"])
+        if owner is not None:
+            self._dirty.add((owner[0].plural, owner[1], owner[2]))
+
+    def _forget(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        self.store.delete(PODS, meta["namespace"], meta["name"])
+        self._mark_owner(pod)
+        owner = self._owner.pop(meta["uid"], None)
+        if owner is not None:
+            wl = self.store.objects.get(("apps/v1", owner[0].plural, owner[1], owner[2]))
+            if wl is not None:
+                self._pods.get(wl["metadata"]["uid"], {}).pop(meta["name"], None)
+        self._held_unready.discard(meta["uid"])
+
+    # --- pods ------------------------------------------------------------------------------
+
+    def set_ready(self, pod: Obj, ready: bool, at: float) -> None:
+        """Flip the Ready and ContainersReady conditions (and container statuses) at ``at``."""
+        for cond in pod["status"].get("conditions", []):
+            if cond["type"] in ("Ready", "ContainersReady") and (cond["status"] == "True") != ready:
+                cond["status"] = "True" if ready else "False"
+                cond["lastTransitionTime"] = m.fmt_time(at)
+                if ready:
+                    cond.pop("reason", None)
+                else:
+                    cond["reason"] = "ContainersNotReady"
+        for cs in pod["status"].get("containerStatuses", []):
+            cs["ready"] = ready
+        uid = pod["metadata"]["uid"]
+        if ready:
+            self._held_unready.discard(uid)
+        else:
+            self._held_unready.add(uid)
+        pod["metadata"]["resourceVersion"] = self.store.next_rv()
+        self._mark_owner(pod)
+
+    def hold_unready(self, pod: Obj, ready: bool) -> None:
+        """Test hook: force a pod's readiness (a failing readiness probe, or its recovery)."""
+        self.set_ready(pod, ready, self.store.clock())
+        if not ready:
+            self._held_unready.add(pod["metadata"]["uid"])
+
+    def _pick_node(self) -> str | None:
+        nodes = [
+            n["metadata"]["name"]
+            for n in self.store.list(NODES, "")
+            if not n.get("spec", {}).get("unschedulable")
+        ]
+        if not nodes:
+            return None
+        load = dict.fromkeys(nodes, 0)
+        for pods in self._pods.values():
+            for pod in pods.values():
+                node = pod["spec"].get("nodeName")
+                if node in load and not pod["metadata"].get("deletionTimestamp"):
+                    load[node] += 1
+        return min(nodes, key=lambda n: (load[n], nodes.index(n)))
+
+    def _bind_pending(self, now: float) -> None:
+        pending, self._pending = self._pending, []
+        for pod in pending:
+            if self._alive(pod) and not pod["metadata"].get("deletionTimestamp"):
+                self._schedule(pod, now)
+
+    def _schedule(self, pod: Obj, now: float) -> None:
+        node = self._pick_node()
+        if node is None:
+            self._pending.append(pod)
+            return
+        pod["spec"]["nodeName"] = node
+        status = pod["status"]
+        status.update(
+            phase="Running",
+            startTime=m.fmt_time(now),
+            hostIP=f"10.0.{sum(node.encode()) % 250}.1",
+            podIP=f"10.244.{self._rng.randrange(250)}.{self._rng.randrange(1, 250)}",
+            conditions=[
+                _condition("Initialized", True, now),
+                _condition("Ready", False, now, "ContainersNotReady"),
+                _condition("ContainersReady", False, now, "ContainersNotReady"),
+                _condition("PodScheduled", True, now),
+            ],
+            containerStatuses=[
+                {
+                    "name": c.get("name", "main"),
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": m.fmt_time(now)}},
+                }
+                for c in pod["spec"].get("containers", [])
+            ],
+        )
+        owner = self._owner.get(pod["metadata"]["uid"])
+        wl = owner and self.store.objects.get(("apps/v1", owner[0].plural, owner[1], owner[2]))
+        delay = (
+            self.delays.get(wl["metadata"]["uid"], self.ready_after_s) if wl else self.ready_after_s
+        )
+        self._timer(now + delay, "ready", pod)
+        pod["metadata"]["resourceVersion"] = self.store.next_rv()
+
+    def terminate(self, pod: Obj) -> Obj:
+        """Graceful deletion: deletionTimestamp = now + grace; gone once the clock passes it.
+
+        A pod that never ran (no node) or a double with no grace period goes at once,
+        as the kubelet-less API server deletes an unscheduled pod immediately.
+        """
+        meta, now = pod["metadata"], self.store.clock()
+        if self.terminate_after_s <= 0 or not pod["spec"].get("nodeName"):
+            self._forget(pod)
+            return pod
+        if not meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = m.fmt_time(now + self.terminate_after_s)
+            meta["deletionGracePeriodSeconds"] = int(self.terminate_after_s)
+            self.set_ready(pod, False, now)
+            self._timer(now + self.terminate_after_s, "gone", pod)
+        return pod
+
+    # --- controllers -----------------------------------------------------------------------
+
+    def _converge(self, res: Resource, obj: Obj, now: float) -> None:
+        pods = self._pods.setdefault(obj["metadata"]["uid"], {})
+        owned = list(pods.values())
+        active = [p for p in owned if not p["metadata"].get("deletionTimestamp")]
+        want = int(obj.get("spec", {}).get("replicas", 1))
+        if res.kind == "StatefulSet":
+            self._converge_ordinals(res, obj, owned, active, want, now)
+        elif len(active) < want:
+            for _ in range(want - len(active)):
+                self._create_pod(res, obj, self._rs_name(obj) + "-" + self._suffix(), now)
+        elif len(active) > want:
+            for pod in sorted(active, key=self._deletion_rank)[: len(active) - want]:
+                self.terminate(pod)
+        self._write_status(res, obj)
+
+    def _converge_ordinals(
+        self,
+        res: Resource,
+        obj: Obj,
+        owned: Sequence[Obj],
+        active: Sequence[Obj],
+        want: int,
+        now: float,
+    ) -> None:
+        name = obj["metadata"]["name"]
+        parallel = obj["spec"].get("podManagementPolicy") == "Parallel"
+        by_ord = {_ordinal(p): p for p in owned}
+        for i in range(want):
+            if i in by_ord:
+                if not parallel and not is_ready(by_ord[i]):
+                    return  # OrderedReady: each pod Ready before the next is created
+                continue
+            self._create_pod(res, obj, f"{name}-{i}", now, ordinal=i)
+            if not parallel:
+                return
+        extra = sorted((p for p in active if _ordinal(p) >= want), key=lambda p: -_ordinal(p))
+        if not parallel:  # OrderedReady: highest ordinal first, one at a time
+            extra = extra[:1] if len(owned) == len(active) else []
+        for pod in extra:
+            self.terminate(pod)
+
+    @staticmethod
+    def _deletion_rank(pod: Obj) -> tuple[Any, ...]:
+        # the ReplicaSet controller deletes unscheduled, then unready, then the newest pods first
+        return (
+            bool(pod["spec"].get("nodeName")),
+            is_ready(pod),
+            -m.parse_time(pod["metadata"]["creationTimestamp"]),
+            pod["metadata"]["name"],
+        )
+
+    @staticmethod
+    def _rs_name(obj: Obj) -> str:
+        template = json.dumps(obj.get("spec", {}).get("template", {}), sort_keys=True)
+        return f"{obj['metadata']['name']}-{_safe_hash(template, 10)}"
+
+    def _suffix(self) -> str:
+        return "".join(self._rng.choice(_SAFE) for _ in range(5))
+
+    def _create_pod(
+        self, res: Resource, obj: Obj, name: str, now: float, ordinal: int | None = None
+    ) -> None:
+        meta = obj["metadata"]
+        template = copy.deepcopy(obj.get("spec", {}).get("template", {}))
+        labels = dict((template.get("metadata") or {}).get("labels") or {})
+        pod_meta: Obj = {"name": name, "labels": labels}
+        if ordinal is None:
+            rs = self._rs_name(obj)
+            labels["pod-template-hash"] = rs.rsplit("-", 1)[1]
+            pod_meta["generateName"] = rs + "-"
+            owner = {
+                "kind": "ReplicaSet",
+                "name": rs,
+                "uid": str(uuid.uuid5(uuid.UUID(meta["uid"]), rs)),
+            }
+        else:
+            labels["statefulset.kubernetes.io/pod-name"] = name
+            labels["apps.kubernetes.io/pod-index"] = str(ordinal)
+            owner = {"kind": res.kind, "name": meta["name"], "uid": meta["uid"]}
+        pod_meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", **owner, "controller": True, "blockOwnerDeletion": True}
+        ]
+        pod = {
+            "metadata": pod_meta,
+            "spec": {
+                "containers": (template.get("spec") or {}).get("containers")
+                or [{"name": "main", "image": "registry.example/serve:1"}],
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 30,
+                "schedulerName": "default-scheduler",
+            },
+            "status": {
+                "phase": "Pending",
+                "qosClass": "BestEffort",
+                "conditions": [_condition("PodScheduled", False, now, "Unschedulable")],
+            },
+        }
+        created = self.store.create(PODS, meta["namespace"], pod)
+        self._owner[created["metadata"]["uid"]] = (res, meta["namespace"], meta["name"])
+        self._pods.setdefault(meta["uid"], {})[name] = created
+        self._schedule(created, now)
+
+    def _write_status(self, res: Resource, obj: Obj) -> None:
+        pods = self._pods.get(obj["metadata"]["uid"], {}).values()
+        active = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        ready = sum(1 for p in active if is_ready(p))
+        status: Obj = {
+            "observedGeneration": obj["metadata"].get("generation", 1),
+            "replicas": len(active),
+        }
+        extra = {"updatedReplicas": len(active), "readyReplicas": ready, "availableReplicas": ready}
+        if res.kind == "StatefulSet":
+            extra["currentReplicas"] = len(active)
+        else:
+            extra["unavailableReplicas"] = max(0, int(obj["spec"].get("replicas", 1)) - ready)
+        status |= {k: v for k, v in extra.items() if v}  # omitempty, as the real server writes
+        if obj.get("status") != status:
+            obj["status"] = status
+            obj["metadata"]["resourceVersion"] = self.store.next_rv()
+
+
+def is_ready(pod: Obj) -> bool:
+    """Whether the pod's Ready condition is True."""
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])
+    )
+
+
+def _ordinal(pod: Obj) -> int:
+    return int(pod["metadata"]["name"].rsplit("-", 1)[1])
