@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from gpuscale.control.config import GPUScaler, Target, policy_config
+from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.params import build
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.policy import (
@@ -26,26 +27,6 @@ from gpuscale.scaling.policy import (
     State,
     signal_path_of,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Ref:
-    """A scale target's identity (what the actuator's ``TargetRef`` holds).
-
-    Attributes:
-        api_version: e.g. ``apps/v1``.
-        kind: e.g. ``Deployment``.
-        name: Object name.
-        namespace: Object namespace.
-    """
-
-    api_version: str
-    kind: str
-    name: str
-    namespace: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.kind}/{self.name}"
 
 
 class ScopedPolicy:
@@ -117,7 +98,7 @@ class TargetRuntime:
         owner: ``namespace/name`` of the GPUScaler it comes from.
     """
 
-    ref: Ref
+    ref: TargetRef
     spec: Target
     policy: ScopedPolicy
     delay_s: float = 0.0
@@ -133,7 +114,7 @@ def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
     """
     sref = target.scale_target_ref
     ns = sref.namespace or doc.metadata.namespace
-    ref = Ref(sref.api_version, sref.kind, sref.name, ns)
+    ref = TargetRef(sref.api_version, sref.kind, sref.name, ns)
     policy = target.kind.make(policy_config(target), target.kind.name)
     overrides = {k: build(v) for k, v in target.metrics.signals.items()}
     matchers = target.metrics.matchers
@@ -141,7 +122,7 @@ def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
     pod_signals = scope(policy.pod_signals, ns, matchers, overrides)
     scoped = ScopedPolicy(policy, signals, pod_signals)
     # Pod signals and workload signals may share keys; freshness checks them all.
-    every = {**{f"{k} (workload)": s for k, s in signals.items()}, **pod_signals}
+    every = {**{f"{k} by pod": s for k, s in pod_signals.items()}, **signals}
     return TargetRuntime(
         ref,
         target,
