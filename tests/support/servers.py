@@ -72,27 +72,48 @@ def start_exporter(tmp: Path, *args: str) -> tuple[Process, int]:
 
 
 class Prometheus:
-    def __init__(self, binary: str, workdir: Path, targets: list[str]) -> None:
+    """A Prometheus on 127.0.0.1 scraping ``targets`` every second.
+
+    The optional arguments serve servers that hold backfilled history (``data_dir``,
+    no targets), require auth or TLS (``web_config``, ``scheme``, and ``wait_kw`` for httpx's
+    ``auth``/``verify`` while waiting for ``/-/ready``) or need
+    other flags (``extra_args``).
+    """
+
+    def __init__(
+        self,
+        binary: str,
+        workdir: Path,
+        targets: list[str],
+        *,
+        data_dir: Path | None = None,
+        web_config: Path | None = None,
+        scheme: str = "http",
+        wait_kw: dict | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
         target_list = ", ".join(f"'{t}'" for t in targets)
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n  - job_name: gpu\n    scrape_timeout: 1s\n"
-            f"    static_configs:\n      - targets: [{target_list}]\n"
-        )
-        self.process = Process(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.enable-lifecycle",
-            ],
-            workdir / "prometheus.log",
-        )
-        wait_http(f"{self.url}/-/ready", 30)
+        text = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        if targets:
+            text += (
+                "scrape_configs:\n  - job_name: gpu\n    scrape_timeout: 1s\n"
+                f"    static_configs:\n      - targets: [{target_list}]\n"
+            )
+        config.write_text(text)
+        args = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data_dir or workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+        ]
+        if web_config is not None:
+            args.append(f"--web.config.file={web_config}")
+        self.process = Process([*args, *extra_args], workdir / "prometheus.log")
+        wait_http(f"{self.url}/-/ready", 30, **(wait_kw or {}))
 
     def query(self, promql: str) -> list[dict]:
         r = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)

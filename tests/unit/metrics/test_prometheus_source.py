@@ -188,3 +188,18 @@ def test_closes_only_the_client_it_made():
     with PrometheusSource("http://p:1") as src:
         made = src._client
     assert made.is_closed
+
+
+def test_unreadable_pem_is_a_config_error(tmp_path):
+    junk = tmp_path / "ca.pem"
+    junk.write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match=r"cannot be loaded .*give PEM files"):
+        PrometheusSource("https://prom:9090", ca_file=junk)
+
+
+def test_tls_options_with_a_given_client_are_refused():
+    with (
+        httpx.Client() as given,
+        pytest.raises(ConfigError, match="set TLS on the client you pass"),
+    ):
+        PrometheusSource("https://p:1", client=given, insecure_skip_verify=True)
