@@ -140,13 +140,13 @@ def autoscale(
         ),
     ] = None,
     lease_duration: Annotated[
-        float,
+        int,
         typer.Option(
-            min=1.0,
+            min=1,
             help="Seconds a Lease is valid without renewal.",
             envvar="GPUSCALE_LEASE_DURATION",
         ),
-    ] = 15.0,
+    ] = 15,
     renew_deadline: Annotated[
         float,
         typer.Option(

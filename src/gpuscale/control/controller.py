@@ -84,7 +84,7 @@ class Elector(Protocol):
         """Whether this replica holds the lease now."""
         ...
 
-    def release(self) -> None:
+    def release(self) -> object:
         """Give the lease up."""
         ...
 
