@@ -18,8 +18,10 @@ STATIC = """\
 
 def controller(make_controller, kapi, kclock, tmp_path, identity, want):
     act = KubeActuator.connect(
-        str(kapi.write_kubeconfig(tmp_path / f"kc-{identity}")), retry=FAST,
-        sleep=lambda _s: None, clock=kclock,
+        str(kapi.write_kubeconfig(tmp_path / f"kc-{identity}")),
+        retry=FAST,
+        sleep=lambda _s: None,
+        clock=kclock,
     )
     ctl = make_controller(STATIC % want, actuator=act)
     ctl.elector = LeaseElector(act.api_client, "default", "gpuscale", identity, clock=kclock)
