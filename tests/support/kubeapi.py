@@ -335,6 +335,9 @@ def _verb(method: str, name: str, query: dict[str, list[str]]) -> str:
 class _Handler(BaseHTTPRequestHandler):
     api: KubeApiDouble
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; without TCP_NODELAY a keep-alive client
+    # waits for the delayed ACK (about 40 ms) on every request.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output quiet
