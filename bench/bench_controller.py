@@ -134,7 +134,9 @@ def main() -> None:
                 raise SystemExit(f"{len(failed)} reconciles failed or held: {failed[0]}")
             if not key:
                 results["first_sync_s"] = first_s
-                results["targets_rescaled_in_first_sync"] = sum(o.replicas != o.current for o in first)
+                results["targets_rescaled_in_first_sync"] = sum(
+                    o.replicas != o.current for o in first
+                )
             results[f"{key}steady_sync_s"] = statistics.median(times)
             source.close()
             actuator.close()
