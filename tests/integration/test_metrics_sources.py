@@ -318,6 +318,8 @@ def test_observe_gives_the_same_observation_and_decision(store, prom_src, vm_src
 
 
 def test_prometheus_2_includes_a_sample_on_the_window_edge(store, prom_src, vm_src):
+    # Prometheus 3 made range selectors left-open; on it this test fails, and the
+    # off-grid rule for windowed signals above can go.
     sig = Signal(UTIL, {"pod": "b"}, window=60.0)
     at = T0 + STEP * 10  # T0 + 90 s is a sample time, and so is at - 60 s
     (mine,) = store.instant(sig, at)

@@ -15,6 +15,7 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import bcrypt
@@ -274,3 +275,10 @@ def test_victoria_metrics_with_basic_auth_over_tls(tls_server, tmp_path):
         assert info.value.reason == "http"
     finally:
         server.stop()
+
+
+def test_one_source_serves_several_threads(open_server):
+    # Bounded: 8 threads x 25 queries against one server.
+    with PrometheusSource(open_server.url) as src, ThreadPoolExecutor(8) as pool:
+        values = list(pool.map(lambda _: _value(src), range(200)))
+    assert values == [VALUE] * 200

@@ -33,9 +33,13 @@ What the double does not model (and so what these tests cannot show):
 - the scheduler only spreads pods over schedulable nodes (``spec.unschedulable``); no
   resources, affinity or GPU accounting;
 - Events are stored as sent (no aggregation or series, no TTL); status subresources of
-  workloads are not served; conditions on Deployments are not written.
+  workloads are not served; conditions on Deployments are not written;
+- namespaces are not objects (every namespace exists); DeleteOptions (grace period,
+  preconditions, propagation policy) and the ``resourceVersion`` list parameters are
+  ignored; a PUT with no resourceVersion is an unconditional update for every kind.
 """
 
+import contextlib
 import json
 import threading
 import time
@@ -100,6 +104,7 @@ class KubeApiDouble:
             self.store, ready_after_s=ready_after_s, terminate_after_s=terminate_after_s
         )
         self.faults = m.Faults()
+        self.stalls = m.Faults()
         self.requests: Counter[str] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -308,6 +313,13 @@ class KubeApiDouble:
         with self.store.lock:
             self.faults.rules.append([action, count, method, path])
 
+    def stall_next(
+        self, seconds: float, count: int = 1, *, method: str | None = None, path: str | None = None
+    ) -> None:
+        """Answer the next ``count`` matching requests ``seconds`` late (a slow API server)."""
+        with self.store.lock:
+            self.stalls.rules.append([seconds, count, method, path])
+
     def count(self, method: str, path: str) -> int:
         """Requests seen for ``METHOD path`` (path without the query string)."""
         return self.requests[f"{method} {path}"]
@@ -335,9 +347,7 @@ def _verb(method: str, name: str, query: dict[str, list[str]]) -> str:
 class _Handler(BaseHTTPRequestHandler):
     api: KubeApiDouble
     protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; without TCP_NODELAY a keep-alive client
-    # waits for the delayed ACK (about 40 ms) on every request.
-    disable_nagle_algorithm = True
+    disable_nagle_algorithm = True  # headers and body go out as two writes; no 40 ms stall
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output quiet
@@ -361,9 +371,14 @@ class _Handler(BaseHTTPRequestHandler):
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        retry_after = (body.get("details") or {}).get("retryAfterSeconds")
+        if body.get("kind") == "Status" and retry_after:
+            self.send_header("Retry-After", str(retry_after))
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        # the client may have given up (a timeout test); there is no one to answer then
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(data)
 
     def _serve(self, method: str) -> None:
         parts = urlsplit(self.path)
@@ -373,6 +388,10 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.api
         with api.store.lock:
             api.requests[f"{method} {path}"] += 1
+            stall = api.stalls.take(method, path)
+        if stall:
+            time.sleep(stall)  # outside the lock: other requests are answered meanwhile
+        with api.store.lock:
             try:
                 _authenticate(api, self.headers.get("Authorization"))
                 api.workloads.sync()
@@ -383,6 +402,10 @@ class _Handler(BaseHTTPRequestHandler):
             except ApiError as exc:
                 code, body = exc.code, exc.body
         self._send(code, body)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")  # Go's decoder rejects NaN and Infinity too
 
 
 def _authenticate(api: KubeApiDouble, header: str | None) -> None:
@@ -422,8 +445,8 @@ def _route(
     body: Any = None
     if raw:
         try:
-            body = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            body = json.loads(raw, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as exc:
             raise ApiError(m.bad_request(f"invalid JSON in request body: {exc}")) from None
     store = api.store
     if sub == "scale":
@@ -492,9 +515,8 @@ def _fault(api: KubeApiDouble, method: str, path: str, target: tuple[Any, ...] |
         raise ApiError(
             m.status(403, "Forbidden", f'forbidden: User "{api.user}" cannot get path "{path}"')
         )
-    raise ApiError(
-        m.server_error(code) if code >= 500 else m.status(code, "Unknown", "injected fault")
-    )
+    known = code >= 500 or code == 429
+    raise ApiError(m.server_error(code) if known else m.status(code, "Unknown", "injected fault"))
 
 
 def _discovery(api: KubeApiDouble, segs: list[str]) -> Obj | None:

@@ -79,7 +79,20 @@ class Resource:
         return out
 
 
-POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
+# the pod fields the real API server indexes for fieldSelector (pkg/registry/core/pod)
+POD_FIELDS = (
+    "metadata.name",
+    "metadata.namespace",
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+)
+NODE_FIELDS = ("metadata.name", "spec.unschedulable")
 EVENT_FIELDS = (
     "metadata.name",
     "metadata.namespace",
@@ -90,11 +103,12 @@ EVENT_FIELDS = (
     "reason",
     "type",
     "source",
+    "reportingComponent",
 )
 
 BUILTIN = (
     Resource("", "v1", "pods", "Pod", short_names=("po",), fields=POD_FIELDS),
-    Resource("", "v1", "nodes", "Node", namespaced=False, short_names=("no",)),
+    Resource("", "v1", "nodes", "Node", namespaced=False, short_names=("no",), fields=NODE_FIELDS),
     Resource("", "v1", "events", "Event", short_names=("ev",), fields=EVENT_FIELDS),
     Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",), scale=True),
     Resource("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",), scale=True),
@@ -174,6 +188,9 @@ def forbidden(
 
 
 def server_error(code: int) -> Obj:
+    if code == 429:  # API Priority and Fairness rejecting a request
+        msg = "Too many requests, please try again later."
+        return status(429, "TooManyRequests", msg, {"retryAfterSeconds": 1})
     if code == 503:
         return status(
             503, "ServiceUnavailable", "the server is currently unable to handle the request"

@@ -111,6 +111,8 @@ class Store:
         if key in self.objects:
             raise ApiError(m.already_exists(res, meta["name"]))
         self._check_times(res, obj)
+        if res.plural == "events":
+            self._check_event(res, obj)
         obj["apiVersion"], obj["kind"] = res.group_version, res.kind
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = m.fmt_time(self.clock())
@@ -203,6 +205,23 @@ class Store:
         self.objects[key] = new
         self.on_write(res, new)
         return new
+
+    @staticmethod
+    def _check_event(res: Resource, obj: Obj) -> None:
+        """The core/v1 Event checks of the API server's validation that a client can trip."""
+        name, ref = obj["metadata"]["name"], obj.get("involvedObject") or {}
+        ns = obj["metadata"].get("namespace", "")
+        if ref.get("namespace", ns) != ns:
+            why = "does not match event.namespace"
+            raise ApiError(
+                m.invalid(res, name, "Event", "involvedObject.namespace", ref["namespace"], why)
+            )
+        if obj.get("type") not in (None, "Normal", "Warning"):
+            raise ApiError(
+                m.invalid(
+                    res, name, "Event", "type", obj["type"], "supported values: Normal, Warning"
+                )
+            )
 
     @staticmethod
     def _check_times(res: Resource, obj: Obj) -> None:

@@ -10,6 +10,7 @@ jitter, a 403 becomes one ``KubeForbiddenError`` naming the RBAC rule to add, an
 anything else is one ``KubeUnavailableError`` line.
 """
 
+import itertools
 import json
 import logging
 import os
@@ -227,7 +228,10 @@ class KubeCall:
         text = data.decode("utf-8", "replace") if data else ""
         code = int(response.status)
         if 200 <= code < 300:
-            return json.loads(text) if text else {}
+            try:
+                return json.loads(text) if text else {}
+            except ValueError:
+                raise KubeUnavailableError(f"{method} {path}: answer is not JSON", code) from None
         if code == 403:
             raise _forbidden(method, path, text)
         if code in (409, 429) or code >= 500:
@@ -310,7 +314,7 @@ class KubeActuator:
         self._instance = socket.gethostname()
         self._plurals: dict[tuple[str, str], str] = dict(_WELL_KNOWN)
         self._uids: dict[TargetRef, str] = {}
-        self._events = 0
+        self._event_seq = itertools.count(1)  # next() is atomic: safe across worker threads
 
     @classmethod
     def connect(
@@ -321,6 +325,7 @@ class KubeActuator:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
+        pool_size: int = 32,
     ) -> "KubeActuator":
         """Connect in-cluster (no kubeconfig and KUBERNETES_SERVICE_HOST set) or by kubeconfig.
 
@@ -330,6 +335,7 @@ class KubeActuator:
             retry: Retry bounds (see ``KubeActuator``).
             sleep: Sleeps between retries.
             clock: Wall clock for Event timestamps.
+            pool_size: Connections kept open to the API server (at least the worker threads).
 
         Returns:
             The actuator.
@@ -338,26 +344,32 @@ class KubeActuator:
             ConfigError: When the kubeconfig is missing, unreadable or lacks the context.
         """
         cfg = k8s.Configuration()
+        in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        if kubeconfig is not None and not os.path.isfile(kubeconfig):
+            raise config_error(
+                f"--kubeconfig {kubeconfig}", "no such file", "pass an existing kubeconfig"
+            )
         try:
-            if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            if in_cluster:
                 k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             else:
-                if kubeconfig is not None and not os.path.isfile(kubeconfig):
-                    raise config_error(
-                        f"--kubeconfig {kubeconfig}", "no such file", "pass an existing kubeconfig"
-                    )
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
         except k8s_config.ConfigException as exc:
-            where = f"--kubeconfig {kubeconfig}" if kubeconfig else "kubeconfig (~/.kube/config)"
-            if context:
-                where += f" --context {context}"
+            if in_cluster:
+                where, fix = (
+                    "in-cluster config",
+                    "mount the service account token or pass --kubeconfig",
+                )
+            else:
+                where = f"--kubeconfig {kubeconfig}" if kubeconfig else "kubeconfig ~/.kube/config"
+                where += f" --context {context}" if context else ""
+                fix = "pass a valid kubeconfig and context"
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise config_error(
-                where, f"cannot load: {reason}", "pass a valid kubeconfig and context"
-            ) from None
+            raise config_error(where, f"cannot load: {reason}", fix) from None
         cfg.retries = False  # our own bounded retries, not urllib3's silent ones
+        cfg.connection_pool_maxsize = pool_size
         return cls(k8s.ApiClient(cfg), retry=retry, sleep=sleep, clock=clock)
 
     def close(self) -> None:
@@ -461,7 +473,10 @@ class KubeActuator:
         """Write ``state`` as JSON into annotation ``gpuscale.io/<key>`` by a merge patch."""
         if not _ANNOTATION_NAME.match(key):
             raise ValueError(f"state key {key!r} is not a valid annotation name")
-        text = json.dumps(state, sort_keys=True, separators=(",", ":"))
+        try:  # NaN and Infinity are not JSON: the API server would answer 400
+            text = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"state for {key!r} is not JSON: {exc}") from None
         if len(text.encode()) > _ANNOTATIONS_MAX_BYTES:
             raise ValueError(f"state for {key!r} is {len(text)} bytes; annotations hold 256 KiB")
         patch = {"metadata": {"annotations": {STATE_PREFIX + key: text}}}
@@ -476,14 +491,14 @@ class KubeActuator:
         if ref not in self._uids:
             self._scale(ref)
         now = self._clock()
-        self._events += 1  # keeps names unique when the clock has not moved
+        seq = next(self._event_seq)  # keeps names unique when the clock has not moved
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             # client-go's recorder names events <object>.<unix nanoseconds in hex>
             "metadata": {
-                "name": f"{ref.name}.{int(now * 1e9) + self._events:x}",
+                "name": f"{ref.name}.{int(now * 1e9) + seq:x}",
                 "namespace": ref.namespace,
             },
             "involvedObject": {

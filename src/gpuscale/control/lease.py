@@ -11,6 +11,7 @@ requires the record's own ``renewTime + leaseDurationSeconds`` to have passed.
 """
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ class LeaseElector:
         name: str,
         identity: str,
         *,
-        lease_duration_s: int = 15,
+        lease_duration_s: float = 15,
         renew_deadline_s: float = 10,
         retry_period_s: float = 2,
         clock: Callable[[], float] = time.time,
@@ -97,7 +98,7 @@ class LeaseElector:
                 f"{lease_duration_s}, {renew_deadline_s}, {retry_period_s}"
             )
         self.namespace, self.name, self.identity = namespace, name, identity
-        self.lease_duration_s = int(lease_duration_s)
+        self.lease_duration_s = lease_duration_s
         self.renew_deadline_s = renew_deadline_s
         self.retry_period_s = retry_period_s
         self._clock = clock
@@ -196,7 +197,7 @@ class LeaseElector:
             "metadata": meta,
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": self.lease_duration_s,
+                "leaseDurationSeconds": math.ceil(self.lease_duration_s),  # int32 seconds
                 "acquireTime": _micro(acquire),
                 "renewTime": _micro(renew),
                 "leaseTransitions": transitions,

@@ -107,6 +107,9 @@ def tls_context(
 class PrometheusSource:
     """Reads Signals from a Prometheus-compatible query API (a ``MetricsSource``).
 
+    One source may serve several threads at once: its state is fixed after
+    construction and ``httpx.Client`` is thread-safe.
+
     Args:
         url: Base URL of the API, e.g. ``http://prometheus:9090`` or a path-prefixed
             ``http://vmselect:8481/select/0/prometheus``; ``/api/v1/...`` is appended.
@@ -197,6 +200,7 @@ class PrometheusSource:
             One result per series or group, each with one point; sorted by labels.
 
         Raises:
+            ValueError: The signal cannot be written in PromQL (see ``compile_signal``).
             MetricsUnavailable: The server could not answer.
         """
         return self._query("query", {"query": compile_signal(signal), "time": _format_time(at)})
@@ -208,7 +212,7 @@ class PrometheusSource:
             One result per series or group, with a point at every time it had a value.
 
         Raises:
-            ValueError: ``step`` <= 0 or ``end`` < ``start``.
+            ValueError: ``step`` <= 0, ``end`` < ``start``, or a signal PromQL cannot say.
             MetricsUnavailable: The server could not answer.
         """
         if not step > 0 or end < start:

@@ -175,7 +175,7 @@ def test_pod_list_shape_and_selectors(api, http, clock):
     on_a = http.get(PODS, params={"fieldSelector": "spec.nodeName=node-a"}).json()["items"]
     assert on_a
     assert all(p["spec"]["nodeName"] == "node-a" for p in on_a)
-    r = http.get(PODS, params={"fieldSelector": "spec.schedulerName=x"})
+    r = http.get(PODS, params={"fieldSelector": "spec.priorityClassName=x"})
     assert r.status_code == 400
     assert "field label not supported" in r.json()["message"]
 
@@ -294,3 +294,24 @@ def test_bearer_token_required(clock):
         assert r.json()["reason"] == "Unauthorized"
         ok = httpx.get(api.url + "/api/v1/nodes", headers={"Authorization": "Bearer t"})
         assert ok.json()["kind"] == "NodeList"
+
+
+def test_event_validation(api, http):
+    event = {
+        "metadata": {"name": "e1"},
+        "involvedObject": {"kind": "Deployment", "name": "web", "namespace": "other"},
+        "reason": "X",
+        "type": "Normal",
+    }
+    r = http.post("/api/v1/namespaces/default/events", json=event)
+    assert r.status_code == 422
+    assert "involvedObject.namespace" in r.json()["message"]
+    event["involvedObject"]["namespace"] = "default"
+    assert http.post("/api/v1/namespaces/default/events", json=event).status_code == 201
+
+
+def test_nan_in_a_body_is_a_bad_request(api, http):
+    api.create_deployment("web", replicas=1)
+    r = http.patch(DEPLOY, content=b'{"metadata": {"labels": {"x": NaN}}}', headers=MERGE)
+    assert r.status_code == 400
+    assert r.json()["reason"] == "BadRequest"

@@ -208,6 +208,7 @@ def test_connection_refused_is_retried_then_unavailable(tmp_path, sleeps):
     assert err.value.status is None
     assert "cannot reach the API server" in str(err.value)
     assert len(sleeps) == POLICY.attempts - 1
+    act.close()
 
 
 def test_bearer_token_from_the_kubeconfig(tmp_path):
@@ -219,6 +220,7 @@ def test_bearer_token_from_the_kubeconfig(tmp_path):
         with pytest.raises(KubeUnavailableError) as err:
             good.status(DEPLOY)
         assert err.value.status == 401
+        good.close()
 
 
 def test_missing_kubeconfig_is_a_one_line_config_error(tmp_path):
@@ -235,3 +237,88 @@ def test_unknown_context_is_a_one_line_config_error(api, tmp_path):
     with pytest.raises(ConfigError, match="--context elsewhere: cannot load") as err:
         KubeActuator.connect(str(kubeconfig), context="elsewhere")
     assert "\n" not in str(err.value)
+
+
+def test_too_many_requests_waits_the_retry_after(api, actuator, sleeps):
+    api.create_deployment("web", replicas=1)
+    api.fail_next(429, method="PUT", path=SCALE_PATH)
+    actuator.scale(DEPLOY, 2)
+    assert sleeps == [1.0]  # the Retry-After header the API server sends with 429
+    assert api.count("PUT", SCALE_PATH) == 2
+
+
+def test_slow_answer_times_out_and_is_retried(api, tmp_path, sleeps):
+    import time
+
+    api.create_deployment("web", replicas=1)
+    policy = RetryPolicy(attempts=3, base_s=0.1, max_s=0.1, total_s=30.0, timeout_s=0.3)
+    act = KubeActuator.connect(
+        str(api.write_kubeconfig(tmp_path / "kc")), retry=policy, sleep=sleeps.append
+    )
+    api.stall_next(2.0, method="GET", path=SCALE_PATH)
+    start = time.monotonic()
+    assert act.status(DEPLOY).desired == 1
+    # the first read gave up at the 0.3 s timeout; the retry was answered at once
+    assert len(sleeps) == 1
+    assert api.count("GET", SCALE_PATH) == 2
+    assert time.monotonic() - start < 2.0  # did not wait for the stalled answer
+    act.close()
+
+
+def test_retries_stop_at_the_total_time_bound(api, actuator):
+    from gpuscale.control.kubernetes import KubeCall
+
+    api.create_deployment("web", replicas=1)
+    api.fail_next(503, 1000, method="GET", path=SCALE_PATH)
+    now = [0.0]
+
+    def fake_sleep(s: float) -> None:
+        now[0] += s
+
+    policy = RetryPolicy(attempts=1000, base_s=1.0, max_s=1.0, total_s=10.0)
+    call = KubeCall(actuator.api_client, policy, sleep=fake_sleep, monotonic=lambda: now[0])
+    with pytest.raises(KubeUnavailableError, match="HTTP 503"):
+        call("GET", SCALE_PATH)
+    assert now[0] <= policy.total_s  # never sleeps past the bound
+    # with waits of up to 1 s each, using most of 10 s takes more than 10 tries
+    assert api.count("GET", SCALE_PATH) > 10
+
+
+def test_in_cluster_without_a_service_account_is_one_line(monkeypatch):
+    from gpuscale.errors import ConfigError
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ConfigError, match=r"^in-cluster config: cannot load") as err:
+        KubeActuator.connect()
+    assert "\n" not in str(err.value)
+
+
+def test_endless_conflicts_give_up_with_status_409(api, actuator, sleeps):
+    api.create_deployment("web", replicas=1)
+    bump = iter(range(1000))
+    api.before_next(
+        lambda: api.patch_object(
+            "apps/v1",
+            "deployments",
+            "web",
+            "default",
+            {"metadata": {"labels": {"n": str(next(bump))}}},
+        ),
+        100,
+        method="PUT",
+        path=SCALE_PATH,
+    )
+    with pytest.raises(KubeUnavailableError) as err:
+        actuator.scale(DEPLOY, 3)
+    assert err.value.status == 409
+    assert api.count("PUT", SCALE_PATH) == POLICY.attempts
+    assert api.get("apps/v1", "deployments", "web", "default")["spec"]["replicas"] == 1
+
+
+def test_custom_kind_without_a_selector_has_no_pods(api, actuator):
+    api.register_scalable_kind("serving.example.io", "v1", "Pool", "pools")
+    body = {"metadata": {"name": "p"}, "spec": {"replicas": 2}, "status": {"replicas": 2}}
+    api.create_object("serving.example.io/v1", "pools", body, "default")
+    status = actuator.status(TargetRef("serving.example.io/v1", "Pool", "p", "default"))
+    assert (status.desired, status.pods) == (2, ())

@@ -159,3 +159,9 @@ def test_cordon_of_a_missing_node_is_one_line(api, actuator):
         actuator.cordon("node-x")
     assert err.value.status == 404
     assert str(err.value) == ('PATCH /api/v1/nodes/node-x: HTTP 404: nodes "node-x" not found')
+
+
+def test_state_with_nan_is_refused_before_any_request(api, actuator):
+    with pytest.raises(ValueError, match="not JSON"):
+        actuator.save_state(DEPLOY, "hpa", {"x": float("nan")})
+    assert api.count("PATCH", DEPLOY_PATH) == 0
