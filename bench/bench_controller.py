@@ -43,8 +43,9 @@ from support.kubeapi import KubeApiDouble
 from support.tsdb import Series, backfilled_prometheus
 
 from gpuscale.control.config import load
-from gpuscale.control.controller import Controller, Settings
+from gpuscale.control.controller import Controller
 from gpuscale.control.kubernetes import KubeActuator
+from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.prometheus import PrometheusSource
 

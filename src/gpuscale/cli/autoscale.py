@@ -172,8 +172,9 @@ def autoscale(
 ) -> None:
     """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
     from gpuscale.control.config import load
-    from gpuscale.control.controller import Controller, Settings
+    from gpuscale.control.controller import Controller
     from gpuscale.control.kubernetes import KubeActuator
+    from gpuscale.control.seams import Settings
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.control.targets import runtimes
     from gpuscale.exporter.server import parse_address

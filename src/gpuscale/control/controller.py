@@ -21,16 +21,15 @@ JSON log format carries them as structured fields (``decision``).
 
 import json
 import logging
-import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import asdict
 
 from gpuscale.control import failsafe, remediate
 from gpuscale.control.kubernetes import KubeForbiddenError, KubeUnavailableError, TargetRef
+from gpuscale.control.seams import STATE_KEY, Actuator, Elector, Outcome, Settings, inputs, label
 from gpuscale.control.server import ControllerMetrics, HealthState
 from gpuscale.control.targets import TargetRuntime
 from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable
@@ -38,126 +37,6 @@ from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, State, TargetStatus
 
 logger = logging.getLogger(__name__)
-
-STATE_KEY = "state"
-"""The annotation ``gpuscale.io/state`` holds ``{"policy": name, "state": State}``."""
-
-
-class Actuator(Protocol):
-    """What the loop needs from the cluster (``control.kubernetes.KubeActuator``)."""
-
-    def status(self, ref: TargetRef) -> TargetStatus:
-        """``/scale`` and the target's live pods."""
-        ...
-
-    def scale(self, ref: TargetRef, replicas: int) -> None:
-        """Set ``spec.replicas`` through ``/scale``."""
-        ...
-
-    def load_state(self, ref: TargetRef, key: str) -> dict[str, Any]:
-        """The JSON in annotation ``gpuscale.io/<key>`` ({} when absent)."""
-        ...
-
-    def save_state(self, ref: TargetRef, key: str, state: Mapping[str, Any]) -> None:
-        """Write the annotation."""
-        ...
-
-    def record_event(
-        self, ref: TargetRef, reason: str, message: str, *, warning: bool = False
-    ) -> None:
-        """Record an Event on the target."""
-        ...
-
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete one pod."""
-        ...
-
-    def cordon(self, node: str) -> None:
-        """Mark a node unschedulable."""
-        ...
-
-
-class Elector(Protocol):
-    """Leader election (``control.lease.LeaseElector``)."""
-
-    def try_acquire_or_renew(self) -> bool:
-        """Whether this replica holds the lease now."""
-        ...
-
-    def release(self) -> object:
-        """Give the lease up."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """How the loop runs.
-
-    Attributes:
-        sync_period_s: Seconds between syncs (an HPA's ``--horizontal-pod-autoscaler-sync-period``).
-        retry_period_s: Seconds between lease renewals (client-go's ``RetryPeriod``).
-        dry_run: Decide and log, but write nothing to the cluster.
-        workers: Targets reconciled concurrently.
-    """
-
-    sync_period_s: float = 15.0
-    retry_period_s: float = 2.0
-    dry_run: bool = False
-    workers: int = 8
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What one reconcile of one target did (also the structured log record).
-
-    Attributes:
-        target: ``namespace/kind/name``.
-        policy: Policy name.
-        current: ``spec.replicas`` read, or None when the read failed.
-        replicas: What was set (or held); None when nothing was decided.
-        reason: The policy's reason, or why it held or failed.
-        held: The fail-safe reason when the decision held, else None.
-        error: The error reason label when the reconcile failed, else None.
-        ready: Ready pods.
-        starting: Pods not Ready yet.
-        inputs: Latest value of each signal, per-pod values of each pod signal.
-        remediation: What remediation did or would do, "" when nothing.
-        dry_run: Whether writes were skipped.
-        duration_s: Time the reconcile took.
-    """
-
-    target: str
-    policy: str
-    current: int | None = None
-    replicas: int | None = None
-    reason: str = ""
-    held: str | None = None
-    error: str | None = None
-    ready: int = 0
-    starting: int = 0
-    inputs: dict[str, Any] = field(default_factory=dict)
-    remediation: str = ""
-    dry_run: bool = False
-    duration_s: float = 0.0
-
-
-def label(ref: TargetRef) -> str:
-    """The ``target`` label of a target: ``namespace/kind/name``.
-
-    Returns:
-        The label value.
-    """
-    return f"{ref.namespace}/{ref.kind}/{ref.name}"
-
-
-def _inputs(obs: Observation) -> dict[str, Any]:
-    """The values that drove a decision, small enough for a log line."""
-    out: dict[str, Any] = {k: (v[-1][1] if v else None) for k, v in obs.series.items()}
-    for key, per_pod in obs.pod_metrics.items():
-        out[f"{key} by pod"] = {p: v for p, v in sorted(per_pod.items())[:32]}
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
-    }
 
 
 class Controller:
@@ -340,7 +219,7 @@ class Controller:
                     self.source, rt.all_signals, at, spec.metrics.stale_after_seconds
                 )
             self.metrics.last_read.labels(out.target).set(now)
-            out.inputs = _inputs(obs)
+            out.inputs = inputs(obs)
         except MetricsUnavailable as exc:
             problem = failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
             self.metrics.errors.labels(out.target, "metrics_unavailable").inc()

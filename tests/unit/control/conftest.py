@@ -10,8 +10,9 @@ import pytest
 from support.kubeapi import KubeApiDouble, ManualClock
 
 from gpuscale.control.config import load
-from gpuscale.control.controller import Controller, Settings
+from gpuscale.control.controller import Controller
 from gpuscale.control.kubernetes import KubeActuator, RetryPolicy
+from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore
 
