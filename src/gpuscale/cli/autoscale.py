@@ -94,6 +94,35 @@ def autoscale(
             envvar="GPUSCALE_PROMETHEUS_CA_FILE",
         ),
     ] = None,
+    prometheus_basic_auth_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding USER:PASSWORD for Prometheus basic auth.",
+            envvar="GPUSCALE_PROMETHEUS_BASIC_AUTH_FILE",
+        ),
+    ] = None,
+    prometheus_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="PEM client certificate for Prometheus (with --prometheus-key-file).",
+            envvar="GPUSCALE_PROMETHEUS_CERT_FILE",
+        ),
+    ] = None,
+    prometheus_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="PEM private key of --prometheus-cert-file.",
+            envvar="GPUSCALE_PROMETHEUS_KEY_FILE",
+        ),
+    ] = None,
+    prometheus_insecure_skip_verify: Annotated[
+        bool,
+        typer.Option(
+            "--prometheus-insecure-skip-verify",
+            help="Do not verify Prometheus' certificate (KEDA's unsafeSsl).",
+            envvar="GPUSCALE_PROMETHEUS_INSECURE_SKIP_VERIFY",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -189,8 +218,29 @@ def autoscale(
     targets = runtimes(load(config))
     host, port = parse_address(metrics_address)
     token = _read_secret(prometheus_bearer_token_file, "--prometheus-bearer-token-file")
+    basic = _read_secret(prometheus_basic_auth_file, "--prometheus-basic-auth-file")
+    user, sep, password = (basic or "").partition(":")
+    if basic is not None and not (sep and user):
+        raise config_error(
+            f"--prometheus-basic-auth-file {prometheus_basic_auth_file}",
+            "does not hold USER:PASSWORD",
+            "write one line: the user, a colon, the password",
+        )
+    if token is not None and basic is not None:
+        raise config_error(
+            "--prometheus-bearer-token-file/--prometheus-basic-auth-file",
+            "both are given",
+            "choose one way to authenticate to Prometheus",
+        )
     source = PrometheusSource(
-        prometheus, timeout_s=prometheus_timeout, bearer_token=token, ca_file=prometheus_ca_file
+        prometheus,
+        timeout_s=prometheus_timeout,
+        bearer_token=token,
+        basic_auth=(user, password) if basic is not None else None,
+        ca_file=prometheus_ca_file,
+        cert_file=prometheus_cert_file,
+        key_file=prometheus_key_file,
+        insecure_skip_verify=prometheus_insecure_skip_verify,
     )
     actuator = KubeActuator.connect(kubeconfig, context)
     elector = None

@@ -304,8 +304,11 @@ class Controller:
         pick, blocked = remediate.choose(findings, status, rt.spec.min_replicas)
         target = label(rt.ref)
         if pick is None:
-            if blocked:
-                logger.warning("%s: not remediating: %s", target, blocked)
+            if blocked:  # once per pod at WARNING; every sync's record carries it too
+                key = f"{target} blocked {blocked.split(' ', 2)[1]}"
+                level = logging.DEBUG if key in self._reported else logging.WARNING
+                self._reported.add(key)
+                logger.log(level, "%s: not remediating: %s", target, blocked)
             return f"blocked: {blocked}" if blocked else ""
         pods = {p.name: p for p in status.pods}
         node = str(getattr(pods[pick.pod], "node", "") or pick.node)

@@ -83,3 +83,27 @@ def test_bad_prometheus_url(capsys, tmp_path):
     code, err = run(capsys, "--config", str(path), "--prometheus", "prometheus:9090")
     assert code == 2
     assert "not an http(s) URL" in one_line(err)
+
+
+def test_basic_auth_file_must_hold_user_and_password(capsys, tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    secret = tmp_path / "basic"
+    secret.write_text("just-a-password\n")
+    code, err = run(capsys, "--config", str(path), "--prometheus-basic-auth-file", str(secret))
+    assert code == 2
+    assert "does not hold USER:PASSWORD" in one_line(err)
+    token = tmp_path / "token"
+    token.write_text("t0ken")
+    secret.write_text("user:pw")
+    code, err = run(
+        capsys,
+        "--config",
+        str(path),
+        "--prometheus-basic-auth-file",
+        str(secret),
+        "--prometheus-bearer-token-file",
+        str(token),
+    )
+    assert code == 2
+    assert "both are given" in one_line(err)
