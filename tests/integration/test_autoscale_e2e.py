@@ -55,17 +55,22 @@ class Rig:
 
     def __init__(self, tmp: Path, window_s: int) -> None:
         self.tmp = tmp
-        self.api = KubeApiDouble().start()
-        self.api.create_deployment("llm", replicas=2)
-        self.kubeconfig = self.api.write_kubeconfig(tmp / "kubeconfig")
-        self.kubelet = KubeletServer(DoubleKubelet(self.api))
-        self.port = free_port()
-        self.exporter = self.start_exporter(0.2)
-        (tmp / "prom").mkdir()
-        self.prom = Prometheus("prometheus", tmp / "prom", [f"127.0.0.1:{self.port}"])
-        self.config = tmp / "scaler.yaml"
-        self.config.write_text(CONFIG % window_s)
         self.controllers: list[Autoscaler] = []
+        self.api = KubeApiDouble().start()
+        self.kubelet = self.exporter = self.prom = None
+        try:
+            self.api.create_deployment("llm", replicas=2)
+            self.kubeconfig = self.api.write_kubeconfig(tmp / "kubeconfig")
+            self.kubelet = KubeletServer(DoubleKubelet(self.api))
+            self.port = free_port()
+            self.exporter = self.start_exporter(0.2)
+            (tmp / "prom").mkdir()
+            self.prom = Prometheus("prometheus", tmp / "prom", [f"127.0.0.1:{self.port}"])
+            self.config = tmp / "scaler.yaml"
+            self.config.write_text(CONFIG % window_s)
+        except BaseException:
+            self.stop()
+            raise
 
     def start_exporter(self, load: float):
         return exporter_at(
@@ -115,9 +120,9 @@ class Rig:
     def stop(self) -> None:
         for ctl in self.controllers:
             ctl.stop()
-        self.prom.process.stop()
-        self.exporter.stop()
-        self.kubelet.stop()
+        for part in (self.prom.process if self.prom else None, self.exporter, self.kubelet):
+            if part is not None:
+                part.stop()
         self.api.stop()
 
 

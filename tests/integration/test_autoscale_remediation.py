@@ -3,6 +3,7 @@ two sync periods of Prometheus seeing it the pod is deleted in the API double an
 names the GPU; a workload with only minReplicas Ready pods loses nothing."""
 
 import shutil
+from contextlib import ExitStack
 
 import pytest
 from support.autoscale import Autoscaler, DoubleKubelet, KubeletServer, exporter_at, wait_until
@@ -39,7 +40,13 @@ spec:
 
 
 def test_pod_on_a_gpu_off_the_bus_is_replaced_but_never_below_min(tmp_path):
+    with ExitStack() as stack:
+        run(tmp_path, stack)
+
+
+def run(tmp_path, stack: ExitStack) -> None:
     api = KubeApiDouble().start()
+    stack.callback(api.stop)
     api.create_deployment("llm", replicas=3)
     kubelet_service = DoubleKubelet(api)
     kubelet_service.assign()  # the three llm pods hold GPUs 0-2 ...
@@ -50,6 +57,7 @@ def test_pod_on_a_gpu_off_the_bus_is_replaced_but_never_below_min(tmp_path):
     assert victim.startswith("llm-")
     assert spared.startswith("small-")
     kubelet = KubeletServer(kubelet_service)
+    stack.callback(kubelet.stop)
     port = free_port()
     exporter = exporter_at(
         tmp_path,
@@ -68,8 +76,10 @@ def test_pod_on_a_gpu_off_the_bus_is_replaced_but_never_below_min(tmp_path):
         "--fault",
         f"xid@{FAULT_AT_S}:code=79:gpu=3",
     )
+    stack.callback(exporter.stop)
     (tmp_path / "prom").mkdir()
     prom = Prometheus("prometheus", tmp_path / "prom", [f"127.0.0.1:{port}"])
+    stack.callback(prom.process.stop)
     config = tmp_path / "heal.yaml"
     config.write_text(CONFIG)
     ctl = Autoscaler(
@@ -81,55 +91,49 @@ def test_pod_on_a_gpu_off_the_bus_is_replaced_but_never_below_min(tmp_path):
         str(SYNC_S),
         "--no-leader-elect",
     )
-    try:
-        query = f'DCGM_EXP_XID_ERRORS_COUNT{{xid="79",pod="{victim}"}} > 0'
-        seen = wait_until(lambda: prom.query(query), FAULT_AT_S + 30)
-        names = lambda: {p["metadata"]["name"] for p in api.pods()}  # noqa: E731
-        gone = wait_until(lambda: victim not in names(), 30)
-        assert gone - seen <= REACT_S
-        uuid = prom.query(query)[0]["metric"]["UUID"]
-        events = api.store.list(api.store.resource("v1", "events"), "default")
-        [deleted] = [e for e in events if e["reason"] == "UnhealthyGPUPodDeleted"]
-        assert deleted["involvedObject"]["name"] == "llm"
-        assert uuid in deleted["message"]
-        assert "XID 79" in deleted["message"]
-        assert victim in deleted["message"]
-        # The double's controller replaces it: llm is back to 3 pods, on healthy GPUs.
-        wait_until(lambda: len([n for n in names() if n.startswith("llm-")]) == 3, 10)
+    stack.callback(ctl.stop)
+    query = f'DCGM_EXP_XID_ERRORS_COUNT{{xid="79",pod="{victim}"}} > 0'
+    seen = wait_until(lambda: prom.query(query), FAULT_AT_S + 30)
+    names = lambda: {p["metadata"]["name"] for p in api.pods()}  # noqa: E731
+    gone = wait_until(lambda: victim not in names(), 30)
+    assert gone - seen <= REACT_S
+    uuid = prom.query(query)[0]["metric"]["UUID"]
+    events = api.store.list(api.store.resource("v1", "events"), "default")
+    [deleted] = [e for e in events if e["reason"] == "UnhealthyGPUPodDeleted"]
+    assert deleted["involvedObject"]["name"] == "llm"
+    assert uuid in deleted["message"]
+    assert "XID 79" in deleted["message"]
+    assert victim in deleted["message"]
+    # The double's controller replaces it: llm is back to 3 pods, on healthy GPUs.
+    wait_until(lambda: len([n for n in names() if n.startswith("llm-")]) == 3, 10)
 
-        # small's sick GPU holds one of its 2 pods with minReplicas 2: it is kept, and
-        # the controller says why, for as long as we watch (three more syncs).
-        wait_until(lambda: prom.query(f'DCGM_EXP_XID_ERRORS_COUNT{{xid="79",pod="{spared}"}}'), 10)
-        blocked = lambda: [  # noqa: E731
-            d
-            for d in ctl.decisions("default/Deployment/small")
-            if d["remediation"].startswith("blocked:")
-        ]
-        wait_until(lambda: len(blocked()) >= 3, 6 * SYNC_S)
-        assert spared in names()
-        assert "leave 1 Ready < minReplicas 2" in blocked()[-1]["remediation"]
-        assert (
-            len(
-                [
-                    e
-                    for e in api.store.list(api.store.resource("v1", "events"), "default")
-                    if e["reason"] == "UnhealthyGPUPodDeleted"
-                ]
-            )
-            == 1
+    # small's sick GPU holds one of its 2 pods with minReplicas 2: it is kept, and
+    # the controller says why, for as long as we watch (three more syncs).
+    wait_until(lambda: prom.query(f'DCGM_EXP_XID_ERRORS_COUNT{{xid="79",pod="{spared}"}}'), 10)
+    blocked = lambda: [  # noqa: E731
+        d
+        for d in ctl.decisions("default/Deployment/small")
+        if d["remediation"].startswith("blocked:")
+    ]
+    wait_until(lambda: len(blocked()) >= 3, 6 * SYNC_S)
+    assert spared in names()
+    assert "leave 1 Ready < minReplicas 2" in blocked()[-1]["remediation"]
+    assert (
+        len(
+            [
+                e
+                for e in api.store.list(api.store.resource("v1", "events"), "default")
+                if e["reason"] == "UnhealthyGPUPodDeleted"
+            ]
         )
-        counts = [
-            ctl.metric(
-                "gpuscale_autoscaler_remediations_total",
-                evidence=kind,
-                target="default/Deployment/llm",
-            )
-            for kind in ("gpu_down", "xid", "dbe")
-        ]
-        assert sum(c or 0 for c in counts) == 1
-    finally:
-        ctl.stop()
-        prom.process.stop()
-        exporter.stop()
-        kubelet.stop()
-        api.stop()
+        == 1
+    )
+    counts = [
+        ctl.metric(
+            "gpuscale_autoscaler_remediations_total",
+            evidence=kind,
+            target="default/Deployment/llm",
+        )
+        for kind in ("gpu_down", "xid", "dbe")
+    ]
+    assert sum(c or 0 for c in counts) == 1

@@ -1,6 +1,7 @@
 """The reconcile loop against the API double (real kubernetes client) and the real MetricStore."""
 
 import json
+import threading
 
 from conftest import events, feed, pod_names, replicas
 from support.servers import free_port
@@ -168,3 +169,37 @@ def test_a_restarted_controller_keeps_the_stabilisation_window(
     out = restarted.sync()[0]
     assert out.replicas < 4, out.reason
     assert replicas(kapi) == out.replicas
+
+
+def test_a_policy_that_raises_is_isolated_and_counted(kapi, kclock, store, make_controller):
+    kapi.create_deployment("web", replicas=2)
+    kapi.create_deployment("other", replicas=2)
+    ctl = make_controller(HPA + HPA.replace("name: web", "name: other"))
+    every = pod_names(kapi) + pod_names(kapi, "other")
+    feed(store, kclock() - 1, UTIL, dict.fromkeys(every, 100.0))
+
+    def broken(observation, state):
+        raise ZeroDivisionError("policy bug")
+
+    ctl.targets[1].policy.inner.decide = broken  # type: ignore[method-assign]
+    web, other = ctl.sync()
+    assert web.replicas == 4
+    assert other.error == "internal"
+    assert "policy bug" in other.reason
+    assert ctl.metrics.errors.labels("default/Deployment/other", "internal")._value.get() == 1
+
+
+def test_run_syncs_once_per_period_on_the_clock(kapi, kclock, store, make_controller):
+    kapi.create_deployment("web", replicas=2)
+    ctl = make_controller(HPA)
+    stop, start, waits = threading.Event(), kclock(), []
+
+    def wait(pause: float) -> bool:
+        waits.append(pause)
+        kclock.advance(pause)
+        return kclock() - start >= 60.0
+
+    ctl.run(stop, wait)
+    # Syncs at 0, 15, 30, 45 and 60 s would be five; the loop stops after the wait to 60 s.
+    assert ctl.metrics.holds.labels("default/Deployment/web", "missing")._value.get() == 4
+    assert waits == [15.0, 15.0, 15.0, 15.0]
