@@ -243,12 +243,12 @@ class Controller:
             self._recover(rt, out)
         out.replicas = replicas
         self.metrics.desired.labels(out.target).set(replicas)
-        if replicas != status.desired and not self.settings.dry_run:
+        scaled = replicas != status.desired and not self.settings.dry_run
+        if scaled:
             self.actuator.scale(ref, replicas)
-            self.actuator.record_event(
-                ref, "SuccessfulRescale", f"New size: {replicas}; reason: {out.reason}"
-            )
         self._keep_state(rt, new_state)
+        if scaled:
+            self._event(rt, "SuccessfulRescale", f"New size: {replicas}; reason: {out.reason}")
         if spec.remediate and (problem is None or problem.reason != failsafe.UNAVAILABLE):
             out.remediation = self._remediate(rt, status, at)
 
@@ -269,31 +269,41 @@ class Controller:
             self.actuator.save_state(rt.ref, STATE_KEY, json.loads(text))
             self._saved[rt.ref] = text
 
+    def _event(
+        self, rt: TargetRuntime, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Record an Event; a failure to record one is logged and counted, never fatal."""
+        if self.settings.dry_run:
+            return
+        try:
+            self.actuator.record_event(rt.ref, reason, message, warning=warning)
+        except (KubeForbiddenError, KubeUnavailableError) as exc:
+            target = label(rt.ref)
+            self.metrics.errors.labels(target, "event").inc()
+            key = f"{target} event {exc}"
+            level = logging.DEBUG if key in self._reported else logging.WARNING
+            self._reported.add(key)
+            logger.log(level, "%s: could not record Event %s: %s", target, reason, exc)
+
     # -------------------------------------------------------------- fail-safe
     def _hold(self, rt: TargetRuntime, out: Outcome, problem: failsafe.Problem) -> None:
         self.metrics.holds.labels(out.target, problem.reason).inc()
         self.metrics.metrics_healthy.labels(out.target).set(0)
-        if (
-            self._holding.get(rt.ref) != problem.reason
-        ):  # an Event when a hold starts, not each sync
+        if self._holding.get(rt.ref) != problem.reason:  # an Event when a hold starts, not each
             self._holding[rt.ref] = problem.reason
             logger.warning("%s: holding at %s replicas: %s", out.target, out.current, problem)
-            if not self.settings.dry_run:
-                self.actuator.record_event(
-                    rt.ref,
-                    "MetricsUnhealthy",
-                    f"holding replicas at {out.current}, never scaling in: {problem}",
-                    warning=True,
-                )
+            self._event(
+                rt,
+                "MetricsUnhealthy",
+                f"holding replicas at {out.current}, never scaling in: {problem}",
+                warning=True,
+            )
 
     def _recover(self, rt: TargetRuntime, out: Outcome) -> None:
         self.metrics.metrics_healthy.labels(out.target).set(1)
         if self._holding.pop(rt.ref, None) is not None:
             logger.info("%s: metrics healthy again; policy %s in control", out.target, out.policy)
-            if not self.settings.dry_run:
-                self.actuator.record_event(
-                    rt.ref, "MetricsHealthy", f"metrics healthy again; {out.policy} in control"
-                )
+            self._event(rt, "MetricsHealthy", f"metrics healthy again; {out.policy} in control")
 
     # ------------------------------------------------------------ remediation
     def _remediate(self, rt: TargetRuntime, status: TargetStatus, at: float) -> str:
@@ -324,7 +334,7 @@ class Controller:
             cordoned = f"; cordoned node {node}"
         message = f"deleted {what}{cordoned}"
         logger.warning("%s: %s", target, message)
-        self.actuator.record_event(rt.ref, "UnhealthyGPUPodDeleted", message, warning=True)
+        self._event(rt, "UnhealthyGPUPodDeleted", message, warning=True)
         return message
 
     # ---------------------------------------------------------------- logging

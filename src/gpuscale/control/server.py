@@ -64,8 +64,8 @@ class ControllerMetrics:
         )
         self.errors = Counter(
             f"{PREFIX}_errors",
-            "Failed reconciles by target and reason (forbidden, kube_unavailable, "
-            "metrics_unavailable, internal).",
+            "Failures by target and reason (forbidden, kube_unavailable, metrics_unavailable, "
+            "internal; event: an Event could not be recorded, the decision stands).",
             ["target", "reason"],
             registry=r,
         )

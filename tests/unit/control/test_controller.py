@@ -203,3 +203,16 @@ def test_run_syncs_once_per_period_on_the_clock(kapi, kclock, store, make_contro
     # Syncs at 0, 15, 30, 45 and 60 s would be five; the loop stops after the wait to 60 s.
     assert ctl.metrics.holds.labels("default/Deployment/web", "missing")._value.get() == 4
     assert waits == [15.0, 15.0, 15.0, 15.0]
+
+
+def test_a_failed_event_does_not_undo_the_decision(kapi, kclock, store, make_controller):
+    kapi.create_deployment("web", replicas=2)
+    ctl = make_controller(HPA)
+    feed(store, kclock() - 1, UTIL, dict.fromkeys(pod_names(kapi), 100.0))
+    kapi.fail_next(403, 1, method="POST", path="/api/v1/namespaces/default/events")
+    [out] = ctl.sync()
+    assert (out.error, out.replicas) == (None, 4)
+    assert replicas(kapi) == 4
+    meta = kapi.get("apps/v1", "deployments", "web", "default")["metadata"]
+    assert "gpuscale.io/state" in meta["annotations"]  # saved before the Event was tried
+    assert ctl.metrics.errors.labels("default/Deployment/web", "event")._value.get() == 1
