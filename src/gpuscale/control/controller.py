@@ -78,7 +78,6 @@ class Controller:
         self._saved: dict[TargetRef, str] = {}
         self._holding: dict[TargetRef, str] = {}
         self._reported: set[str] = set()
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, wait: Callable[[float], bool] | None = None) -> None:
