@@ -13,7 +13,6 @@ A bad file stops the controller before it acts, with one line naming the file,
 the line, the key path (``spec.targets[2].policy.targetAverageValue``) and why.
 """
 
-import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -303,12 +302,3 @@ def policy_config(target: Target) -> Any:  # noqa: ANN401 - the policy's config 
         else {}
     )
     return build(target.policy, **bounds)
-
-
-def finite(value: float) -> bool:
-    """Whether a sample is a number a policy may act on (not NaN, not infinite).
-
-    Returns:
-        True for a finite float.
-    """
-    return math.isfinite(value)
