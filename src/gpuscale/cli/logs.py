@@ -16,9 +16,12 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        decision = getattr(record, "decision", None)
+        if isinstance(decision, dict):  # the autoscaler's structured decision record
+            entry["decision"] = decision
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+        return json.dumps(entry, default=str)
 
 
 def configure_logging(level: str, fmt: LogFormat) -> None:

@@ -11,7 +11,7 @@ from typer.main import get_command
 
 from gpuscale.cli.app import _register_subcommands, app, main
 
-SUBCOMMANDS = ("exporter", "fields", "evaluate")
+SUBCOMMANDS = ("exporter", "fields", "evaluate", "autoscale")
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,309 @@
+"""``gpuscale autoscale``: the live controller, Prometheus in and Kubernetes out.
+
+Everything a user can get wrong (the GPUScaler file, the Prometheus URL and
+its TLS files, the kubeconfig, the listen address) is checked before the loop
+starts, with one line naming the input and exit status 2.
+"""
+
+import logging
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuscale.errors import config_error
+
+logger = logging.getLogger(__name__)
+
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _lease_namespace(given: str | None) -> str:
+    """The flag, else the pod's own namespace in-cluster, else ``default``."""
+    if given:
+        return given
+    try:
+        return _SA_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _read_secret(path: Path | None, flag: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise config_error(
+            f"{flag} {path}", f"cannot read ({exc.strerror})", "give a readable file"
+        ) from None
+
+
+def autoscale(
+    config: Annotated[
+        Path,
+        typer.Option(
+            "--config",
+            help="GPUScaler YAML file: targets, policies, bounds (docs/autoscaler.md).",
+            envvar="GPUSCALE_AUTOSCALE_CONFIG",
+        ),
+    ],
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            help="Kubeconfig file (default: in-cluster config, else ~/.kube/config).",
+            envvar="GPUSCALE_KUBECONFIG",
+        ),
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            help="Kubeconfig context (default: the current one).", envvar="GPUSCALE_CONTEXT"
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str,
+        typer.Option(
+            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, Thanos).",
+            envvar="GPUSCALE_PROMETHEUS",
+        ),
+    ] = "http://localhost:9090",
+    prometheus_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds before a query is abandoned.",
+            envvar="GPUSCALE_PROMETHEUS_TIMEOUT",
+        ),
+    ] = 5.0,
+    prometheus_bearer_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding a bearer token for Prometheus.",
+            envvar="GPUSCALE_PROMETHEUS_BEARER_TOKEN_FILE",
+        ),
+    ] = None,
+    prometheus_ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="PEM CA bundle to verify Prometheus' certificate.",
+            envvar="GPUSCALE_PROMETHEUS_CA_FILE",
+        ),
+    ] = None,
+    prometheus_basic_auth_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding USER:PASSWORD for Prometheus basic auth.",
+            envvar="GPUSCALE_PROMETHEUS_BASIC_AUTH_FILE",
+        ),
+    ] = None,
+    prometheus_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="PEM client certificate for Prometheus (with --prometheus-key-file).",
+            envvar="GPUSCALE_PROMETHEUS_CERT_FILE",
+        ),
+    ] = None,
+    prometheus_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="PEM private key of --prometheus-cert-file.",
+            envvar="GPUSCALE_PROMETHEUS_KEY_FILE",
+        ),
+    ] = None,
+    prometheus_insecure_skip_verify: Annotated[
+        bool,
+        typer.Option(
+            "--prometheus-insecure-skip-verify",
+            help="Do not verify Prometheus' certificate (KEDA's unsafeSsl).",
+            envvar="GPUSCALE_PROMETHEUS_INSECURE_SKIP_VERIFY",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Decide and log, but change nothing in the cluster.",
+            envvar="GPUSCALE_DRY_RUN",
+        ),
+    ] = False,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once", help="Run one sync over every target and exit.", envvar="GPUSCALE_ONCE"
+        ),
+    ] = False,
+    sync_period: Annotated[
+        float,
+        typer.Option(min=0.1, help="Seconds between syncs.", envvar="GPUSCALE_SYNC_PERIOD"),
+    ] = 15.0,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1, max=64, help="Targets reconciled concurrently.", envvar="GPUSCALE_WORKERS"
+        ),
+    ] = 8,
+    metrics_address: Annotated[
+        str,
+        typer.Option(help="Address of /metrics and /healthz.", envvar="GPUSCALE_METRICS_ADDRESS"),
+    ] = ":8080",
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            help="Act only while holding a coordination.k8s.io Lease.",
+            envvar="GPUSCALE_LEADER_ELECT",
+        ),
+    ] = True,
+    lease_name: Annotated[
+        str, typer.Option(help="Name of the Lease.", envvar="GPUSCALE_LEASE_NAME")
+    ] = "gpuscale-autoscaler",
+    lease_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="Namespace of the Lease (default: the pod's own, else default).",
+            envvar="GPUSCALE_LEASE_NAMESPACE",
+        ),
+    ] = None,
+    lease_duration: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Seconds a Lease is valid without renewal.",
+            envvar="GPUSCALE_LEASE_DURATION",
+        ),
+    ] = 15,
+    renew_deadline: Annotated[
+        float,
+        typer.Option(
+            min=0.5,
+            help="Seconds the leader keeps trying to renew before it stops acting.",
+            envvar="GPUSCALE_RENEW_DEADLINE",
+        ),
+    ] = 10.0,
+    retry_period: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds between tries to take or renew the Lease.",
+            envvar="GPUSCALE_RETRY_PERIOD",
+        ),
+    ] = 2.0,
+    identity: Annotated[
+        str | None,
+        typer.Option(
+            help="Holder identity in the Lease (default: hostname_pid).", envvar="GPUSCALE_IDENTITY"
+        ),
+    ] = None,
+) -> None:
+    """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
+    from gpuscale.control.config import load
+    from gpuscale.control.controller import Controller
+    from gpuscale.control.kubernetes import KubeActuator
+    from gpuscale.control.seams import Settings
+    from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
+    from gpuscale.control.targets import runtimes
+    from gpuscale.exporter.server import parse_address
+    from gpuscale.metrics.prometheus import PrometheusSource
+
+    if leader_elect and not renew_deadline < lease_duration:
+        raise config_error(
+            f"--renew-deadline {renew_deadline:g}",
+            f"must be shorter than --lease-duration {lease_duration:g}",
+            "lower it (client-go's defaults are 10 s and 15 s)",
+        )
+    targets = runtimes(load(config))
+    host, port = parse_address(metrics_address)
+    token = _read_secret(prometheus_bearer_token_file, "--prometheus-bearer-token-file")
+    basic = _read_secret(prometheus_basic_auth_file, "--prometheus-basic-auth-file")
+    user, sep, password = (basic or "").partition(":")
+    if basic is not None and not (sep and user):
+        raise config_error(
+            f"--prometheus-basic-auth-file {prometheus_basic_auth_file}",
+            "does not hold USER:PASSWORD",
+            "write one line: the user, a colon, the password",
+        )
+    if token is not None and basic is not None:
+        raise config_error(
+            "--prometheus-bearer-token-file/--prometheus-basic-auth-file",
+            "both are given",
+            "choose one way to authenticate to Prometheus",
+        )
+    source = PrometheusSource(
+        prometheus,
+        timeout_s=prometheus_timeout,
+        bearer_token=token,
+        basic_auth=(user, password) if basic is not None else None,
+        ca_file=prometheus_ca_file,
+        cert_file=prometheus_cert_file,
+        key_file=prometheus_key_file,
+        insecure_skip_verify=prometheus_insecure_skip_verify,
+    )
+    actuator = KubeActuator.connect(kubeconfig, context)
+    elector = None
+    if leader_elect and not once:
+        from gpuscale.control.lease import LeaseElector
+
+        elector = LeaseElector(
+            actuator.api_client,
+            _lease_namespace(lease_namespace),
+            lease_name,
+            identity or f"{socket.gethostname()}_{os.getpid()}",
+            lease_duration_s=lease_duration,
+            renew_deadline_s=renew_deadline,
+            retry_period_s=retry_period,
+        )
+    settings = Settings(sync_period, retry_period, dry_run, workers)
+    metrics = ControllerMetrics()
+    health = HealthState(3 * max(sync_period, retry_period, 10.0))
+    controller = Controller(
+        targets,
+        source,
+        actuator,
+        settings=settings,
+        metrics=metrics,
+        elector=elector,
+        health=health,
+    )
+    if once:
+        outcomes = controller.sync()
+        failed = [o for o in outcomes if o.error is not None]
+        if failed:
+            raise typer.Exit(1)
+        return
+    try:
+        server = TelemetryServer(metrics, health, host, port)
+    except OSError as exc:
+        raise config_error(
+            f"--metrics-address {metrics_address!r}",
+            f"cannot listen ({exc.strerror})",
+            "give a free [HOST]:PORT",
+        ) from None
+    server.start()
+    logger.info(
+        "autoscaling %d targets from %s every %g s%s; /metrics and /healthz on %s:%d",
+        len(targets),
+        prometheus,
+        sync_period,
+        " (dry run)" if dry_run else "",
+        host,
+        server.port,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        controller.run(stop)
+    finally:
+        server.stop()
+        source.close()
+        actuator.close()
+        logger.info("stopped")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``autoscale`` command to ``app``."""
+    app.command("autoscale")(autoscale)

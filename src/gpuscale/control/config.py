@@ -1,0 +1,304 @@
+"""The GPUScaler: what the live autoscaler scales, with which policy, within which bounds.
+
+One schema serves two readers: ``gpuscale autoscale --config FILE`` reads it from
+YAML, and the ``gpuscalers.gpuscale.io`` CustomResourceDefinition under
+``deploy/crd/`` is generated from the same pydantic models (``control.crd``), so
+a document the API server accepts is one the controller accepts. A file holds one
+GPUScaler, several (``---`` separated) or a YAML list of them. Each names its
+targets like an HPA's ``scaleTargetRef``, the policy and its parameters (the
+policy's own config fields, ``control.params``), the bounds, the signals'
+scoping and freshness, and whether to remediate pods on sick GPUs.
+
+A bad file stops the controller before it acts, with one line naming the file,
+the line, the key path (``spec.targets[2].policy.targetAverageValue``) and why.
+"""
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpuscale.control.params import (
+    BOUNDS,
+    KINDS,
+    SIGNAL_MODEL,
+    PolicyKind,
+    build,
+    camel,
+    policy_model,
+)
+from gpuscale.errors import ConfigError, config_error
+
+API_VERSION = "gpuscale.io/v1alpha1"
+KIND = "GPUScaler"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+class ScaleTargetRef(_Strict):
+    """The scaled workload, as an HPA's ``scaleTargetRef`` names it."""
+
+    api_version: str = Field("apps/v1", alias="apiVersion", description="API group/version.")
+    kind: str = Field("Deployment", min_length=1, description="Kind with a /scale subresource.")
+    name: str = Field(min_length=1, description="Object name.")
+    namespace: str | None = Field(
+        None, description="Namespace; the GPUScaler's own namespace when absent."
+    )
+
+
+class MetricsSpec(_Strict):
+    """How the policy's signals are scoped to this target and when they count as stale."""
+
+    step_seconds: float = Field(
+        15.0, alias="stepSeconds", gt=0, description="Resolution of history range queries."
+    )
+    stale_after_seconds: float = Field(
+        60.0,
+        alias="staleAfterSeconds",
+        gt=0,
+        description="A signal whose newest sample is older than this holds the target.",
+    )
+    matchers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Label matchers added to every signal of the policy (e.g. a job or model).",
+    )
+    signals: dict[str, SIGNAL_MODEL] = Field(  # type: ignore[valid-type]
+        default_factory=dict,
+        description="Replaces a policy signal by its key (the metric name the policy reads).",
+    )
+
+
+def _policy_union() -> Any:  # noqa: ANN401 - a typing expression
+    models = tuple(policy_model(kind) for kind in KINDS.values())
+    return Annotated[Union[models], Field(discriminator="name")]  # noqa: UP007
+
+
+if TYPE_CHECKING:
+    PolicyModel = Any
+else:
+    PolicyModel = _policy_union()
+
+
+class Target(_Strict):
+    """One scale target and how it is scaled."""
+
+    scale_target_ref: ScaleTargetRef = Field(alias="scaleTargetRef")
+    min_replicas: int = Field(1, alias="minReplicas", ge=0, description="Lower bound.")
+    max_replicas: int = Field(alias="maxReplicas", ge=1, description="Upper bound.")
+    policy: PolicyModel = Field(description="Policy name and its parameters.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)  # type: ignore[arg-type]
+    max_scale_up_step: int | None = Field(
+        None, alias="maxScaleUpStep", ge=1, description="Most replicas added in one sync."
+    )
+    max_scale_down_step: int | None = Field(
+        None, alias="maxScaleDownStep", ge=1, description="Most replicas removed in one sync."
+    )
+    remediate: bool = Field(
+        False, description="Delete a pod whose GPU is unhealthy (one per sync, never below min)."
+    )
+    cordon: bool = Field(False, description="With remediate: also cordon the sick GPU's node.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "Target":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}"
+            )
+        return self
+
+    @property
+    def kind(self) -> PolicyKind:
+        """The policy kind named in ``policy.name``."""
+        return KINDS[str(self.policy.name)]
+
+
+class Metadata(BaseModel):
+    """Object metadata; only name and namespace are read, the rest is kept."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+
+
+class GPUScalerSpec(_Strict):
+    """The targets one GPUScaler scales."""
+
+    targets: list[Target] = Field(min_length=1)
+
+
+class GPUScaler(_Strict):
+    """A ``gpuscale.io/v1alpha1`` GPUScaler document."""
+
+    api_version: Literal["gpuscale.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["GPUScaler"]
+    metadata: Metadata
+    spec: GPUScalerSpec
+
+
+def _path(loc: Sequence[int | str]) -> str:
+    """``('spec', 'targets', 2, 'policy', 'hpa', 'x')`` -> ``spec.targets[2].policy.x``."""
+    out = ""
+    items = list(loc)
+    for i, part in enumerate(items):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif i > 0 and items[i - 1] == "policy" and part in KINDS:
+            continue  # the discriminated union's tag, not a key of the file
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+def _line(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
+    """The 1-based line of the deepest node of ``loc`` present in the YAML tree."""
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            nxt = node.value[part] if 0 <= part < len(node.value) else None
+        else:
+            nxt = None
+        if nxt is None:
+            if part in KINDS:
+                continue
+            break
+        node, line = nxt, nxt.start_mark.line + 1
+    return line
+
+
+def _problem(err: Any) -> tuple[str, str]:  # noqa: ANN401 - pydantic's ErrorDetails
+    kind, msg = err["type"], str(err["msg"]).removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        return "unknown key", "remove it or check its spelling (keys are camelCase)"
+    if kind == "missing":
+        return "is required", "add it"
+    if kind == "union_tag_invalid":
+        tag = err.get("ctx", {}).get("tag", "")
+        return f"unknown policy {tag!r}", f"use one of {', '.join(KINDS)}"
+    if kind == "union_tag_not_found":
+        return "policy has no name", f"set policy.name to one of {', '.join(KINDS)}"
+    return msg[:1].lower() + msg[1:], "see docs/autoscaler.md for the schema"
+
+
+def _documents(path: Path) -> list[tuple[Any, yaml.Node | None, str]]:
+    """Each GPUScaler in the file with its YAML node and the key prefix naming it."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise config_error(str(path), f"cannot read ({exc.strerror})", "check --config") from None
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        datas = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise config_error(where, str(problem), "fix the YAML syntax") from None
+    docs: list[tuple[Any, yaml.Node | None, str]] = []
+    for node, data in zip(nodes, datas, strict=True):
+        if data is None:
+            continue
+        if isinstance(data, list) and isinstance(node, yaml.SequenceNode):
+            docs += [
+                (d, n, f"[{i}]") for i, (d, n) in enumerate(zip(data, node.value, strict=True))
+            ]
+        else:
+            docs.append((data, node, ""))
+    if len(docs) > 1:
+        docs = [(d, n, p or f"[{i}]") for i, (d, n, p) in enumerate(docs)]
+    if not docs:
+        raise config_error(str(path), "holds no GPUScaler", "see deploy/examples/gpuscaler.yaml")
+    return docs
+
+
+def load(path: str | Path) -> list[GPUScaler]:
+    """Read and validate a GPUScaler file.
+
+    Args:
+        path: YAML file: one GPUScaler, several documents, or a list of them.
+
+    Returns:
+        The validated GPUScalers, in file order.
+
+    Raises:
+        ConfigError: One line: ``FILE:LINE KEY.PATH: problem; fix``.
+    """
+    path = Path(path)
+    out: list[GPUScaler] = []
+    seen: dict[tuple[str, str, str], str] = {}
+    for data, node, prefix in _documents(path):
+
+        def where(
+            loc: Sequence[int | str], node: yaml.Node | None = node, pre: str = prefix
+        ) -> str:
+            line, key = _line(node, loc), _path(loc)
+            key = f"{pre}.{key}" if pre and key else (pre or key)
+            place = f"{path}:{line}" if line else str(path)
+            return f"{place} {key}" if key else place
+
+        try:
+            doc = GPUScaler.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            problem, fix = _problem(err)
+            raise config_error(where(tuple(err["loc"])), problem, fix) from None
+        for t, target in enumerate(doc.spec.targets):
+            ref = target.scale_target_ref
+            ident = (ref.kind, ref.namespace or doc.metadata.namespace, ref.name)
+            loc: tuple[int | str, ...] = ("spec", "targets", t)
+            if ident in seen:
+                raise config_error(
+                    where((*loc, "scaleTargetRef")),
+                    f"{ident[0]} {ident[1]}/{ident[2]} is already scaled by {seen[ident]}",
+                    "scale each workload from one target only",
+                )
+            seen[ident] = where(loc)
+            try:
+                policy_config(target)
+            except ConfigError as exc:
+                raise _policy_error(exc, loc, where) from None
+        out.append(doc)
+    return out
+
+
+_DATACLASS_MESSAGE = re.compile(r"^\w+\.(\w+)=(.*?): (.*)$")
+
+
+def _policy_error(
+    exc: ConfigError, loc: tuple[int | str, ...], where: Callable[[Sequence[int | str]], str]
+) -> ConfigError:
+    """Re-aim a policy config's own ``Config.field=value: problem; fix`` at the YAML key."""
+    m = _DATACLASS_MESSAGE.match(str(exc))
+    if m is None:
+        return config_error(where((*loc, "policy")), str(exc), "see docs/autoscaler.md")
+    name, value, rest = m.groups()
+    key: tuple[int | str, ...] = (
+        (*loc, camel(name)) if name in BOUNDS else (*loc, "policy", camel(name))
+    )
+    problem, _, fix = rest.partition("; ")
+    return config_error(where(key), f"{value} is {problem}", fix or "see docs/autoscaler.md")
+
+
+def policy_config(target: Target) -> Any:  # noqa: ANN401 - the policy's config dataclass
+    """The policy's config dataclass, bounds from the target when it has them.
+
+    Returns:
+        The config.
+
+    Raises:
+        ConfigError: The config's own checks refused a value.
+    """
+    kind = target.kind
+    bounds = (
+        {"min_replicas": target.min_replicas, "max_replicas": target.max_replicas}
+        if kind.bounded()
+        else {}
+    )
+    return build(target.policy, **bounds)

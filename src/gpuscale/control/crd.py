@@ -1,0 +1,177 @@
+"""The GPUScaler CustomResourceDefinition, generated from the config models.
+
+``deploy/crd/gpuscalers.gpuscale.io.yaml`` is this module's output (``python -m
+gpuscale.control.crd > deploy/crd/gpuscalers.gpuscale.io.yaml``), and a test
+fails when the two differ, so the file and the controller cannot drift apart.
+
+Pydantic writes JSON Schema 2020-12; the API server wants a *structural*
+OpenAPI v3.0 schema: no ``$ref``, a ``type`` on every node, ``nullable``
+instead of a ``null`` branch, boolean ``exclusiveMinimum``, and no
+``oneOf``/``anyOf`` that declares types of its own. The policy block, a union
+tagged by ``name``, becomes one object holding every policy's keys with
+``name`` an enum; which keys belong to which policy is checked by the
+controller when it loads the document (the same models, per policy). A field
+that takes one Signal or a list of them (KEDA's ``querySignal``) keeps its
+value unpruned (``x-kubernetes-preserve-unknown-fields``).
+"""
+
+import sys
+from typing import Any
+
+import yaml
+
+from gpuscale.control.config import API_VERSION, KIND, GPUScalerSpec
+
+GROUP, VERSION = API_VERSION.split("/")
+PLURAL = "gpuscalers"
+
+_DROP = {"title", "default", "discriminator", "$defs"}
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:  # noqa: ANN401 - JSON
+    """Inline every ``$ref``."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = defs[node["$ref"].rsplit("/", 1)[-1]]
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return _resolve({**target, **rest}, defs)
+        return {k: _resolve(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve(v, defs) for v in node]
+    return node
+
+
+def _merge_objects(branches: list[dict[str, Any]]) -> dict[str, Any]:
+    """One object schema with every branch's properties (the policy union)."""
+    props: dict[str, Any] = {}
+    for branch in branches:
+        for key, sub in branch.get("properties", {}).items():
+            if key == "name":
+                names = props.setdefault("name", {"type": "string", "enum": []})
+                names["enum"] += sub.get("enum") or [sub["const"]]
+                names["description"] = "Policy name."
+            elif key not in props:
+                props[key] = sub
+    return {"type": "object", "properties": props, "required": ["name"]}
+
+
+def structural(node: Any) -> Any:  # noqa: ANN401 - JSON
+    """A resolved JSON Schema node as a structural OpenAPI v3.0 schema.
+
+    Returns:
+        The converted node.
+    """
+    if isinstance(node, list):
+        return [structural(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    branches = node.get("anyOf") or node.get("oneOf")
+    if branches is not None:
+        real = [b for b in branches if b.get("type") != "null"]
+        nullable = len(real) < len(branches)
+        if len(real) == 1:
+            out = structural({**real[0], **{k: v for k, v in node.items() if k not in _BR}})
+        elif all(b.get("type") == "object" for b in real):
+            out = structural(_merge_objects(real))
+        else:
+            out = {"x-kubernetes-preserve-unknown-fields": True}
+        if "description" in node:
+            out["description"] = node["description"]
+        if nullable:
+            out["nullable"] = True
+        return out
+    for key, value in node.items():
+        if key in _DROP or (key == "additionalProperties" and value is False):
+            continue
+        if key == "const":
+            out["enum"] = [value]
+            out.setdefault("type", "string")
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+        elif key == "properties":
+            out[key] = {k: structural(v) for k, v in value.items()}
+        elif key in ("items", "additionalProperties"):
+            out[key] = structural(value)
+        elif key == "prefixItems":
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        else:
+            out[key] = value
+    if out.get("type") == "array" and "items" not in out:
+        out["items"] = {"x-kubernetes-preserve-unknown-fields": True}
+        out.pop("x-kubernetes-preserve-unknown-fields", None)
+    return out
+
+
+_BR = {"anyOf", "oneOf", "discriminator"}
+
+
+def spec_schema() -> dict[str, Any]:
+    """The structural schema of ``spec``.
+
+    Returns:
+        OpenAPI v3.0 schema.
+    """
+    raw = GPUScalerSpec.model_json_schema(by_alias=True)
+    resolved = _resolve({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
+    return dict(structural(resolved))
+
+
+def manifest() -> dict[str, Any]:
+    """The CustomResourceDefinition object.
+
+    Returns:
+        ``apiextensions.k8s.io/v1`` CustomResourceDefinition.
+    """
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": ["gs"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "Scale targets, their policies and bounds "
+                            "(read by gpuscale autoscale; docs/autoscaler.md).",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    """The CRD as YAML, as stored under ``deploy/crd/``.
+
+    Returns:
+        The YAML text, with a header saying how it was made.
+    """
+    header = "# Generated by `python -m gpuscale.control.crd`; do not edit by hand.\n"
+    return header + yaml.safe_dump(manifest(), sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

@@ -1,0 +1,151 @@
+"""Fail-safe: when the data cannot be trusted the controller holds, and it always stays in bounds.
+
+A policy fed a missing series, a stale one or a NaN would compute a count from
+nothing, and the count it computes from "no load" is the smallest one: the
+workload would be scaled in exactly when the controller is blind. So before a
+policy sees an ``Observation`` the controller asks here whether the data is
+fit to act on:
+
+* ``missing``: a workload signal answered no series, or a per-pod signal answered
+  none for any Ready pod (per-pod gaps for some pods are the policy's to judge,
+  as an HPA does);
+* ``nan``: a value is NaN or infinite (Prometheus answers ``NaN`` for 0/0 and
+  ``+Inf`` for x/0);
+* ``stale``: the newest raw sample of a signal is older than the bound
+  (``metrics.staleAfterSeconds``) at the evaluation time;
+* ``unavailable``: the source did not answer (``MetricsUnavailable``, judged by
+  the caller).
+
+Holding keeps the current replicas (within [min, max]) and the policy's old
+state. Whatever the policy says, ``bound`` keeps the result in [min, max] and
+within the target's step bounds for one sync.
+"""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuscale.metrics.signal import MetricsSource, Signal
+from gpuscale.scaling.policy import Observation
+
+MISSING = "missing"
+NAN = "nan"
+STALE = "stale"
+UNAVAILABLE = "unavailable"
+REASONS = (MISSING, NAN, STALE, UNAVAILABLE)
+"""Every reason to hold, as the ``reason`` label of the hold counter."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why the data is not fit to act on.
+
+    Attributes:
+        reason: One of ``REASONS``.
+        detail: Which signal and what was seen, for the log line and the Event.
+    """
+
+    reason: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+def check_values(
+    observation: Observation, signals: Mapping[str, Signal], pod_signals: Mapping[str, Signal]
+) -> Problem | None:
+    """Find a missing signal or a non-finite value in an observation.
+
+    Args:
+        observation: What the policy would see.
+        signals: The workload signals it declares, by key.
+        pod_signals: The per-pod signals it declares, by key.
+
+    Returns:
+        The first problem found, or None when every value is usable.
+    """
+    for key in signals:
+        points = observation.series.get(key, ())
+        if not points:
+            return Problem(MISSING, f"{key}: no series")
+        bad = next((v for _, v in points if not math.isfinite(v)), None)
+        if bad is not None:
+            return Problem(NAN, f"{key} = {bad}")
+    ready = {p.name for p in observation.target.pods if p.ready}
+    for key in pod_signals:
+        values = observation.pod_metrics.get(key, {})
+        for pod, v in values.items():
+            if not math.isfinite(v):
+                return Problem(NAN, f"{key}{{pod={pod!r}}} = {v}")
+        if ready and not ready.intersection(values):
+            return Problem(MISSING, f"{key}: no sample for any of {len(ready)} Ready pods")
+    return None
+
+
+def check_fresh(
+    source: MetricsSource, signals: Mapping[str, Signal], at: float, stale_after_s: float
+) -> Problem | None:
+    """Find a signal whose newest raw sample is older than ``stale_after_s`` at ``at``.
+
+    Args:
+        source: Where the signals are read (asked for ``newest``).
+        signals: Every signal the policy reads, by key.
+        at: Evaluation time, seconds.
+        stale_after_s: The freshness bound, seconds.
+
+    Returns:
+        The first stale signal, or None when all are fresh (a signal with no sample
+        at all is ``check_values``' to report).
+    """
+    for key, sig in signals.items():
+        newest = source.newest(sig, at)
+        if newest is not None and at - newest > stale_after_s:
+            return Problem(STALE, f"{key}: newest sample {at - newest:.0f} s old")
+    return None
+
+
+def bound(
+    current: int,
+    wanted: int,
+    min_replicas: int,
+    max_replicas: int,
+    *,
+    up_step: int | None = None,
+    down_step: int | None = None,
+) -> tuple[int, str]:
+    """Keep a wanted count within one sync's step bounds and then within [min, max].
+
+    The bounds come last, so a count outside them (a target created at 0, a lowered
+    ``maxReplicas``) is brought inside in one sync.
+
+    Args:
+        current: Replicas now (``spec.replicas``).
+        wanted: What the policy (or the hold) asks for.
+        min_replicas: Lower bound.
+        max_replicas: Upper bound.
+        up_step: Most replicas added in one sync; None for no limit.
+        down_step: Most replicas removed in one sync; None for no limit.
+
+    Returns:
+        (replicas, what limited it, or "" when nothing did).
+    """
+    replicas, why = wanted, ""
+    if up_step is not None and replicas > current + up_step:
+        replicas, why = current + up_step, f"step limited to +{up_step}"
+    if down_step is not None and replicas < current - down_step:
+        replicas, why = current - down_step, f"step limited to -{down_step}"
+    if replicas < min_replicas:
+        replicas, why = min_replicas, f"raised to minReplicas {min_replicas}"
+    if replicas > max_replicas:
+        replicas, why = max_replicas, f"capped at maxReplicas {max_replicas}"
+    return replicas, why
+
+
+def hold(current: int, min_replicas: int, max_replicas: int) -> int:
+    """The count held while the data is unfit: the current one, never scaled in below it.
+
+    Returns:
+        ``current`` within [min, max] (a lowered ``maxReplicas`` still applies).
+    """
+    return max(min_replicas, min(current, max_replicas))

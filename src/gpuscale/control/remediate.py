@@ -1,0 +1,130 @@
+"""Remediation: a pod on a broken GPU is deleted so that its controller places it on a good one.
+
+Kubernetes keeps a pod Ready while its GPU has fallen off the bus or corrupted
+memory; the pod serves errors or nothing until someone deletes it. With
+``remediate: true`` on a target, each sync looks for evidence against the GPUs
+the target's pods hold, in the series the exporter already writes with
+dcgm-exporter's ``pod``/``namespace`` labels:
+
+* ``gpuscale_gpu_up == 0``: the GPU stopped answering (both vendors);
+* ``DCGM_EXP_XID_ERRORS_COUNT{xid=...} > 0`` for an XID after which the GPU's work
+  is lost or wrong (``REMEDIATE_XIDS``), within the exporter's window
+  (``--xid-count-window-size``, 5 min by default): "recent";
+* ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0``: a double-bit ECC error since the driver
+  loaded.
+
+At most one pod per target per sync is deleted, and none when that would leave
+fewer Ready pods than ``minReplicas``: remediation trades a little capacity for
+healthy capacity and must not take a service down to do it. The node is
+cordoned only with ``cordon: true``. This module finds and chooses; the
+controller acts, records the Event and writes the log line.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuscale.metrics.signal import MetricsSource, Signal
+from gpuscale.scaling.health import FATAL_XIDS
+from gpuscale.scaling.policy import TargetStatus
+
+GPU_UP = "gpuscale_gpu_up"
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+
+REMEDIATE_XIDS = FATAL_XIDS - {92}
+"""48 (DBE), 63/64 (row remap pending/failed), 74 (NVLink), 79 (off the bus), 94/95 (contained
+and uncontained ECC); 92 (high single-bit rate) degrades but does not lose work."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Evidence that the GPU a pod holds is unhealthy.
+
+    Attributes:
+        pod: The pod holding the GPU.
+        gpu: The GPU's UUID (``UUID`` or AMD's ``gpu_uuid`` label; ``?`` when absent).
+        node: The exporter's host label (``Hostname``/``hostname``); may be empty.
+        kind: ``gpu_down``, ``xid`` or ``dbe`` (the metric's ``evidence`` label).
+        evidence: What was seen, for the Event and the log line.
+    """
+
+    pod: str
+    gpu: str
+    node: str
+    kind: str
+    evidence: str
+
+
+def _gpu(labels: dict[str, str] | object) -> tuple[str, str]:
+    get = labels.get if isinstance(labels, dict) else (lambda _k, d="": d)
+    return (
+        str(get("UUID", "") or get("gpu_uuid", "") or "?"),
+        str(get("Hostname", "") or get("hostname", "")),
+    )
+
+
+def find(source: MetricsSource, namespace: str, at: float) -> list[Finding]:
+    """Evidence against the GPUs pods of ``namespace`` hold, at ``at``.
+
+    Args:
+        source: The metrics source.
+        namespace: The target's namespace (the ``namespace`` label of the GPU series).
+        at: Evaluation time, seconds.
+
+    Returns:
+        Findings, sorted by pod; a pod may appear more than once.
+    """
+    ns = {"namespace": namespace}
+    found: list[Finding] = []
+    for res in source.instant(Signal(GPU_UP, ns), at):
+        if res.points and res.points[-1][1] == 0 and res.labels.get("pod"):
+            gpu, node = _gpu(dict(res.labels))
+            found.append(Finding(res.labels["pod"], gpu, node, "gpu_down", f"{GPU_UP} == 0"))
+    for res in source.instant(Signal(XID_COUNT, ns), at):
+        xid = res.labels.get("xid", "")
+        count = res.points[-1][1] if res.points else 0.0
+        if xid.isdigit() and int(xid) in REMEDIATE_XIDS and count > 0 and res.labels.get("pod"):
+            gpu, node = _gpu(dict(res.labels))
+            window = res.labels.get("window_size_in_ms", "")
+            within = f" within {int(window) // 1000} s" if window.isdigit() else ""
+            found.append(
+                Finding(res.labels["pod"], gpu, node, "xid", f"XID {xid} x{count:g}{within}")
+            )
+    for res in source.instant(Signal(DBE, ns), at):
+        count = res.points[-1][1] if res.points else 0.0
+        if count > 0 and res.labels.get("pod"):
+            gpu, node = _gpu(dict(res.labels))
+            found.append(
+                Finding(res.labels["pod"], gpu, node, "dbe", f"{count:g} double-bit ECC errors")
+            )
+    return sorted(found, key=lambda f: (f.pod, f.kind))
+
+
+def choose(
+    findings: Sequence[Finding], target: TargetStatus, min_replicas: int
+) -> tuple[Finding | None, str]:
+    """The one pod to delete this sync, if any may be.
+
+    Args:
+        findings: Evidence from ``find``.
+        target: The target's pods now (terminating pods already excluded).
+        min_replicas: The target's lower bound.
+
+    Returns:
+        (the finding whose pod to delete, or None; why nothing is deleted when None,
+        "" when there was nothing to act on).
+    """
+    pods = {p.name: p for p in target.pods}
+    mine = [f for f in findings if f.pod in pods]
+    if not mine:
+        return None, ""
+    pick = mine[0]
+    evidence = "; ".join(f.evidence for f in mine if f.pod == pick.pod)
+    pick = Finding(pick.pod, pick.gpu, pick.node, pick.kind, evidence)
+    left = target.ready - (1 if pods[pick.pod].ready else 0)
+    if left < min_replicas:
+        return None, (
+            f"pod {pick.pod} on GPU {pick.gpu} is unhealthy ({evidence}) but deleting it would "
+            f"leave {left} Ready < minReplicas {min_replicas}"
+        )
+    return pick, ""

@@ -1,0 +1,140 @@
+"""The loop's seams and records: what it needs from the cluster, how it runs, what it did.
+
+``Actuator`` and ``Elector`` are the two protocols the loop is written against
+(``control.kubernetes.KubeActuator`` and ``control.lease.LeaseElector`` implement
+them); ``Settings`` is how it runs; ``Outcome`` is what one reconcile did, and is
+also the structured record of the decision log line.
+"""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpuscale.control.kubernetes import TargetRef
+from gpuscale.scaling.policy import Observation, TargetStatus
+
+STATE_KEY = "state"
+"""The annotation ``gpuscale.io/state`` holds ``{"policy": name, "state": State}``."""
+
+
+class Actuator(Protocol):
+    """What the loop needs from the cluster (``control.kubernetes.KubeActuator``)."""
+
+    def status(self, ref: TargetRef) -> TargetStatus:
+        """``/scale`` and the target's live pods."""
+        ...
+
+    def scale(self, ref: TargetRef, replicas: int) -> None:
+        """Set ``spec.replicas`` through ``/scale``."""
+        ...
+
+    def load_state(self, ref: TargetRef, key: str) -> dict[str, Any]:
+        """The JSON in annotation ``gpuscale.io/<key>`` ({} when absent)."""
+        ...
+
+    def save_state(self, ref: TargetRef, key: str, state: Mapping[str, Any]) -> None:
+        """Write the annotation."""
+        ...
+
+    def record_event(
+        self, ref: TargetRef, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Record an Event on the target."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete one pod."""
+        ...
+
+    def cordon(self, node: str) -> None:
+        """Mark a node unschedulable."""
+        ...
+
+
+class Elector(Protocol):
+    """Leader election (``control.lease.LeaseElector``)."""
+
+    def try_acquire_or_renew(self) -> bool:
+        """Whether this replica holds the lease now."""
+        ...
+
+    def release(self) -> object:
+        """Give the lease up."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the loop runs.
+
+    Attributes:
+        sync_period_s: Seconds between syncs (an HPA's ``--horizontal-pod-autoscaler-sync-period``).
+        retry_period_s: Seconds between lease renewals (client-go's ``RetryPeriod``).
+        dry_run: Decide and log, but write nothing to the cluster.
+        workers: Targets reconciled concurrently.
+    """
+
+    sync_period_s: float = 15.0
+    retry_period_s: float = 2.0
+    dry_run: bool = False
+    workers: int = 8
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one reconcile of one target did (also the structured log record).
+
+    Attributes:
+        target: ``namespace/kind/name``.
+        policy: Policy name.
+        current: ``spec.replicas`` read, or None when the read failed.
+        replicas: What was set (or held); None when nothing was decided.
+        reason: The policy's reason, or why it held or failed.
+        held: The fail-safe reason when the decision held, else None.
+        error: The error reason label when the reconcile failed, else None.
+        ready: Ready pods.
+        starting: Pods not Ready yet.
+        inputs: Latest value of each signal, per-pod values of each pod signal.
+        remediation: What remediation did or would do, "" when nothing.
+        dry_run: Whether writes were skipped.
+        duration_s: Time the reconcile took.
+    """
+
+    target: str
+    policy: str
+    current: int | None = None
+    replicas: int | None = None
+    reason: str = ""
+    held: str | None = None
+    error: str | None = None
+    ready: int = 0
+    starting: int = 0
+    inputs: dict[str, Any] = field(default_factory=dict)
+    remediation: str = ""
+    dry_run: bool = False
+    duration_s: float = 0.0
+
+
+def label(ref: TargetRef) -> str:
+    """The ``target`` label of a target: ``namespace/kind/name``.
+
+    Returns:
+        The label value.
+    """
+    return f"{ref.namespace}/{ref.kind}/{ref.name}"
+
+
+def inputs(obs: Observation) -> dict[str, Any]:
+    """The values that drove a decision, small enough for a log line.
+
+    Returns:
+        Each signal's latest value, and each per-pod signal's values (at most 32 pods);
+        non-finite values as None (JSON has no NaN).
+    """
+    out: dict[str, Any] = {k: (v[-1][1] if v else None) for k, v in obs.series.items()}
+    for key, per_pod in obs.pod_metrics.items():
+        out[f"{key} by pod"] = {p: v for p, v in sorted(per_pod.items())[:32]}
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
+    }

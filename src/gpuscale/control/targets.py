@@ -1,0 +1,142 @@
+"""From validated GPUScalers to what the loop runs: a policy per target, its signals scoped.
+
+A policy written for the simulator reads ``sum(gpuscale_serving_requests_in_flight)``
+or ``DCGM_FI_DEV_GPU_UTIL`` by pod: in the simulator's store only the one workload
+writes those series, in a cluster every workload does. ``ScopedPolicy`` keeps the
+policy object unchanged and hands the controller its signals with the target's
+matchers added: ``namespace`` (the target's, unless a signal or the target's
+``metrics.matchers`` names one; ``namespace: ""`` reads series without the label)
+and ``metrics.matchers``; ``metrics.signals`` replaces a signal by its key.
+The policy reads its series by key, so it sees the scoped values under the names
+it expects.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from gpuscale.control.config import GPUScaler, Target, policy_config
+from gpuscale.control.kubernetes import TargetRef
+from gpuscale.control.params import build
+from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.policy import (
+    PROMETHEUS_QUERY,
+    Decision,
+    Observation,
+    ScalingPolicy,
+    State,
+    signal_path_of,
+)
+
+
+class ScopedPolicy:
+    """A policy whose signals carry the target's matchers; ``decide`` is the policy's own.
+
+    Args:
+        policy: The unchanged policy object.
+        signals: Its workload signals, scoped.
+        pod_signals: Its per-pod signals, scoped.
+    """
+
+    def __init__(
+        self,
+        policy: ScalingPolicy,
+        signals: Mapping[str, Signal],
+        pod_signals: Mapping[str, Signal],
+    ) -> None:
+        self.inner = policy
+        self.name = policy.name
+        self.interval_s = policy.interval_s
+        self.history_s = policy.history_s
+        self.min_replicas = policy.min_replicas
+        self.max_replicas = policy.max_replicas
+        self.signals: Mapping[str, Signal] = MappingProxyType(dict(signals))
+        self.pod_signals: Mapping[str, Signal] = MappingProxyType(dict(pod_signals))
+        self.signal_path = signal_path_of(policy, PROMETHEUS_QUERY)
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        """The policy's decision.
+
+        Returns:
+            What the wrapped policy returns.
+        """
+        return self.inner.decide(observation, state)
+
+
+def scope(
+    signals: Mapping[str, Signal],
+    namespace: str,
+    matchers: Mapping[str, str],
+    overrides: Mapping[str, Signal],
+) -> dict[str, Signal]:
+    """The signals with the target's matchers added and the overrides applied.
+
+    Returns:
+        Key to scoped Signal.
+    """
+    out: dict[str, Signal] = {}
+    for key, sig in signals.items():
+        if key in overrides:
+            out[key] = overrides[key]
+            continue
+        added = dict(matchers)
+        if "namespace" not in sig.matchers and "namespace" not in matchers:
+            added["namespace"] = namespace
+        out[key] = replace(sig, matchers={**sig.matchers, **added})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRuntime:
+    """One target as the loop runs it.
+
+    Attributes:
+        ref: The scaled object.
+        spec: The validated target block.
+        policy: The policy, signals scoped.
+        delay_s: Signals are evaluated this far in the past (the policy's signal path).
+        owner: ``namespace/name`` of the GPUScaler it comes from.
+    """
+
+    ref: TargetRef
+    spec: Target
+    policy: ScopedPolicy
+    delay_s: float = 0.0
+    owner: str = ""
+    all_signals: Mapping[str, Signal] = field(default_factory=dict)
+
+
+def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
+    """Build the policy of one target.
+
+    Returns:
+        The runtime target.
+    """
+    sref = target.scale_target_ref
+    ns = sref.namespace or doc.metadata.namespace
+    ref = TargetRef(sref.api_version, sref.kind, sref.name, ns)
+    policy = target.kind.make(policy_config(target), target.kind.name)
+    overrides = {k: build(v) for k, v in target.metrics.signals.items()}
+    matchers = target.metrics.matchers
+    signals = scope(policy.signals, ns, matchers, overrides)
+    pod_signals = scope(policy.pod_signals, ns, matchers, overrides)
+    scoped = ScopedPolicy(policy, signals, pod_signals)
+    # Pod signals and workload signals may share keys; freshness checks them all.
+    every = {**{f"{k} by pod": s for k, s in pod_signals.items()}, **signals}
+    return TargetRuntime(
+        ref,
+        target,
+        scoped,
+        delay_s=scoped.signal_path.delay_s,
+        owner=f"{doc.metadata.namespace}/{doc.metadata.name}",
+        all_signals=every,
+    )
+
+
+def runtimes(docs: list[GPUScaler]) -> list[TargetRuntime]:
+    """Every target of every GPUScaler, in file order.
+
+    Returns:
+        The runtime targets.
+    """
+    return [runtime(doc, t) for doc in docs for t in doc.spec.targets]

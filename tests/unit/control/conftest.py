@@ -1,0 +1,101 @@
+"""Fixtures for the controller's unit tests: the API double on a manual clock, the real
+KubeActuator over it, and the real in-process MetricStore as the metrics source."""
+
+import logging
+import textwrap
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pytest
+from support.kubeapi import KubeApiDouble, ManualClock
+
+from gpuscale.control.config import load
+from gpuscale.control.controller import Controller
+from gpuscale.control.kubernetes import KubeActuator, RetryPolicy
+from gpuscale.control.seams import Settings
+from gpuscale.control.targets import runtimes
+from gpuscale.metrics.store import MetricStore
+
+FAST = RetryPolicy(attempts=2, base_s=0.01, max_s=0.02, total_s=2.0, timeout_s=5.0)
+
+
+@pytest.fixture
+def kclock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def kapi(kclock):
+    with KubeApiDouble(clock=kclock) as double:
+        yield double
+
+
+@pytest.fixture
+def kact(kapi, kclock, tmp_path):
+    act = KubeActuator.connect(
+        str(kapi.write_kubeconfig(tmp_path / "kubeconfig")),
+        retry=FAST,
+        sleep=lambda _s: None,
+        clock=kclock,
+    )
+    yield act
+    act.close()
+
+
+@pytest.fixture
+def store() -> MetricStore:
+    return MetricStore()
+
+
+def feed(store: MetricStore, t: float, metric: str, per_pod: Mapping[str, float], **extra) -> None:
+    """One scrape of a per-GPU metric, one GPU per pod, as the exporter labels it."""
+    labels = [
+        {"pod": pod, "namespace": "default", "UUID": f"GPU-{i:04d}", "Hostname": "node-a", **extra}
+        for i, pod in enumerate(per_pod)
+    ]
+    store.ingest(t, metric, labels, np.array(list(per_pod.values()), dtype=float))
+
+
+@pytest.fixture
+def make_controller(tmp_path, kact, kclock, store) -> Callable[..., Controller]:
+    def make(targets_yaml: str, *, source=None, dry_run: bool = False, actuator=None) -> Controller:
+        path = tmp_path / "scaler.yaml"
+        path.write_text(
+            "apiVersion: gpuscale.io/v1alpha1\nkind: GPUScaler\n"
+            "metadata: {name: test, namespace: default}\nspec:\n  targets:\n"
+            + textwrap.indent(textwrap.dedent(targets_yaml), "    ")
+        )
+        return Controller(
+            runtimes(load(path)),
+            source or store,
+            actuator or kact,
+            settings=Settings(sync_period_s=15.0, dry_run=dry_run, workers=1),
+            clock=kclock,
+        )
+
+    return make
+
+
+def pod_names(api: KubeApiDouble, name: str = "web") -> list[str]:
+    return sorted(
+        p["metadata"]["name"] for p in api.pods() if p["metadata"]["name"].startswith(name)
+    )
+
+
+def replicas(api: KubeApiDouble, name: str = "web") -> int:
+    return int(api.get("apps/v1", "deployments", name, "default")["spec"]["replicas"])
+
+
+def events(api: KubeApiDouble, reason: str | None = None) -> list[dict]:
+    found = api.store.list(api.store.resource("v1", "events"), "default")
+    return [e for e in found if reason is None or e.get("reason") == reason]
+
+
+@pytest.fixture
+def decisions(caplog) -> Callable[[], list[dict]]:
+    caplog.set_level(logging.INFO, logger="gpuscale.control.controller")
+
+    def get() -> list[dict]:
+        return [r.decision for r in caplog.records if hasattr(r, "decision")]
+
+    return get

@@ -1,0 +1,84 @@
+"""Fail-safe rules: bounds and step limits always hold; unfit data is named."""
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuscale.control import failsafe
+from gpuscale.metrics.signal import Signal
+from gpuscale.metrics.store import MetricStore
+from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+
+steps = st.one_of(st.none(), st.integers(1, 20))
+
+
+@given(
+    current=st.integers(0, 200),
+    wanted=st.integers(0, 400),
+    lo=st.integers(0, 50),
+    span=st.integers(0, 100),
+    up=steps,
+    down=steps,
+)
+def test_bound_stays_in_min_max_and_within_steps_when_current_is_inside(
+    current, wanted, lo, span, up, down
+):
+    hi = lo + span
+    replicas, _ = failsafe.bound(current, wanted, lo, hi, up_step=up, down_step=down)
+    assert lo <= replicas <= hi
+    if lo <= current <= hi:
+        # From inside the bounds, one sync moves at most one step (the bounds only narrow it).
+        if up is not None:
+            assert replicas - current <= up
+        if down is not None:
+            assert current - replicas <= down
+        # And never past what was wanted.
+        assert min(current, wanted) <= replicas <= max(current, wanted)
+
+
+@given(current=st.integers(0, 200), lo=st.integers(0, 50), span=st.integers(0, 100))
+def test_hold_never_scales_in_except_to_a_lowered_max(current, lo, span):
+    hi = lo + span
+    held = failsafe.hold(current, lo, hi)
+    assert lo <= held <= hi
+    assert held >= min(current, hi)
+
+
+def target(*ready: bool) -> TargetStatus:
+    return TargetStatus(len(ready), tuple(PodStatus(f"p{i}", r, 0.0) for i, r in enumerate(ready)))
+
+
+SIG = {"q": Signal("q", aggregation="sum")}
+POD = {"u": Signal("u", aggregation="avg", by=("pod",))}
+
+
+def test_values_problem_names_the_signal():
+    ok = Observation(10.0, target(True), {"u": {"p0": 3.0}}, {"q": ((9.0, 1.0), (10.0, 2.0))})
+    assert failsafe.check_values(ok, SIG, POD) is None
+    nan = Observation(10.0, target(True), {"u": {"p0": 3.0}}, {"q": ((10.0, math.nan),)})
+    assert str(failsafe.check_values(nan, SIG, POD)) == "nan: q = nan"
+    pod_inf = Observation(10.0, target(True), {"u": {"p0": math.inf}}, {"q": ((10.0, 1.0),)})
+    assert failsafe.check_values(pod_inf, SIG, POD).reason == failsafe.NAN
+    empty = Observation(10.0, target(True), {"u": {"p0": 3.0}}, {"q": ()})
+    assert str(failsafe.check_values(empty, SIG, POD)) == "missing: q: no series"
+
+
+def test_per_pod_gaps_are_the_policys_but_no_ready_pod_sample_is_missing():
+    partial = Observation(10.0, target(True, True), {"u": {"p0": 3.0}}, {"q": ((10.0, 1.0),)})
+    assert failsafe.check_values(partial, SIG, POD) is None
+    none = Observation(10.0, target(True, True), {"u": {}}, {"q": ((10.0, 1.0),)})
+    assert failsafe.check_values(none, SIG, POD).reason == failsafe.MISSING
+    # No Ready pod: nothing is expected per pod (a workload starting, or at zero).
+    starting = Observation(10.0, target(False), {"u": {}}, {"q": ((10.0, 1.0),)})
+    assert failsafe.check_values(starting, SIG, POD) is None
+
+
+def test_freshness_reads_the_newest_sample_time_from_the_source():
+    store = MetricStore()
+    store.ingest(100.0, "q", [{"a": "1"}], [1.0])
+    assert failsafe.check_fresh(store, SIG, 120.0, stale_after_s=30.0) is None
+    stale = failsafe.check_fresh(store, SIG, 140.0, stale_after_s=30.0)
+    assert str(stale) == "stale: q: newest sample 40 s old"
+    # A signal with no sample at all is for check_values to call missing.
+    assert failsafe.check_fresh(store, {"x": Signal("absent")}, 140.0, 30.0) is None
