@@ -95,11 +95,12 @@ def _apply_renamed_env(subcommand: str | None) -> None:
 @functools.cache
 def _register_subcommands() -> None:
     """Add every subcommand to ``app``, once per process."""
-    from gpuscale.cli import evaluate, exporter, fields
+    from gpuscale.cli import evaluate, exporter, fields, rules
 
     exporter.register(app)
     fields.register(app)
     evaluate.register(app)
+    rules.register(app)
 
 
 def _wrap(text: str, width: int, indent: str = "") -> list[str]:
