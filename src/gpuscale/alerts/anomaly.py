@@ -61,8 +61,8 @@ def anomaly_rules(b: Builder) -> list[Rule]:
                 f"({TEMPERATURE} - avg_over_time({history}) > {z.min_rise_c})"
             ),
             f'{THE_GPU} is unusually hot for itself ({{{{ $value | printf "%.1f" }}}} sigma)',
-            f"Its temperature is more than {z.threshold} standard deviations and "
-            f"{z.min_rise_c} C above its own mean over {z.window}.{HELD_BY} Check its fans "
+            f"Its temperature is more than {z.threshold:g} standard deviations and "
+            f"{z.min_rise_c:g} C above its own mean over {z.window}.{HELD_BY} Check its fans "
             "and airflow before it throttles.",
         ),
         b.alert(
@@ -70,7 +70,7 @@ def anomaly_rules(b: Builder) -> list[Rule]:
             fast,
             per_gpu(f"deriv({TEMPERATURE}[{fast.window}]) > {fast.threshold}"),
             f'{THE_GPU} heats up {{{{ $value | printf "%.2f" }}}} C/s',
-            f"Its temperature rose faster than {fast.threshold} C/s over {fast.window}, "
+            f"Its temperature rose faster than {fast.threshold:g} C/s over {fast.window}, "
             f"faster than load changes explain.{HELD_BY} Check its fans and airflow.",
         ),
     ]

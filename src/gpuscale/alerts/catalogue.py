@@ -2,7 +2,7 @@
 
 ``build_catalogue`` turns the settings (``gpuscale.alerts.config``) into rule
 groups: the vendor-neutral recording rules first, then hardware health, then
-anomalies, then the SLO burn rates. Each alert has a severity, a summary, a
+anomalies; the SLO burn rates in a group of their own. Each alert has a severity, a summary, a
 description that says what to do first, and a link to its runbook in
 ``docs/alerts.md``. Expressions return one series per GPU with the GPU's
 ``Hostname``, ``gpu``, ``UUID`` and ``modelName`` and, on Kubernetes, the
@@ -132,7 +132,7 @@ def _gauges(b: Builder) -> list[AlertRule]:
             temp,
             per_gpu(f"{TEMPERATURE} > {temp.threshold}"),
             f"{THE_GPU} is at {{{{ $value }}}} C",
-            f"The die is above {temp.threshold} C, near where clocks slow down.{HELD_BY} "
+            f"The die is above {temp.threshold:g} C, near where clocks slow down.{HELD_BY} "
             "Check fans, inlet air and neighbouring cards.",
         ),
         b.alert(
@@ -160,7 +160,9 @@ def _exporter(b: Builder) -> list[AlertRule]:
     down, stale = a.GpuExporterDown, a.GpuMetricsStale
     frozen = (
         f"changes(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[{stale.window}]) == 0 "
-        "and DCGM_FI_DEV_POWER_USAGE > 0"
+        "and DCGM_FI_DEV_POWER_USAGE > 0 "
+        # Only a series that existed a whole window ago: a new one has not had time to move.
+        f"and DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION offset {stale.window}"
     )
     stale_text = (
         "The exporter answers but its values are old or frozen; alerts and autoscaling "
@@ -180,8 +182,8 @@ def _exporter(b: Builder) -> list[AlertRule]:
             stale,
             f'(gpuscale_exporter_snapshot_age_seconds{{job=~"{job}"}} > {stale.threshold}) '
             f"or ({per_gpu(frozen)})",
-            "GPU telemetry from {{ $labels.instance }}{{ if $labels.gpu }} for "
-            f"{THE_GPU}{{{{ end }}}} is stale",
+            f"{{{{ if $labels.gpu }}}}Telemetry of {THE_GPU}{{{{ else }}}}Telemetry from "
+            "{{ $labels.instance }}{{ end }} is stale",
             f"The exporter serves values over {stale.threshold:g} s old, or a GPU's energy "
             f"counter did not move for {stale.window} while its power reads above 0. " + stale_text,
         ),
@@ -225,18 +227,18 @@ def build_catalogue(config: AlertConfig | None = None) -> tuple[RuleGroup, ...]:
     """The whole catalogue for ``config`` (defaults when None).
 
     Returns:
-        Rule groups in evaluation order: ``gpuscale.neutral``, ``gpuscale.health``,
-        ``gpuscale.anomaly``, and ``gpuscale.slo`` when any SLO is configured.
+        ``gpuscale.gpu`` (neutral records, health, anomaly), and ``gpuscale.slo``
+        (its own records and alerts) when any SLO is configured.
     """
     config = config or AlertConfig()
     b = Builder(config)
     interval = config.interval
-    groups = [
-        RuleGroup("gpuscale.neutral", neutral_rules(), interval),
-        RuleGroup("gpuscale.health", tuple(health_rules(b)), interval),
-        RuleGroup("gpuscale.anomaly", tuple(anomaly_rules(b)), interval),
-    ]
+    # Prometheus runs groups concurrently (and promtool in no fixed order), so the
+    # neutral records share a group with the alerts that read them: a group's rules
+    # run in order, and an alert sees the records of the same evaluation.
+    gpu = (*neutral_rules(), *health_rules(b), *anomaly_rules(b))
+    groups = [RuleGroup("gpuscale.gpu", gpu, interval)]
     slo = slo_rules(b)
     if slo:
         groups.append(RuleGroup("gpuscale.slo", tuple(slo), interval))
-    return tuple(g for g in groups if g.rules)
+    return tuple(groups)

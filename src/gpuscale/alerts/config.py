@@ -135,7 +135,7 @@ class Straggler(AlertSettings):
     """``GpuStraggler``: SM clock below ``threshold`` of its model's median while busy."""
 
     for_: Duration = Field(default="5m", alias="for")
-    threshold: Share = 0.85
+    threshold: Share = 0.75
     min_utilization: Share = 0.3
 
 

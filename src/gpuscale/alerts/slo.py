@@ -38,7 +38,8 @@ def slo_rules(b: Builder) -> list[Rule]:
             RecordingRule(ERROR_RATIO.format(window=w), _ratio(slo, w), label) for w in windows
         ]
         budget = 1.0 - slo.objective
-        who = " ".join(f"{{{{ $labels.{name} }}}}" for name in slo.by)
+        who = "/".join(f"{{{{ $labels.{name} }}}}" for name in slo.by)
+        of = f" of {who}" if who else ""
         for bw in config.burn_windows:
             limit = _number(bw.factor * budget)
             sel = f'{{slo="{slo.name}"}}'
@@ -49,11 +50,11 @@ def slo_rules(b: Builder) -> list[Rule]:
                     "SloErrorBudgetBurn",
                     bw,
                     f"{long_} > {limit} and {short} > {limit}",
-                    f"SLO {slo.name} {who} burns its error budget {_number(bw.factor)}x too fast",
+                    f"SLO {slo.name}{of} burns its error budget {_number(bw.factor)}x too fast",
                     f"Over {bw.long} and {bw.short} more than "
                     f"{_number(100 * bw.factor * budget)} % of requests failed the {slo.name} "
                     f"SLI ({_number(100 * slo.objective)} % objective); at this rate the 30-day "
-                    f"error budget is gone in {_number(30 / bw.factor)} days. Check the "
+                    f"error budget is gone in {30 / bw.factor:.3g} days. Check the "
                     "workload's replicas, its GPUs and the autoscaler.",
                     labels=(("long_window", bw.long),),
                 )
