@@ -364,3 +364,14 @@ def load_config(path: Path | None) -> AlertConfig:
 
 
 __all__ = ["AlertConfig", "AlertSettings", "ConfigError", "Severity", "load_config"]
+
+
+def default_settings_yaml() -> str:
+    """The settings file with every key at its default, to copy and edit.
+
+    Returns:
+        YAML text that ``parse_config`` reads back to ``AlertConfig()``.
+    """
+    data = AlertConfig().model_dump(by_alias=True, mode="json")
+    header = "# gpuscale alert settings, every key at its default (docs/alerts.md).\n"
+    return header + yaml.safe_dump(data, sort_keys=False)

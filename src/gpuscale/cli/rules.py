@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from gpuscale.alerts.catalogue import build_catalogue
-from gpuscale.alerts.config import load_config
+from gpuscale.alerts.config import default_settings_yaml, load_config
 from gpuscale.alerts.model import alert_names
 from gpuscale.alerts.render import render as render_rules
 from gpuscale.errors import config_error
@@ -77,6 +77,12 @@ def render(
         ) from None
     rules = sum(len(g.rules) for g in groups)
     typer.echo(f"wrote {out}: {rules} rules, alerts {', '.join(alert_names(groups))}", err=True)
+
+
+@rules_app.command("defaults")
+def defaults() -> None:
+    """Print the settings file with every key at its default, to copy and pass to --config."""
+    typer.echo(default_settings_yaml(), nl=False)
 
 
 def register(app: typer.Typer) -> None:
