@@ -140,20 +140,25 @@ class Straggler(AlertSettings):
 
 
 class ZScore(AlertSettings):
-    """Temperature ``threshold`` standard deviations and ``min_rise_c`` above its own ``window``."""
+    """Mean temperature over ``recent`` against its own ``window`` of history ending ``gap`` ago.
+
+    Fires above ``threshold`` standard deviations and ``min_rise_c`` Celsius.
+    """
 
     for_: Duration = Field(default="1m", alias="for")
-    threshold: float = Field(default=3.0, gt=0)
+    threshold: float = Field(default=2.0, gt=0)
     min_rise_c: float = Field(default=10.0, ge=0)
+    recent: Duration = "5m"
     window: Duration = "1h"
+    gap: Duration = "10m"
 
 
 class RisingFast(AlertSettings):
-    """Temperature rising faster than ``threshold`` Celsius per second over ``window``."""
+    """The mean temperature over ``window`` against the one before, in Celsius per second."""
 
-    for_: Duration = Field(default="1m", alias="for")
-    threshold: float = Field(default=0.05, gt=0)
-    window: Duration = "5m"
+    for_: Duration = Field(default="0s", alias="for")
+    threshold: float = Field(default=0.01, gt=0)
+    window: Duration = "10m"
 
 
 class ExporterDown(AlertSettings):

@@ -1,0 +1,149 @@
+"""Backtest the catalogue on a simulated fleet with injected faults, and sweep its knobs.
+
+Each simulated host carries its own seed and faults (``history.HostRun``); the
+whole fleet is one history in one TSDB, so peer comparisons see a fleet and
+every rule is queried once. The report tells a user, for each rule, what it
+caught and what it cried wolf on, and, over a sweep of a ``for:`` or a
+threshold, the trade-off between detection delay and false alarms.
+"""
+
+import logging
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuscale.alerts.backtest import LabelledFault, RuleScore, backtest
+from gpuscale.alerts.catalogue import build_catalogue
+from gpuscale.alerts.config import AlertConfig
+from gpuscale.alerts.history import XID_WINDOW_S, HostRun, write_openmetrics
+from gpuscale.alerts.model import RecordingRule, RuleGroup
+from gpuscale.alerts.tsdb import HistoryPrometheus
+from gpuscale.errors import config_error
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """Values to try for one alert setting, e.g. ``GpuTemperatureHigh.threshold``."""
+
+    alert: str
+    key: str
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """One alert scored with one value of a swept setting."""
+
+    sweep: Sweep
+    value: float
+    score: RuleScore
+
+
+def labelled_faults(runs: Sequence[HostRun], start_s: float, step_s: float) -> list[LabelledFault]:
+    """The faults of ``runs`` at the sample where the simulator injects them.
+
+    Returns:
+        One labelled fault per injected fault; an XID's effect ends when it leaves
+        the exporter's count window, a thermal fault's at its duration.
+    """
+    out = []
+    for run in runs:
+        for f in run.faults:
+            # The simulator fires a fault at the first sample at or after its time.
+            at = start_s + step_s * -(-f.at_s // step_s)
+            end = None
+            if f.kind == "xid":
+                end = at + XID_WINDOW_S
+            elif f.kind == "thermal" and f.duration_s is not None:
+                end = at + f.duration_s
+            out.append(LabelledFault(run.hostname, str(f.gpu), f.kind, at, end))
+    return out
+
+
+def _records(groups: Sequence[RuleGroup]) -> list[RecordingRule]:
+    return [r for g in groups for r in g.rules if isinstance(r, RecordingRule)]
+
+
+def _variant(config: AlertConfig, sweep: Sweep, value: float) -> AlertConfig:
+    settings = getattr(config.alerts, sweep.alert, None)
+    where = f"--sweep {sweep.alert}.{sweep.key}"
+    if settings is None or sweep.key not in ("for", *type(settings).model_fields):
+        raise config_error(where, "no such alert setting", "name an alert and one of its keys")
+    key = "for" if sweep.key in ("for", "for_") else sweep.key
+    data = config.model_dump(by_alias=True)
+    data["alerts"][sweep.alert][key] = f"{int(value)}s" if key == "for" else value
+    return AlertConfig.model_validate(data)
+
+
+def run_backtest(
+    runs: Sequence[HostRun],
+    duration_s: float,
+    step_s: float,
+    config: AlertConfig | None = None,
+    sweeps: Sequence[Sweep] = (),
+    start_s: float | None = None,
+    workdir: Path | None = None,
+) -> tuple[list[RuleScore], list[SweepPoint]]:
+    """Simulate ``runs``, load them into a real Prometheus, and score the catalogue.
+
+    Args:
+        runs: The simulated hosts and their faults.
+        duration_s: Seconds of history.
+        step_s: Scrape and evaluation interval, seconds.
+        config: Alert settings (defaults when None).
+        sweeps: Settings to sweep; each value re-renders the catalogue. A sweep of
+            ``for`` costs no query; a threshold sweep queries its alert once per value.
+        start_s: Start of the history, seconds since the epoch (default: ending an
+            hour before the history's length ago, so no block is in the future).
+        workdir: Where blocks go (default: a temporary directory, removed after).
+
+    Returns:
+        The scores of every alert with its own settings, and the sweep points.
+
+    Raises:
+        ConfigError: A sweep names no alert setting, or one that changes a recording rule.
+    """
+    import time
+
+    config = config or AlertConfig()
+    groups = build_catalogue(config)
+    for sweep in sweeps:
+        for value in sweep.values:
+            if _records(build_catalogue(_variant(config, sweep, value))) != _records(groups):
+                raise config_error(
+                    f"--sweep {sweep.alert}.{sweep.key}",
+                    "changes a recording rule, which the backtest computes once",
+                    "sweep a threshold or for: of the alert itself",
+                )
+    start = start_s if start_s is not None else float(int(time.time() - duration_s - 3600))
+    end = start + duration_s
+    faults = labelled_faults(runs, start, step_s)
+    with tempfile.TemporaryDirectory(prefix="gpuscale-backtest-") as tmp:
+        work = workdir or Path(tmp)
+        history = work / "history.om"
+        samples = write_openmetrics(runs, start, duration_s, step_s, history)
+        logger.info("backtest history: %d hosts, %d samples", len(runs), samples)
+        with HistoryPrometheus(work, step_s) as prom:
+            prom.load(history, groups, start, end)
+
+            def query(expr: str) -> list:  # type: ignore[type-arg]
+                return prom.query_range(expr, start, end, step_s)
+
+            scores = backtest(groups, query, faults, end, step_s)
+            points = []
+            for sweep in sweeps:
+                for value in sweep.values:
+                    variant = build_catalogue(_variant(config, sweep, value))
+                    only = [
+                        RuleGroup(
+                            g.name,
+                            tuple(r for r in g.rules if getattr(r, "alert", None) == sweep.alert),
+                        )
+                        for g in variant
+                    ]
+                    for s in backtest(only, query, faults, end, step_s):
+                        points.append(SweepPoint(sweep, value, s))
+    return scores, points
