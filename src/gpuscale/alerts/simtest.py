@@ -147,3 +147,51 @@ def run_backtest(
                     for s in backtest(only, query, faults, end, step_s):
                         points.append(SweepPoint(sweep, value, s))
     return scores, points
+
+
+def score_dict(s: RuleScore) -> dict[str, object]:
+    """One score as JSON-ready numbers (seconds, shares).
+
+    Returns:
+        The score's fields, recall and median delay included.
+    """
+    return {
+        "alert": s.alert,
+        "for_s": s.for_s,
+        "fired": s.fired,
+        "true_positives": s.true_positives,
+        "false_positives": s.false_positives,
+        "faults": s.faults,
+        "detected": s.detected,
+        "recall": s.recall,
+        "median_delay_s": s.median_delay_s,
+        "delays_s": s.delays_s,
+        "false_hosts": sorted(s.false_hosts),
+    }
+
+
+def parse_sweep(text: str) -> Sweep:
+    """Read ``ALERT.KEY=V1,V2,...``; ``for`` values are durations (``90s``, ``2m``) or seconds.
+
+    Returns:
+        The sweep.
+
+    Raises:
+        ConfigError: The text is not of that form.
+    """
+    from gpuscale.alerts.config import duration_seconds
+
+    where, fix = f"--sweep {text!r}", "write ALERT.KEY=V1,V2,... e.g. GpuTemperatureHigh.for=0s,2m"
+    name, eq, values = text.partition("=")
+    alert, dot, key = name.partition(".")
+    if not (eq and dot and alert and key and values):
+        raise config_error(where, "is not ALERT.KEY=VALUES", fix)
+    out = []
+    for v in values.split(","):
+        try:
+            out.append(
+                float(duration_seconds(v)) if key == "for" and v[-1:].isalpha() else float(v)
+            )
+        except ValueError:
+            raise config_error(where, f"{v!r} is not a number", fix) from None
+    return Sweep(alert, key, tuple(out))
