@@ -9,16 +9,17 @@ threshold, the trade-off between detection delay and false alarms.
 
 import logging
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscale.alerts.backtest import LabelledFault, RuleScore, backtest
+from gpuscale.alerts.backtest import LabelledFault, Query, RuleScore, backtest
 from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.config import AlertConfig
 from gpuscale.alerts.history import XID_WINDOW_S, HostRun, write_openmetrics
 from gpuscale.alerts.model import RecordingRule, RuleGroup
-from gpuscale.alerts.tsdb import HistoryPrometheus
+from gpuscale.alerts.tsdb import HistoryPrometheus, Series, query_range
 from gpuscale.errors import config_error
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,44 @@ def _variant(config: AlertConfig, sweep: Sweep, value: float) -> AlertConfig:
     return AlertConfig.model_validate(data)
 
 
+def _check_sweeps(config: AlertConfig, sweeps: Sequence[Sweep]) -> None:
+    """Refuse a sweep that names no setting or changes a recording rule."""
+    records = _records(build_catalogue(config))
+    for sweep in sweeps:
+        for value in sweep.values:
+            if _records(build_catalogue(_variant(config, sweep, value))) != records:
+                raise config_error(
+                    f"--sweep {sweep.alert}.{sweep.key}",
+                    "changes a recording rule, which the backtest computes once",
+                    "sweep a threshold or for: of the alert itself",
+                )
+
+
+def _sweep(
+    config: AlertConfig,
+    sweeps: Sequence[Sweep],
+    query: Query,
+    faults: Sequence[LabelledFault],
+    end_s: float,
+    step_s: float,
+) -> list[SweepPoint]:
+    """Score each swept alert once per value of its setting."""
+    points = []
+    for sweep in sweeps:
+        for value in sweep.values:
+            variant = build_catalogue(_variant(config, sweep, value))
+            only = [
+                RuleGroup(
+                    g.name, tuple(r for r in g.rules if getattr(r, "alert", None) == sweep.alert)
+                )
+                for g in variant
+            ]
+            points += [
+                SweepPoint(sweep, value, s) for s in backtest(only, query, faults, end_s, step_s)
+            ]
+    return points
+
+
 def run_backtest(
     runs: Sequence[HostRun],
     duration_s: float,
@@ -106,18 +145,9 @@ def run_backtest(
     Raises:
         ConfigError: A sweep names no alert setting, or one that changes a recording rule.
     """
-    import time
-
     config = config or AlertConfig()
     groups = build_catalogue(config)
-    for sweep in sweeps:
-        for value in sweep.values:
-            if _records(build_catalogue(_variant(config, sweep, value))) != _records(groups):
-                raise config_error(
-                    f"--sweep {sweep.alert}.{sweep.key}",
-                    "changes a recording rule, which the backtest computes once",
-                    "sweep a threshold or for: of the alert itself",
-                )
+    _check_sweeps(config, sweeps)
     start = start_s if start_s is not None else float(int(time.time() - duration_s - 3600))
     end = start + duration_s
     faults = labelled_faults(runs, start, step_s)
@@ -129,23 +159,11 @@ def run_backtest(
         with HistoryPrometheus(work, step_s) as prom:
             prom.load(history, groups, start, end)
 
-            def query(expr: str) -> list:  # type: ignore[type-arg]
+            def query(expr: str) -> list[Series]:
                 return prom.query_range(expr, start, end, step_s)
 
             scores = backtest(groups, query, faults, end, step_s)
-            points = []
-            for sweep in sweeps:
-                for value in sweep.values:
-                    variant = build_catalogue(_variant(config, sweep, value))
-                    only = [
-                        RuleGroup(
-                            g.name,
-                            tuple(r for r in g.rules if getattr(r, "alert", None) == sweep.alert),
-                        )
-                        for g in variant
-                    ]
-                    for s in backtest(only, query, faults, end, step_s):
-                        points.append(SweepPoint(sweep, value, s))
+            points = _sweep(config, sweeps, query, faults, end, step_s)
     return scores, points
 
 
@@ -195,3 +213,79 @@ def parse_sweep(text: str) -> Sweep:
         except ValueError:
             raise config_error(where, f"{v!r} is not a number", fix) from None
     return Sweep(alert, key, tuple(out))
+
+
+def read_faults(path: Path) -> list[LabelledFault]:
+    """Read labelled faults from a CSV file: ``host,gpu,kind,start,end`` per line.
+
+    ``start`` and ``end`` are seconds since the epoch or RFC 3339 times; ``end``
+    may be empty (the fault lasts to the end of the history). Lines starting
+    with ``#`` and a header line starting with ``host`` are skipped.
+
+    Returns:
+        The faults.
+
+    Raises:
+        ConfigError: A line is malformed; the message names the file and line.
+    """
+    import csv
+    from datetime import datetime
+
+    def when(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            return datetime.fromisoformat(text).timestamp()
+
+    fix = "write host,gpu,kind,start,end (times in epoch seconds or RFC 3339)"
+    try:
+        rows = list(csv.reader(path.read_text(encoding="utf-8").splitlines()))
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise config_error(f"--faults-file {path}", f"cannot be read ({why})", fix) from None
+    out = []
+    for line, row in enumerate(rows, 1):
+        if not row or row[0].startswith("#") or row[0].strip() == "host":
+            continue
+        cells = [c.strip() for c in row] + [""] * (5 - len(row))
+        try:
+            host, gpu, kind, start, end = cells[:5]
+            out.append(LabelledFault(host, gpu, kind, when(start), when(end) if end else None))
+        except ValueError:
+            raise config_error(f"{path}:{line}", f"cannot read {','.join(row)!r}", fix) from None
+    return out
+
+
+def backtest_prometheus(
+    url: str,
+    start_s: float,
+    end_s: float,
+    step_s: float,
+    faults: Sequence[LabelledFault] = (),
+    config: AlertConfig | None = None,
+    sweeps: Sequence[Sweep] = (),
+) -> tuple[list[RuleScore], list[SweepPoint]]:
+    """Score the catalogue on a range of a live Prometheus that already records its rules.
+
+    Args:
+        url: The Prometheus.
+        start_s: Start of the range, seconds since the epoch.
+        end_s: End of the range.
+        step_s: Evaluation step, seconds (the rules' evaluation interval).
+        faults: What is known to have broken, and when.
+        config: Alert settings (defaults when None).
+        sweeps: Settings to sweep, as for ``run_backtest``.
+
+    Returns:
+        The scores and the sweep points.
+    """
+    config = config or AlertConfig()
+    groups = build_catalogue(config)
+    _check_sweeps(config, sweeps)
+
+    def query(expr: str) -> list[Series]:
+        return query_range(url, expr, start_s, end_s, step_s)
+
+    return backtest(groups, query, faults, end_s, step_s), _sweep(
+        config, sweeps, query, faults, end_s, step_s
+    )

@@ -219,22 +219,35 @@ class HistoryPrometheus:
         self._proc = None
 
     def query_range(self, expr: str, start_s: float, end_s: float, step_s: float) -> list[Series]:
-        """Evaluate ``expr`` at every ``step_s`` from ``start_s`` to ``end_s``.
+        """Evaluate ``expr`` at every ``step_s`` from ``start_s`` to ``end_s`` (``query_range``).
 
         Returns:
             One ``Series`` per label set the expression returned at some step.
-
-        Raises:
-            PermanentError: Prometheus refused the expression.
         """
-        params = {"query": expr, "start": start_s, "end": end_s, "step": step_s}
-        r = httpx.post(f"{self.url}/api/v1/query_range", data=params, timeout=120)
+        return query_range(self.url, expr, start_s, end_s, step_s)
+
+
+def query_range(url: str, expr: str, start_s: float, end_s: float, step_s: float) -> list[Series]:
+    """Ask the Prometheus at ``url`` for ``expr`` at every ``step_s`` from ``start_s`` to ``end_s``.
+
+    Returns:
+        One ``Series`` per label set the expression returned at some step.
+
+    Raises:
+        PermanentError: Prometheus cannot be reached or refused the expression.
+    """
+    params = {"query": expr, "start": start_s, "end": end_s, "step": step_s}
+    try:
+        r = httpx.post(f"{url.rstrip('/')}/api/v1/query_range", data=params, timeout=120)
         body = r.json()
-        if body.get("status") != "success":
-            msg = f"query_range failed ({body.get('error', r.status_code)}): {expr[:200]}"
-            raise PermanentError(msg)
-        out: list[Series] = []
-        for item in body["data"]["result"]:
-            labels = tuple(sorted(item["metric"].items()))
-            out.append((labels, [(float(t), float(v)) for t, v in item["values"]]))
-        return out
+    except (httpx.HTTPError, ValueError) as exc:
+        msg = f"Prometheus at {url} did not answer a range query ({exc})"
+        raise PermanentError(msg) from None
+    if body.get("status") != "success":
+        msg = f"query_range failed ({body.get('error', r.status_code)}): {expr[:200]}"
+        raise PermanentError(msg)
+    out: list[Series] = []
+    for item in body["data"]["result"]:
+        labels = tuple(sorted(item["metric"].items()))
+        out.append((labels, [(float(t), float(v)) for t, v in item["values"]]))
+    return out

@@ -23,7 +23,8 @@ from gpuscale.errors import config_error
 
 if TYPE_CHECKING:
     from gpuscale.alerts.backtest import RuleScore
-    from gpuscale.alerts.simtest import SweepPoint
+    from gpuscale.alerts.config import AlertConfig
+    from gpuscale.alerts.simtest import Sweep, SweepPoint
 
 rules_app = typer.Typer(
     name="rules",
@@ -86,6 +87,7 @@ def render(
 
 @rules_app.command("backtest")
 def backtest(
+    ctx: typer.Context,
     fault: Annotated[
         list[str] | None,
         typer.Option(
@@ -126,6 +128,35 @@ def backtest(
             envvar="GPUSCALE_SWEEP",
         ),
     ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            help="Backtest on this Prometheus's history instead of a simulated one; it must "
+            "record the catalogue's rules. Needs --start and --end.",
+            envvar="GPUSCALE_PROMETHEUS",
+        ),
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            help="Start of the range (RFC 3339 or epoch seconds; with --prometheus).",
+            envvar="GPUSCALE_START",
+        ),
+    ] = None,
+    end: Annotated[
+        str | None,
+        typer.Option(
+            help="End of the range (RFC 3339 or epoch seconds; with --prometheus).",
+            envvar="GPUSCALE_END",
+        ),
+    ] = None,
+    faults_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Known faults of that range, CSV host,gpu,kind,start,end (with --prometheus).",
+            envvar="GPUSCALE_FAULTS_FILE",
+        ),
+    ] = None,
     config: ConfigOption = None,
     report: Annotated[
         Path | None,
@@ -143,11 +174,15 @@ def backtest(
     from gpuscale.alerts.simtest import parse_sweep, run_backtest
     from gpuscale.telemetry.faults import parse_fault
 
+    _check_combination(ctx, prometheus)
     settings = load_config(config)
-    faults = [parse_fault(f, "exporter") for f in fault or []]
     sweeps = [parse_sweep(s) for s in sweep or []]
-    length = _seconds("--duration", duration)
     step = _seconds("--scrape-interval", scrape_interval)
+    if prometheus is not None:
+        _live(prometheus, start, end, faults_file, step, settings, sweeps, report)
+        return
+    faults = [parse_fault(f, "exporter") for f in fault or []]
+    length = _seconds("--duration", duration)
     for f in faults:
         if f.at_s >= length or (f.gpu or 0) >= gpus:
             raise config_error(
@@ -162,6 +197,82 @@ def backtest(
     if not runs:
         raise config_error("--fault-free 0", "leaves nothing to backtest", "give --fault or hosts")
     scores, points = run_backtest(runs, length, step, settings, sweeps)
+    print_scores(scores, points, step)
+    if report is not None:
+        _write_report(report, scores, points)
+
+
+_SIMULATED = {
+    "fault": "--fault",
+    "fault_free": "--fault-free",
+    "gpus": "--gpus",
+    "duration": "--duration",
+    "seed": "--seed",
+}
+_LIVE = {"start": "--start", "end": "--end", "faults_file": "--faults-file"}
+
+
+def _given(ctx: typer.Context, names: dict[str, str]) -> list[str]:
+    """The flags among ``names`` the user set (on the command line or in the environment)."""
+    given = []
+    for name, flag in names.items():
+        source = ctx.get_parameter_source(name)
+        # Typer bundles its own click, so compare the enum by name, not by class.
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            given.append(flag)
+    return given
+
+
+def _check_combination(ctx: typer.Context, prometheus: str | None) -> None:
+    """Refuse flags of the simulated history with --prometheus, and the reverse."""
+    wrong = _given(ctx, _SIMULATED if prometheus is not None else _LIVE)
+    verb = "is" if len(wrong) == 1 else "are"
+    if wrong and prometheus is not None:
+        raise config_error(
+            ", ".join(wrong), f"{verb} for a simulated history only", "drop it or --prometheus"
+        )
+    if wrong:
+        raise config_error(
+            ", ".join(wrong), f"{verb} for --prometheus only", "add --prometheus URL"
+        )
+
+
+def _when(flag: str, text: str | None) -> float:
+    from datetime import datetime
+
+    if text is None:
+        raise config_error(flag, "is required with --prometheus", "give an RFC 3339 time")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise config_error(
+            f"{flag} {text}",
+            "is not a time",
+            "give RFC 3339 (2026-01-31T12:00:00Z) or epoch seconds",
+        ) from None
+
+
+def _live(
+    url: str,
+    start: str | None,
+    end: str | None,
+    faults_file: Path | None,
+    step: float,
+    settings: "AlertConfig",
+    sweeps: list["Sweep"],
+    report: Path | None,
+) -> None:
+    from gpuscale.alerts.simtest import backtest_prometheus, read_faults
+
+    start_s, end_s = _when("--start", start), _when("--end", end)
+    if end_s <= start_s:
+        raise config_error(f"--end {end}", "is not after --start", "give a later end")
+    faults = read_faults(faults_file) if faults_file is not None else []
+    scores, points = backtest_prometheus(url, start_s, end_s, step, faults, settings, sweeps)
     print_scores(scores, points, step)
     if report is not None:
         _write_report(report, scores, points)
