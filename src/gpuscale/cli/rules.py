@@ -94,7 +94,7 @@ def backtest(
             help="A fault to inject, each on its own simulated host (repeatable): "
             "gpu-lost@SECONDS:gpu=N, xid@SECONDS:code=N:gpu=N, ecc-dbe@SECONDS:gpu=N, "
             "row-remap@SECONDS:gpu=N, thermal@SECONDS:gpu=N[:rise_c=C][:duration=SECONDS].",
-            envvar="GPUSCALE_FAULTS",
+            envvar="GPUSCALE_BACKTEST_FAULTS",
         ),
     ] = None,
     fault_free: Annotated[
@@ -102,22 +102,32 @@ def backtest(
         typer.Option(
             min=0,
             help="Hosts with no fault, to count false alarms on.",
-            envvar="GPUSCALE_FAULT_FREE",
+            envvar="GPUSCALE_BACKTEST_FAULT_FREE",
         ),
     ] = 2,
     gpus: Annotated[
-        int, typer.Option(min=1, max=64, help="GPUs per simulated host.", envvar="GPUSCALE_GPUS")
+        int,
+        typer.Option(
+            min=1, max=64, help="GPUs per simulated host.", envvar="GPUSCALE_BACKTEST_GPUS"
+        ),
     ] = 8,
     duration: Annotated[
-        str, typer.Option(help="Length of the history (a duration).", envvar="GPUSCALE_DURATION")
+        str,
+        typer.Option(
+            help="Length of the history (a duration).", envvar="GPUSCALE_BACKTEST_DURATION"
+        ),
     ] = "2h",
     scrape_interval: Annotated[
         str,
-        typer.Option(help="Scrape and evaluation interval.", envvar="GPUSCALE_SCRAPE_INTERVAL"),
+        typer.Option(
+            help="Scrape and evaluation interval.", envvar="GPUSCALE_BACKTEST_SCRAPE_INTERVAL"
+        ),
     ] = "15s",
     seed: Annotated[
         int,
-        typer.Option(help="Seed of the first host; host i uses seed + i.", envvar="GPUSCALE_SEED"),
+        typer.Option(
+            help="Seed of the first host; host i uses seed + i.", envvar="GPUSCALE_BACKTEST_SEED"
+        ),
     ] = 0,
     sweep: Annotated[
         list[str] | None,
@@ -125,7 +135,7 @@ def backtest(
             help="Sweep one alert setting: ALERT.KEY=V1,V2,... e.g. "
             "GpuTemperatureHigh.threshold=80,85,90 or GpuThermalThrottling.for=0s,2m,5m "
             "(repeatable).",
-            envvar="GPUSCALE_SWEEP",
+            envvar="GPUSCALE_BACKTEST_SWEEP",
         ),
     ] = None,
     prometheus: Annotated[
@@ -133,34 +143,34 @@ def backtest(
         typer.Option(
             help="Backtest on this Prometheus's history instead of a simulated one; it must "
             "record the catalogue's rules. Needs --start and --end.",
-            envvar="GPUSCALE_PROMETHEUS",
+            envvar="GPUSCALE_BACKTEST_PROMETHEUS",
         ),
     ] = None,
     start: Annotated[
         str | None,
         typer.Option(
             help="Start of the range (RFC 3339 or epoch seconds; with --prometheus).",
-            envvar="GPUSCALE_START",
+            envvar="GPUSCALE_BACKTEST_START",
         ),
     ] = None,
     end: Annotated[
         str | None,
         typer.Option(
             help="End of the range (RFC 3339 or epoch seconds; with --prometheus).",
-            envvar="GPUSCALE_END",
+            envvar="GPUSCALE_BACKTEST_END",
         ),
     ] = None,
     faults_file: Annotated[
         Path | None,
         typer.Option(
             help="Known faults of that range, CSV host,gpu,kind,start,end (with --prometheus).",
-            envvar="GPUSCALE_FAULTS_FILE",
+            envvar="GPUSCALE_BACKTEST_FAULTS_FILE",
         ),
     ] = None,
     config: ConfigOption = None,
     report: Annotated[
         Path | None,
-        typer.Option(help="Write the scores as JSON here.", envvar="GPUSCALE_REPORT"),
+        typer.Option(help="Write the scores as JSON here.", envvar="GPUSCALE_BACKTEST_REPORT"),
     ] = None,
 ) -> None:
     """Backtest the catalogue on simulated hosts with injected faults, in a real Prometheus.
