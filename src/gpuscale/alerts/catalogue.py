@@ -111,8 +111,10 @@ def _row_remap(b: Builder) -> AlertRule:
 
 def _violation(b: Builder, name: str, counter: str, what: str, action: str) -> AlertRule:
     s = getattr(b.config.alerts, name)
-    # DCGM's violation counters count microseconds of held-down clocks.
-    expr = per_gpu(f"rate({counter}[{s.window}]) / 1e6 > {s.threshold}")
+    # DCGM's violation counters count micro- (or, in newer releases, nano-) seconds
+    # of held-down clocks; divided, the rate is the share of time held down.
+    per_s = "1e9" if b.config.violation_unit == "ns" else "1e6"
+    expr = per_gpu(f"rate({counter}[{s.window}]) / {per_s} > {s.threshold}")
     return b.alert(
         name,
         s,
