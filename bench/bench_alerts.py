@@ -45,9 +45,10 @@ from gpuscale.telemetry.faults import parse_fault
 
 ROOT = Path(__file__).resolve().parent
 STEP_S = 15.0
-START_S = 1_780_000_000.0
-"""A fixed start (2026-05-28 UTC): the simulator's jitter depends on the clock, so a
-fixed start makes a seed give the same numbers on every run."""
+START_S = 1_779_998_400.0
+"""A fixed start (2026-05-28 UTC, on a 2-hour boundary like Prometheus's blocks): the
+simulator's jitter depends on the clock, so a fixed start makes a seed give the same
+history on every run."""
 DURATION_S = 7200.0
 GPUS = 8
 FAULT_FREE = 3

@@ -24,6 +24,9 @@ from gpuscale.errors import config_error
 
 logger = logging.getLogger(__name__)
 
+BLOCK_S = 7200.0
+"""Prometheus's block length, to which the default history start is aligned."""
+
 
 @dataclass(frozen=True, slots=True)
 class Sweep:
@@ -135,8 +138,9 @@ def run_backtest(
         config: Alert settings (defaults when None).
         sweeps: Settings to sweep; each value re-renders the catalogue. A sweep of
             ``for`` costs no query; a threshold sweep queries its alert once per value.
-        start_s: Start of the history, seconds since the epoch (default: ending an
-            hour before the history's length ago, so no block is in the future).
+        start_s: Start of the history, seconds since the epoch (default: on a 2-hour
+            boundary at least an hour plus the history's length ago, so no block is
+            in the future).
         workdir: Where blocks go (default: a temporary directory, removed after).
 
     Returns:
@@ -148,7 +152,11 @@ def run_backtest(
     config = config or AlertConfig()
     groups = build_catalogue(config)
     _check_sweeps(config, sweeps)
-    start = start_s if start_s is not None else float(int(time.time() - duration_s - 3600))
+    # Prometheus cuts blocks on 2-hour boundaries and promtool backfills rules block by
+    # block, from each block's start: a history starting on a boundary keeps every
+    # evaluation on the scrape grid.
+    aligned = (time.time() - duration_s - 3600) // BLOCK_S * BLOCK_S
+    start = start_s if start_s is not None else aligned
     end = start + duration_s
     faults = labelled_faults(runs, start, step_s)
     with tempfile.TemporaryDirectory(prefix="gpuscale-backtest-") as tmp:
