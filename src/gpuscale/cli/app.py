@@ -95,12 +95,13 @@ def _apply_renamed_env(subcommand: str | None) -> None:
 @functools.cache
 def _register_subcommands() -> None:
     """Add every subcommand to ``app``, once per process."""
-    from gpuscale.cli import autoscale, evaluate, exporter, fields
+    from gpuscale.cli import autoscale, evaluate, exporter, fields, rules
 
     exporter.register(app)
     fields.register(app)
     evaluate.register(app)
     autoscale.register(app)
+    rules.register(app)
 
 
 def _wrap(text: str, width: int, indent: str = "") -> list[str]:

@@ -1,0 +1,246 @@
+"""The alert catalogue: GPU health, anomaly and SLO burn-rate rules over dcgm-exporter's series.
+
+``build_catalogue`` turns the settings (``gpuscale.alerts.config``) into rule
+groups: the vendor-neutral recording rules first, then hardware health, then
+anomalies; the SLO burn rates in a group of their own. Each alert has a severity, a summary, a
+description that says what to do first, and a link to its runbook in
+``docs/alerts.md``. Expressions return one series per GPU with the GPU's
+``Hostname``, ``gpu``, ``UUID`` and ``modelName`` and, on Kubernetes, the
+``namespace``, ``pod`` and ``container`` holding it.
+"""
+
+from gpuscale.alerts import xid
+from gpuscale.alerts.anomaly import anomaly_rules
+from gpuscale.alerts.config import AlertConfig
+from gpuscale.alerts.model import (
+    HELD_BY,
+    THE_GPU,
+    AlertRule,
+    Builder,
+    RuleGroup,
+    any_of,
+    from_amd,
+    per_gpu,
+)
+from gpuscale.alerts.neutral import MEMORY_USED, TEMPERATURE, UTILIZATION, neutral_rules
+from gpuscale.alerts.slo import slo_rules
+
+
+def _xid(code: int) -> str:
+    return per_gpu(f'DCGM_EXP_XID_ERRORS_COUNT{{xid="{code}"}} > 0')
+
+
+def _fell_off_bus(b: Builder) -> AlertRule:
+    s = b.config.alerts.GpuFellOffBus
+    # A GPU whose series were there within the window and are gone now, while the
+    # exporter that served them still answers: the exporter dropped the GPU.
+    vanished = (
+        f"(max by (Hostname, gpu, UUID, modelName, instance, job) "
+        f"(last_over_time(DCGM_FI_DEV_GPU_UTIL[{s.vanished_window}])) "
+        f"unless on (Hostname, gpu) DCGM_FI_DEV_GPU_UTIL) and on (instance, job) (up == 1)"
+    )
+    expr = any_of(
+        per_gpu("gpuscale_gpu_up == 0"),
+        _xid(79),
+        f"max by (Hostname, gpu, UUID, modelName) ({vanished})",
+    )
+    return b.alert(
+        "GpuFellOffBus",
+        s,
+        expr,
+        f"{THE_GPU} fell off the bus",
+        "The GPU stopped answering the driver (XID 79, gpuscale_gpu_up 0, or its series "
+        f"vanished while its exporter is up).{HELD_BY} Drain the node and reboot it; "
+        "check power, PCIe seating and cooling.",
+    )
+
+
+def _xid_errors(b: Builder) -> list[AlertRule]:
+    s = b.config.alerts.GpuXidError
+    excluded = "|".join(str(c) for c in s.exclude_codes) or "none"
+    critical = "|".join(str(c) for c in s.critical_codes if c not in s.exclude_codes) or "none"
+    summary = f"XID {{{{ $labels.xid }}}} on {THE_GPU}"
+    description = (
+        "{{ $value }} XID {{ $labels.xid }} event(s) in the exporter's window: "
+        f"{xid.meaning_template()}.{HELD_BY}"
+    )
+    rules = []
+    for severity, matcher in (
+        ("critical", f'xid=~"{critical}"'),
+        (s.severity, f'xid!~"{excluded}|{critical}"'),
+    ):
+        counts = f'DCGM_EXP_XID_ERRORS_COUNT{{{matcher}, xid!~"{excluded}"}} > 0'
+        expr = per_gpu(counts, ("xid",))
+        rules.append(b.alert("GpuXidError", s, expr, summary, description, severity))
+    return rules
+
+
+def _ecc(b: Builder) -> AlertRule:
+    s = b.config.alerts.GpuEccDoubleBitError
+    w = s.window
+    expr = any_of(
+        per_gpu(f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{w}]) > 0"),
+        per_gpu(f"increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS[{w}]) > 0"),
+        per_gpu(f"increase(DCGM_FI_DEV_RETIRED_DBE[{w}]) > 0"),
+        _xid(48),
+        per_gpu(from_amd(f"increase(gpu_ecc_uncorrect_total[{w}]) > 0")),
+    )
+    return b.alert(
+        "GpuEccDoubleBitError",
+        s,
+        expr,
+        f"Uncorrectable (double-bit) ECC error on {THE_GPU}",
+        f"Memory returned data it could not correct within the last {w} (XID 48); the "
+        f"application using it was stopped or will see corrupt data.{HELD_BY} Drain and "
+        "reset the GPU; replace it if it recurs.",
+    )
+
+
+def _row_remap(b: Builder) -> AlertRule:
+    s = b.config.alerts.GpuRowRemapFailure
+    expr = any_of(per_gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE > 0"), _xid(64))
+    return b.alert(
+        "GpuRowRemapFailure",
+        s,
+        expr,
+        f"Row remapping failed on {THE_GPU}",
+        "The GPU ran out of spare memory rows to replace failing ones (XID 64); errors on "
+        f"those rows can no longer be contained.{HELD_BY} Drain it and send it for service.",
+    )
+
+
+def _violation(b: Builder, name: str, counter: str, what: str, action: str) -> AlertRule:
+    s = getattr(b.config.alerts, name)
+    # DCGM's violation counters count micro- (or, in newer releases, nano-) seconds
+    # of held-down clocks; divided, the rate is the share of time held down.
+    per_s = "1e9" if b.config.violation_unit == "ns" else "1e6"
+    expr = per_gpu(f"rate({counter}[{s.window}]) / {per_s} > {s.threshold}")
+    return b.alert(
+        name,
+        s,
+        expr,
+        f"{THE_GPU} is {what}",
+        f"Clocks were held down {{{{ $value | humanizePercentage }}}} of the last {s.window} "
+        f"({counter}).{HELD_BY} {action}",
+    )
+
+
+def _gauges(b: Builder) -> list[AlertRule]:
+    a = b.config.alerts
+    temp, mem, idle = a.GpuTemperatureHigh, a.GpuMemoryNearFull, a.GpuIdleWhileAllocated
+    return [
+        b.alert(
+            "GpuTemperatureHigh",
+            temp,
+            per_gpu(f"{TEMPERATURE} > {temp.threshold}"),
+            f"{THE_GPU} is at {{{{ $value }}}} C",
+            f"The die is above {temp.threshold:g} C, near where clocks slow down.{HELD_BY} "
+            "Check fans, inlet air and neighbouring cards.",
+        ),
+        b.alert(
+            "GpuMemoryNearFull",
+            mem,
+            per_gpu(f"{MEMORY_USED} > {mem.threshold}"),
+            f"{THE_GPU} memory is {{{{ $value | humanizePercentage }}}} full",
+            f"Framebuffer use is above {mem.threshold:.0%}; the next allocation may fail "
+            f"with out-of-memory.{HELD_BY} Lower the batch or KV-cache share, or add a replica.",
+        ),
+        b.alert(
+            "GpuIdleWhileAllocated",
+            idle,
+            per_gpu(f'{UTILIZATION}{{pod!=""}} <= {idle.threshold}'),
+            f"{THE_GPU} is allocated to {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} and idle",
+            f"The GPU has been busy at most {idle.threshold:.0%} of the time for {idle.for_} "
+            "while a pod holds it: money spent on nothing. Scale the workload in or "
+            "release the GPU.",
+        ),
+    ]
+
+
+def _exporter(b: Builder) -> list[AlertRule]:
+    a, job = b.config.alerts, b.config.exporter_job
+    down, stale = a.GpuExporterDown, a.GpuMetricsStale
+    frozen = (
+        f"changes(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[{stale.window}]) == 0 "
+        "and DCGM_FI_DEV_POWER_USAGE > 0 "
+        # Only a series that existed a whole window ago: a new one has not had time to move.
+        f"and DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION offset {stale.window}"
+    )
+    stale_text = (
+        "The exporter answers but its values are old or frozen; alerts and autoscaling "
+        "are reading the past. Check the exporter's log and the driver (nvidia-smi)."
+    )
+    return [
+        b.alert(
+            "GpuExporterDown",
+            down,
+            f'up{{job=~"{job}"}} == 0',
+            "GPU exporter {{ $labels.instance }} is down",
+            "Prometheus cannot scrape the GPU exporter, so no GPU alert on that node can "
+            "fire. Check the exporter pod and the node.",
+        ),
+        b.alert(
+            "GpuMetricsStale",
+            stale,
+            f'(gpuscale_exporter_snapshot_age_seconds{{job=~"{job}"}} > {stale.threshold}) '
+            f"or ({per_gpu(frozen)})",
+            f"{{{{ if $labels.gpu }}}}Telemetry of {THE_GPU}{{{{ else }}}}Telemetry from "
+            "{{ $labels.instance }}{{ end }} is stale",
+            f"The exporter serves values over {stale.threshold:g} s old, or a GPU's energy "
+            f"counter did not move for {stale.window} while its power reads above 0. " + stale_text,
+        ),
+    ]
+
+
+def health_rules(b: Builder) -> list[AlertRule]:
+    """Hardware and exporter health alerts.
+
+    Returns:
+        The rules of every enabled alert.
+    """
+    a = b.config.alerts
+    rules = [
+        _fell_off_bus(b),
+        *_xid_errors(b),
+        _ecc(b),
+        _row_remap(b),
+        _violation(
+            b,
+            "GpuThermalThrottling",
+            "DCGM_FI_DEV_THERMAL_VIOLATION",
+            "thermally throttled",
+            "Check fans, inlet air and neighbouring cards; the GPU serves slower until it cools.",
+        ),
+        _violation(
+            b,
+            "GpuPowerCapped",
+            "DCGM_FI_DEV_POWER_VIOLATION",
+            "held at its power limit",
+            "Expected under heavy load; if it persists at modest load, check the power "
+            "limit (nvidia-smi -q -d POWER) and the PSU.",
+        ),
+        *_gauges(b),
+        *_exporter(b),
+    ]
+    return [r for r in rules if getattr(a, r.alert).enabled]
+
+
+def build_catalogue(config: AlertConfig | None = None) -> tuple[RuleGroup, ...]:
+    """The whole catalogue for ``config`` (defaults when None).
+
+    Returns:
+        ``gpuscale.gpu`` (neutral records, health, anomaly), and ``gpuscale.slo``
+        (its own records and alerts) when any SLO is configured.
+    """
+    config = config or AlertConfig()
+    b = Builder(config)
+    interval = config.interval
+    # Prometheus runs groups concurrently (and promtool in no fixed order), so the
+    # neutral records share a group with the alerts that read them: a group's rules
+    # run in order, and an alert sees the records of the same evaluation.
+    gpu = (*neutral_rules(), *health_rules(b), *anomaly_rules(b))
+    groups = [RuleGroup("gpuscale.gpu", gpu, interval)]
+    slo = slo_rules(b)
+    if slo:
+        groups.append(RuleGroup("gpuscale.slo", tuple(slo), interval))
+    return tuple(groups)
