@@ -36,9 +36,10 @@ from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
 from gpuscale.sim.cluster import READY, STARTING, TERMINATING, Cluster, ClusterConfig, Pod
 from gpuscale.sim.faults import FaultInjector, SimFault
-from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
+from gpuscale.sim.fluid import residual_arrival_scv
 from gpuscale.sim.latency import LATENCY_EDGES_S
 from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
+from gpuscale.sim.queue_model import QUEUE_MODELS, QueueModel, arrived_requests, build_queue
 from gpuscale.sim.scrape import Telemetry
 from gpuscale.sim.series import IN_FLIGHT, QUEUE, SeriesWriter
 from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, service_scv
@@ -71,6 +72,9 @@ class Scenario:
         collect_offset_s: When the first periodic collect falls (one also runs at
             0 s), seconds; 7 s makes the age of the DCGM fields at a scrape average
             about 15 s, as with a collect phase unrelated to the scrape's.
+        queue_model: The deployment's queue: ``fluid`` (``fluid.FluidQueue``),
+            ``requests`` (one request at a time, exact: ``requests.RequestQueue``), or
+            ``auto``: requests wherever that is cheap (``queue_model.choose``).
     """
 
     workload: Workload
@@ -86,6 +90,7 @@ class Scenario:
     record_interval_s: float = 10.0
     collect_interval_s: float = 30.0
     collect_offset_s: float = 7.0
+    queue_model: QueueModel = "auto"
 
     def __post_init__(self) -> None:
         checks = {
@@ -99,6 +104,7 @@ class Scenario:
             "record_interval_s": self.record_interval_s >= 1,
             "collect_interval_s": self.collect_interval_s >= 1,
             "collect_offset_s": self.collect_offset_s >= 0,
+            "queue_model": self.queue_model in QUEUE_MODELS,
         }
         check_ranges(
             "scenario",
@@ -114,7 +120,7 @@ class _Run:
     def __init__(self, scenario: Scenario, policy: ScalingPolicy) -> None:
         self.sc, self.policy = scenario, policy
         cfg = scenario.cluster
-        seeds = np.random.SeedSequence(scenario.seed).spawn(3)
+        seeds = np.random.SeedSequence(scenario.seed).spawn(4)
         spares = sum(f.kind == "gpu-lost" and f.duration_s is not None for f in scenario.faults)
         self.gpr = scenario.serving.gpus_per_replica
         self.cluster = Cluster(
@@ -138,10 +144,13 @@ class _Run:
             self.source, self.step_s = self.ring, self.path.interval_s
         serving = scenario.serving
         self._base_scv = service_scv(serving, scenario.workload)  # fixed for the run
-        self.queue = FluidQueue(
+        self.queue = build_queue(
+            scenario.queue_model,
+            scenario.workload,
             timeout_s=scenario.timeout_s,
             service_scv=self._base_scv,
             arrival_scv=residual_arrival_scv(scenario.workload),
+            seed=int(seeds[3].generate_state(1)[0]),
         )
         self.faults = FaultInjector(scenario.faults, int(seeds[2].generate_state(1)[0]))
         self.model_speed = relative_speed(cfg.gpu_model, serving.reference_model)
@@ -356,7 +365,7 @@ class _Run:
         result = RunResult(
             policy=self.policy.name,
             timeline=timeline,
-            requests=float(wl.arrivals.sum()),
+            requests=arrived_requests(self.queue, wl),
             within_slo=summary.within_slo,
             dropped=self.queue.dropped + summary.dropped,
             latency_edges_s=LATENCY_EDGES_S.copy(),

@@ -1,0 +1,156 @@
+"""Which queue serves a run: the fluid, or one request at a time.
+
+The engine drives either queue through the calls of ``ServingQueue``. The fluid
+(``fluid.FluidQueue``) costs the same per simulated second whatever the load, and
+is off by up to 0.07 attainment on one to four servers near saturation. The
+per-request queue (``requests.RequestQueue``) is exact, and costs about a
+microsecond per request more. ``choose`` takes it wherever that keeps a run
+cheap: at a mean arrival rate of at most ``AUTO_MAX_RATE`` requests per second
+and at most ``AUTO_MAX_REQUESTS`` requests, which bench/bench_queue_models.py
+measured to cost at most ``AUTO_COST_RATIO`` times the fluid run.
+"""
+
+from collections.abc import Mapping
+from typing import Literal, Protocol
+
+from gpuscale.errors import require
+from gpuscale.sim.fluid import FluidQueue
+from gpuscale.sim.latency import LatencyRecords
+from gpuscale.sim.requests import RequestQueue, RequestRecords
+from gpuscale.sim.workload import Workload
+
+QueueModel = Literal["auto", "fluid", "requests"]
+QUEUE_MODELS: tuple[str, ...] = ("auto", "fluid", "requests")
+
+AUTO_MAX_RATE = 20.0
+"""``auto`` serves requests one by one up to this mean arrival rate, requests per second."""
+
+AUTO_MAX_REQUESTS = 5_000_000
+"""... and up to this many requests in the run (memory: about 100 bytes each)."""
+
+AUTO_COST_RATIO = 2.0
+"""What the two bounds above cost at most, as a multiple of the fluid run's time."""
+
+
+class _Draining(Protocol):
+    @property
+    def requests(self) -> float: ...
+
+
+class ServingQueue(Protocol):
+    """What the engine calls on a deployment's queue (see ``fluid.FluidQueue``)."""
+
+    service_scv: float
+
+    @property
+    def busy(self) -> float:
+        """Requests in service on Ready slots."""
+
+    @property
+    def waiting(self) -> float:
+        """Requests queued."""
+
+    @property
+    def draining(self) -> float:
+        """Requests finishing on deleted replicas."""
+
+    @property
+    def last_departures(self) -> float:
+        """Requests that completed in the last second."""
+
+    @property
+    def dropped(self) -> float:
+        """Requests dropped so far."""
+
+    @property
+    def retried(self) -> float:
+        """Requests queued again after an interruption."""
+
+    @property
+    def drains(self) -> Mapping[int, _Draining]:
+        """Deleted replicas still finishing requests, by pod uid."""
+
+    @property
+    def drained(self) -> list[int]:
+        """Deleted replicas that finished, for the engine to release."""
+
+    @property
+    def records(self) -> LatencyRecords | RequestRecords:
+        """What the queue recorded, for ``summary.summarise_run``."""
+
+    def step(self, t: int, arrivals: float, work_s: float, servers: int, capacity: float) -> None:
+        """Advance one second."""
+
+    def interrupt(self, t: int, requests: float) -> None:
+        """A Ready replica stopped; its requests retry once."""
+
+    def start_drain(self, key: int, requests: float, slot_speed: float) -> bool:
+        """A Ready replica was deleted; it finishes its requests."""
+
+    def stop_drain(self, t: int, key: int) -> None:
+        """A draining replica is gone; its requests retry once."""
+
+    def finish(self) -> float:
+        """End the run and return the requests in flight."""
+
+
+def choose(model: str, workload: Workload) -> str:
+    """The queue ``model`` names, resolving ``auto`` by the workload's request count.
+
+    Raises:
+        ConfigError: ``model`` is not one of ``QUEUE_MODELS``.
+
+    Returns:
+        ``fluid`` or ``requests``.
+    """
+    require(
+        model in QUEUE_MODELS,
+        f"scenario.queue_model={model!r}",
+        "unknown queue model",
+        f"use one of {', '.join(QUEUE_MODELS)}",
+    )
+    if model != "auto":
+        return model
+    total = float(workload.arrivals.sum())
+    rate = total / max(workload.duration_s, 1)
+    small = rate <= AUTO_MAX_RATE and total <= AUTO_MAX_REQUESTS
+    return "requests" if small else "fluid"
+
+
+def build_queue(
+    model: str,
+    workload: Workload,
+    *,
+    timeout_s: float,
+    service_scv: float,
+    arrival_scv: float,
+    seed: int,
+) -> ServingQueue:
+    """The queue for a run (``choose`` resolves ``model``).
+
+    Args:
+        model: ``auto``, ``fluid`` or ``requests``.
+        workload: The run's demand.
+        timeout_s: Requests waiting longer are dropped.
+        service_scv: Variability of work per request (the trace's, or the config's).
+        arrival_scv: The fluid's residual arrival variability.
+        seed: Seeds the per-request queue's requests.
+
+    Returns:
+        The queue.
+    """
+    if choose(model, workload) == "requests":
+        return RequestQueue(workload, timeout_s=timeout_s, seed=seed, service_scv=service_scv)
+    return FluidQueue(timeout_s=timeout_s, service_scv=service_scv, arrival_scv=arrival_scv)
+
+
+def arrived_requests(queue: ServingQueue, workload: Workload) -> float:
+    """Requests that arrived in the run: drawn whole by the per-request queue.
+
+    Returns:
+        The per-request queue's count, or the workload's (possibly fractional) sum.
+    """
+    records = queue.records
+    if isinstance(records, RequestRecords):
+        return float(records.arrival_s.size)
+    return float(workload.arrivals.sum())
