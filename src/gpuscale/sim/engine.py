@@ -144,6 +144,9 @@ class _Run:
             self.source, self.step_s = self.ring, self.path.interval_s
         serving = scenario.serving
         self._base_scv = service_scv(serving, scenario.workload)  # fixed for the run
+        self.faults = FaultInjector(scenario.faults, int(seeds[2].generate_state(1)[0]))
+        self.model_speed = relative_speed(cfg.gpu_model, serving.reference_model)
+        self.slots = replica_slots(serving, cfg.gpu_model, scenario.workload)
         self.queue = build_queue(
             scenario.queue_model,
             scenario.workload,
@@ -151,10 +154,8 @@ class _Run:
             service_scv=self._base_scv,
             arrival_scv=residual_arrival_scv(scenario.workload),
             seed=int(seeds[3].generate_state(1)[0]),
+            slot_seconds_per_work=self.slots / self.model_speed,
         )
-        self.faults = FaultInjector(scenario.faults, int(seeds[2].generate_state(1)[0]))
-        self.model_speed = relative_speed(cfg.gpu_model, serving.reference_model)
-        self.slots = replica_slots(serving, cfg.gpu_model, scenario.workload)
         self.state: dict[str, Any] = {}
         self.scale_events = 0
         self._cap_version = -1

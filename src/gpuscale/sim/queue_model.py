@@ -1,13 +1,20 @@
 """Which queue serves a run: the fluid, or one request at a time.
 
 The engine drives either queue through the calls of ``ServingQueue``. The fluid
-(``fluid.FluidQueue``) costs the same per simulated second whatever the load, and
-is off by up to 0.07 attainment on one to four servers near saturation. The
-per-request queue (``requests.RequestQueue``) is exact, and costs about a
-microsecond per request more. ``choose`` takes it wherever that keeps a run
-cheap: at a mean arrival rate of at most ``AUTO_MAX_RATE`` requests per second
-and at most ``AUTO_MAX_REQUESTS`` requests, which bench/bench_queue_models.py
-measured to cost at most ``AUTO_COST_RATIO`` times the fluid run.
+(``fluid.FluidQueue``) costs the same per simulated second whatever the load; it
+agrees with the per-request discrete-event run within 0.01 attainment from 64
+servers up to 95 % load, but is off by 0.01-0.07 on one to sixteen servers near
+saturation (``fluid``'s docstring). The per-request queue
+(``requests.RequestQueue``) is exact, and costs about a microsecond per request.
+
+``choose`` resolves ``auto`` to the per-request queue wherever it is cheap or the
+fluid is not accurate enough, within a bound on the request count:
+
+* at most ``AUTO_MAX_REQUESTS`` requests in the run, and
+* a mean arrival rate of at most ``AUTO_MAX_RATE`` requests per second (there it
+  costs at most ``AUTO_COST_RATIO`` times the fluid run,
+  bench/bench_queue_models.py), or a peak of at most ``AUTO_FLUID_MIN_BUSY`` busy
+  slots (the fleet is small enough for the fluid to be off by more than 0.01).
 """
 
 from collections.abc import Mapping
@@ -15,7 +22,7 @@ from typing import Literal, Protocol
 
 from gpuscale.errors import require
 from gpuscale.sim.fluid import FluidQueue
-from gpuscale.sim.latency import LatencyRecords
+from gpuscale.sim.latency import LatencyRecords, centred_mean
 from gpuscale.sim.requests import RequestQueue, RequestRecords
 from gpuscale.sim.workload import Workload
 
@@ -25,8 +32,14 @@ QUEUE_MODELS: tuple[str, ...] = ("auto", "fluid", "requests")
 AUTO_MAX_RATE = 20.0
 """``auto`` serves requests one by one up to this mean arrival rate, requests per second."""
 
-AUTO_MAX_REQUESTS = 5_000_000
-"""... and up to this many requests in the run (memory: about 100 bytes each)."""
+AUTO_MAX_REQUESTS = 2_000_000
+"""... and never more requests than this in a run (a few seconds; 32 bytes each, kept)."""
+
+AUTO_FLUID_MIN_BUSY = 61.0
+"""Below this many busy slots at peak (95 % of 64) the fluid may be off by over 0.01."""
+
+PEAK_WINDOW_S = 60
+"""Busy slots at peak: the highest mean over a centred window of this many seconds."""
 
 AUTO_COST_RATIO = 2.0
 """What the two bounds above cost at most, as a multiple of the fluid run's time."""
@@ -94,8 +107,30 @@ class ServingQueue(Protocol):
         """End the run and return the requests in flight."""
 
 
-def choose(model: str, workload: Workload) -> str:
-    """The queue ``model`` names, resolving ``auto`` by the workload's request count.
+def peak_busy_slots(workload: Workload, slot_seconds_per_work: float) -> float:
+    """The most slots the workload keeps busy, over a centred ``PEAK_WINDOW_S`` window.
+
+    Args:
+        workload: The demand.
+        slot_seconds_per_work: Seconds one slot takes per reference-GPU second of work.
+
+    Returns:
+        Busy slots at peak (offered load in slots).
+    """
+    if workload.duration_s == 0:
+        return 0.0
+    busy = centred_mean(workload.work_s, PEAK_WINDOW_S) * slot_seconds_per_work
+    return float(busy.max())
+
+
+def choose(model: str, workload: Workload, slot_seconds_per_work: float = 1.0) -> str:
+    """The queue ``model`` names, resolving ``auto`` by the workload's size.
+
+    Args:
+        model: ``auto``, ``fluid`` or ``requests``.
+        workload: The demand.
+        slot_seconds_per_work: Seconds one slot takes per reference-GPU second of work
+            (slots per replica over the GPU's speed), to count busy slots.
 
     Raises:
         ConfigError: ``model`` is not one of ``QUEUE_MODELS``.
@@ -112,9 +147,11 @@ def choose(model: str, workload: Workload) -> str:
     if model != "auto":
         return model
     total = float(workload.arrivals.sum())
-    rate = total / max(workload.duration_s, 1)
-    small = rate <= AUTO_MAX_RATE and total <= AUTO_MAX_REQUESTS
-    return "requests" if small else "fluid"
+    if total > AUTO_MAX_REQUESTS:
+        return "fluid"
+    cheap = total / max(workload.duration_s, 1) <= AUTO_MAX_RATE
+    small = peak_busy_slots(workload, slot_seconds_per_work) <= AUTO_FLUID_MIN_BUSY
+    return "requests" if cheap or small else "fluid"
 
 
 def build_queue(
@@ -125,6 +162,7 @@ def build_queue(
     service_scv: float,
     arrival_scv: float,
     seed: int,
+    slot_seconds_per_work: float = 1.0,
 ) -> ServingQueue:
     """The queue for a run (``choose`` resolves ``model``).
 
@@ -135,11 +173,12 @@ def build_queue(
         service_scv: Variability of work per request (the trace's, or the config's).
         arrival_scv: The fluid's residual arrival variability.
         seed: Seeds the per-request queue's requests.
+        slot_seconds_per_work: Seconds one slot takes per reference-GPU second of work.
 
     Returns:
         The queue.
     """
-    if choose(model, workload) == "requests":
+    if choose(model, workload, slot_seconds_per_work) == "requests":
         return RequestQueue(workload, timeout_s=timeout_s, seed=seed, service_scv=service_scv)
     return FluidQueue(timeout_s=timeout_s, service_scv=service_scv, arrival_scv=arrival_scv)
 

@@ -54,6 +54,7 @@ class RequestRecords:
         busy: Requests in service on Ready slots at the end of each second.
         arrivals: Requests arriving, per second.
         servers: Ready slots, per second.
+        retried: Requests queued again after an interruption.
     """
 
     arrival_s: FloatArray
@@ -63,6 +64,7 @@ class RequestRecords:
     busy: list[float] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     servers: list[int] = field(default_factory=list)
+    retried: set[int] = field(default_factory=set)
 
     @property
     def arrived(self) -> int:
@@ -119,7 +121,6 @@ class RequestQueue:
         self._head = 0  # next first try waiting; first tries before it left the queue
         self._tail = 0  # requests arrived so far
         self._retry: deque[tuple[int, float]] = deque()  # (request, queued again at)
-        self._retried: set[int] = set()
         self._inserv: list[tuple[float, int]] = []  # heap of (end, request) on Ready slots
         self._idle: list[float] = []  # heap of the times idle slots became free
         self._excess = 0  # busy slots to retire when their requests complete
@@ -320,11 +321,11 @@ class RequestQueue:
         start_s, end_s = self.records.start_s, self.records.end_s
         for _, i in sorted(taken, key=lambda x: self._arrival[x[1]]):
             start_s[i] = end_s[i] = _NAN
-            if i in self._retried:
+            if i in self.records.retried:
                 self.dropped += 1
                 self.dropped_interrupted += 1
             else:
-                self._retried.add(i)
+                self.records.retried.add(i)
                 self._retry.append((i, float(t)))
                 self.retried += 1
 
