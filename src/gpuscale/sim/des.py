@@ -2,7 +2,9 @@
 
 The engine's fluid queue (``fluid.FluidQueue``) is an approximation; this module
 is the thing it approximates, one request at a time, so tests can show the two
-agree on small cases. It is exact FCFS M/G/k with reneging: requests arrive spread
+agree on small cases. ``draw_requests`` is shared with the engine's per-request
+queue (``requests.RequestQueue``), which must give the same latencies on a fixed
+fleet with the same seed. It is exact FCFS M/G/k with reneging: requests arrive spread
 uniformly within each second of the workload, each draws its work from a gamma
 distribution with the second's mean and the configured squared coefficient of
 variation, and takes the earliest free server; a request whose wait would pass

@@ -2,9 +2,11 @@
 
 ``simulate`` runs the same closed loop as production. Each second the cluster
 applies due events (nodes join, pods become Ready or free their GPU), faults
-fall due, and the deployment's fluid queue serves that second's demand with the
+fall due, and the deployment's queue serves that second's demand with the
 Ready replicas' capacity; a pod that leaves Ready drains or has its requests
-retried (``fluid.FluidQueue``). Every collect interval the GPU physics advances
+retried. The queue is the fluid (``fluid.FluidQueue``) or, where that is cheap
+or the fluid inexact, one request at a time (``requests.RequestQueue``), as
+``Scenario.queue_model`` and ``queue_model.choose`` decide. Every collect interval the GPU physics advances
 over the interval's serving state (``scrape.Telemetry``); every scrape interval
 the last collected DCGM fields and the serving metrics are written into the
 in-process metric store (if the policy reads it). Every ``policy.interval_s`` the policy gets an
