@@ -7,8 +7,8 @@ Ready replicas' capacity; a pod that leaves Ready drains or has its requests
 retried. The queue is the fluid (``fluid.FluidQueue``) or, where that is cheap
 or the fluid inexact, one request at a time (``requests.RequestQueue``), as
 ``Scenario.queue_model`` and ``queue_model.choose`` decide. Every collect
-interval the GPU physics advances over the interval's serving state (``scrape.Telemetry``); every scrape interval
-the last collected DCGM fields and the serving metrics are written into the
+interval the GPU physics advances over the interval's serving state
+(``scrape.Telemetry``); every scrape interval the last collected DCGM fields and the serving metrics are written into the
 in-process metric store (if the policy reads it). Every ``policy.interval_s`` the policy gets an
 ``Observation`` (``scaling.observe.observe``) built only from its signal source
 and the deployment's status, never from the simulator's state: the metric store
