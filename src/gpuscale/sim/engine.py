@@ -8,8 +8,9 @@ retried. The queue is the fluid (``fluid.FluidQueue``) or, where that is cheap
 or the fluid inexact, one request at a time (``requests.RequestQueue``), as
 ``Scenario.queue_model`` and ``queue_model.choose`` decide. Every collect
 interval the GPU physics advances over the interval's serving state
-(``scrape.Telemetry``); every scrape interval the last collected DCGM fields and the serving metrics are written into the
-in-process metric store (if the policy reads it). Every ``policy.interval_s`` the policy gets an
+(``scrape.Telemetry``); every scrape interval the last collected DCGM fields
+and the serving metrics are written into the in-process metric store (if the
+policy reads it). Every ``policy.interval_s`` the policy gets an
 ``Observation`` (``scaling.observe.observe``) built only from its signal source
 and the deployment's status, never from the simulator's state: the metric store
 for a policy on the Prometheus path, evaluated its declared ``delay_s`` in the
