@@ -40,7 +40,7 @@ With arrivals well under one per second on one or two slow servers it
 overestimates latency by up to about 20 %; for service times more variable than
 exponential the two-phase fit and a gamma differ by up to 0.05 in attainment.
 On LLM fleets of two to eight replicas at 80-91 % load its TTFT attainment is
-0.04-0.17 below the per-request queue's; on 16 replicas at 91 %, 0.006.
+0.03-0.15 below the per-request queue's; on 16 replicas at 92 %, 0.006.
 
 Where it is used: the engine serves with this queue only where it is accurate
 and the exact one is costly. ``Scenario.queue_model="auto"`` (the default,

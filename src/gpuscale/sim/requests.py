@@ -14,7 +14,8 @@ wherever the request count keeps it fast enough (``queue_model.choose``).
   seed sees the same requests.
 * A request takes the earliest free slot (FCFS); its service time is its work
   times the mean slot's seconds per unit of work when it starts. A request whose
-  wait passes ``timeout_s`` is dropped.
+  wait passes ``timeout_s`` is dropped (a retry's wait counts from its retry, as
+  the fluid's does; its latency from its first arrival).
 * Slots are anonymous. When Ready slots are added they are free at the start of
   the second; when slots go, idle ones go first, and a busy slot that should go
   retires when its request completes.
@@ -65,11 +66,6 @@ class RequestRecords:
     arrivals: list[float] = field(default_factory=list)
     servers: list[int] = field(default_factory=list)
     retried: set[int] = field(default_factory=set)
-
-    @property
-    def arrived(self) -> int:
-        """Requests that arrived over the seconds stepped so far."""
-        return int(sum(self.arrivals))
 
 
 class Drain:
