@@ -17,6 +17,7 @@ fluid is not accurate enough, within a bound on the request count:
   slots (the fleet is small enough for the fluid to be off by more than 0.01).
 """
 
+import logging
 from collections.abc import Mapping
 from typing import Literal, Protocol
 
@@ -25,6 +26,8 @@ from gpuscale.sim.fluid import FluidQueue
 from gpuscale.sim.latency import LatencyRecords, centred_mean
 from gpuscale.sim.requests import RequestQueue, RequestRecords
 from gpuscale.sim.workload import Workload
+
+logger = logging.getLogger(__name__)
 
 QueueModel = Literal["auto", "fluid", "requests"]
 QUEUE_MODELS: tuple[str, ...] = ("auto", "fluid", "requests")
@@ -178,7 +181,9 @@ def build_queue(
     Returns:
         The queue.
     """
-    if choose(model, workload, slot_seconds_per_work) == "requests":
+    chosen = choose(model, workload, slot_seconds_per_work)
+    logger.debug("queue model %s -> %s for %s", model, chosen, workload.name)
+    if chosen == "requests":
         return RequestQueue(workload, timeout_s=timeout_s, seed=seed, service_scv=service_scv)
     return FluidQueue(timeout_s=timeout_s, service_scv=service_scv, arrival_scv=arrival_scv)
 
