@@ -16,9 +16,11 @@ wherever the request count keeps it fast enough (``queue_model.choose``).
   times the mean slot's seconds per unit of work when it starts. A request whose
   wait passes ``timeout_s`` is dropped (a retry's wait counts from its retry, as
   the fluid's does; its latency from its first arrival).
-* Slots are anonymous. When Ready slots are added they are free at the start of
-  the second; when slots go, idle ones go first, and a busy slot that should go
-  retires when its request completes.
+* Slots are anonymous: on replicas of mixed speed (a straggler, GPU clocks)
+  every request is served at their mean speed, where the fluid widens its
+  service variability instead. Slots added are free at the start of the second;
+  when slots go, idle ones go first, and a busy slot that should go retires when
+  its request completes.
 * A replica that stops (``interrupt``) or is deleted (``start_drain``) takes its
   share of the requests in service, picked at random: a failed replica's are
   retried once, ahead of the queue, keeping their arrival time; a deleted
