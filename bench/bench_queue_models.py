@@ -97,7 +97,7 @@ def llm_grid(seconds: int) -> list[dict[str, float | str]]:
             res = simulate(sc, StaticPolicy(replicas))
             got[model] = res.within_slo / max(res.requests - res.in_flight_requests, 1.0)
         slots = replica_slots(sc.serving, "H100", sc.workload)
-        auto = choose("auto", sc.workload, float(slots))
+        auto = choose("auto", sc.workload, slots=slots)
         busy = float(sc.workload.work_s.mean()) * slots / (replicas * slots)
         gap = got["fluid"] - got["requests"]
         rows.append({

@@ -157,7 +157,8 @@ class _Run:
             service_scv=self._base_scv,
             arrival_scv=residual_arrival_scv(scenario.workload),
             seed=int(seeds[3].generate_state(1)[0]),
-            slot_seconds_per_work=self.slots / self.model_speed,
+            slots=self.slots,
+            speed=self.model_speed,
         )
         self.state: dict[str, Any] = {}
         self.scale_events = 0

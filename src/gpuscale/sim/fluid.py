@@ -48,7 +48,8 @@ and the exact one is costly. ``Scenario.queue_model="auto"`` (the default,
 exact) when the run has at most 2 million requests and either arrives at 20
 requests per second or less on average (there the per-request run costs at
 most about twice this one; bench/bench_queue_models.py) or keeps at most 61
-slots busy at peak (where this queue can be off by more than 0.01). Everything
+slots or 14 replicas busy at peak (where this queue can be off by more than
+0.01). Everything
 else (large, busy fleets: the Azure traces at fleet scale) runs on this queue.
 """
 

@@ -14,7 +14,8 @@ fluid is not accurate enough, within a bound on the request count:
 * a mean arrival rate of at most ``AUTO_MAX_RATE`` requests per second (there it
   costs at most ``AUTO_COST_RATIO`` times the fluid run,
   bench/bench_queue_models.py), or a peak of at most ``AUTO_FLUID_MIN_BUSY`` busy
-  slots (the fleet is small enough for the fluid to be off by more than 0.01).
+  slots or ``AUTO_FLUID_MIN_BUSY_REPLICAS`` busy replicas (the fleet is small
+  enough for the fluid to be off by more than 0.01).
 """
 
 import logging
@@ -40,6 +41,12 @@ AUTO_MAX_REQUESTS = 2_000_000
 
 AUTO_FLUID_MIN_BUSY = 61.0
 """Below this many busy slots at peak (95 % of 64) the fluid may be off by over 0.01."""
+
+AUTO_FLUID_MIN_BUSY_REPLICAS = 14.0
+"""Below this many busy LLM replicas at peak the fluid's TTFT may be off by over 0.01.
+
+bench/bench_queue_models.py: off by 0.040 on 8 replicas at 92 % (7.4 busy), by
+0.006 on 16 at 92 % (14.7 busy)."""
 
 PEAK_WINDOW_S = 60
 """Busy slots at peak: the highest mean over a centred window of this many seconds."""
@@ -110,30 +117,29 @@ class ServingQueue(Protocol):
         """End the run and return the requests in flight."""
 
 
-def peak_busy_slots(workload: Workload, slot_seconds_per_work: float) -> float:
-    """The most slots the workload keeps busy, over a centred ``PEAK_WINDOW_S`` window.
+def peak_busy_replicas(workload: Workload, speed: float = 1.0) -> float:
+    """The most replicas the workload keeps busy, over a centred ``PEAK_WINDOW_S`` window.
 
     Args:
         workload: The demand.
-        slot_seconds_per_work: Seconds one slot takes per reference-GPU second of work.
+        speed: Work one replica does per second, reference-GPU seconds.
 
     Returns:
-        Busy slots at peak (offered load in slots).
+        Busy replicas at peak (offered load in replicas; times slots, in slots).
     """
     if workload.duration_s == 0:
         return 0.0
-    busy = centred_mean(workload.work_s, PEAK_WINDOW_S) * slot_seconds_per_work
-    return float(busy.max())
+    return float(centred_mean(workload.work_s, PEAK_WINDOW_S).max()) / max(speed, 1e-12)
 
 
-def choose(model: str, workload: Workload, slot_seconds_per_work: float = 1.0) -> str:
+def choose(model: str, workload: Workload, *, slots: int = 1, speed: float = 1.0) -> str:
     """The queue ``model`` names, resolving ``auto`` by the workload's size.
 
     Args:
         model: ``auto``, ``fluid`` or ``requests``.
         workload: The demand.
-        slot_seconds_per_work: Seconds one slot takes per reference-GPU second of work
-            (slots per replica over the GPU's speed), to count busy slots.
+        slots: Slots per replica (batch slots; 1 for one request at a time).
+        speed: Work one replica does per second, reference-GPU seconds.
 
     Raises:
         ConfigError: ``model`` is not one of ``QUEUE_MODELS``.
@@ -153,7 +159,8 @@ def choose(model: str, workload: Workload, slot_seconds_per_work: float = 1.0) -
     if total > AUTO_MAX_REQUESTS:
         return "fluid"
     cheap = total / max(workload.duration_s, 1) <= AUTO_MAX_RATE
-    small = peak_busy_slots(workload, slot_seconds_per_work) <= AUTO_FLUID_MIN_BUSY
+    busy = peak_busy_replicas(workload, speed)
+    small = busy * slots <= AUTO_FLUID_MIN_BUSY or busy <= AUTO_FLUID_MIN_BUSY_REPLICAS
     return "requests" if cheap or small else "fluid"
 
 
@@ -165,7 +172,8 @@ def build_queue(
     service_scv: float,
     arrival_scv: float,
     seed: int,
-    slot_seconds_per_work: float = 1.0,
+    slots: int = 1,
+    speed: float = 1.0,
 ) -> ServingQueue:
     """The queue for a run (``choose`` resolves ``model``).
 
@@ -176,12 +184,13 @@ def build_queue(
         service_scv: Variability of work per request (the trace's, or the config's).
         arrival_scv: The fluid's residual arrival variability.
         seed: Seeds the per-request queue's requests.
-        slot_seconds_per_work: Seconds one slot takes per reference-GPU second of work.
+        slots: Slots per replica.
+        speed: Work one replica does per second, reference-GPU seconds.
 
     Returns:
         The queue.
     """
-    chosen = choose(model, workload, slot_seconds_per_work)
+    chosen = choose(model, workload, slots=slots, speed=speed)
     logger.debug("queue model %s -> %s for %s", model, chosen, workload.name)
     if chosen == "requests":
         return RequestQueue(workload, timeout_s=timeout_s, seed=seed, service_scv=service_scv)

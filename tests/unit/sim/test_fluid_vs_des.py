@@ -192,4 +192,4 @@ def test_auto_serves_small_llm_fleets_request_by_request(replicas, rate):
     wl = Workload("llm", a, a * work.mean(), profile=RequestProfile.from_samples(work, ctx, gen))
     slots = replica_slots(ServingConfig.for_llm(), "H100", wl)
     assert slots == step_model("H100").max_batch(float(ctx.mean() + gen.mean())) or slots == 64
-    assert choose("auto", wl, slot_seconds_per_work=float(slots)) == "requests"
+    assert choose("auto", wl, slots=slots) == "requests"

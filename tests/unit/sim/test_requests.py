@@ -321,9 +321,14 @@ def test_auto_takes_requests_for_small_or_slow_fleets_and_the_fluid_beyond():
     busy = 2 * AUTO_FLUID_MIN_BUSY
     big = Workload("big", np.full(3600, busy), np.full(3600, busy))  # 1 s each
     assert choose("auto", big) == "fluid"
-    assert choose("auto", big, slot_seconds_per_work=0.25) == "requests"  # 4x faster GPU
+    assert choose("auto", big, speed=4.0) == "requests"  # 4x faster GPUs: 30 busy
     assert choose("fluid", slow) == "fluid"
     assert choose("requests", big) == "requests"
+    # LLM replicas of 64 slots: 40 requests/s of 0.25 s keep 10 replicas busy, 0.75 s 30
+    few = Workload("few", np.full(3600, 40.0), np.full(3600, 10.0))
+    assert choose("auto", few, slots=64) == "requests"
+    many = Workload("many", np.full(3600, 40.0), np.full(3600, 30.0))
+    assert choose("auto", many, slots=64) == "fluid"
     huge = Workload("huge", np.full(day, 30.0), np.full(day, 30.0))  # 2.6 M requests
     assert choose("auto", huge) == "fluid"
 
