@@ -149,7 +149,9 @@ def run(wl: Workload, plan, *, replicas: int, grace_s: float = 30.0, **kw):
             termination_grace_s=grace_s,
             cold_start=ColdStart.fixed(2.0),
         ),
-        serving=ServingConfig(slots_per_replica=kw.pop("slots", 1)),
+        serving=ServingConfig(
+            slots_per_replica=kw.pop("slots", 1), service_scv=kw.pop("service_scv", 1.0)
+        ),
         slo_latency_s=20.0,
         timeout_s=kw.pop("timeout_s", 600.0),
         initial_replicas=replicas,
@@ -374,3 +376,19 @@ def test_llm_requests_are_scored_on_ttft_and_tpot_each():
     assert light.within_slo / ended >= 0.999  # hardly a wait: the SLO is attainable
     # Near saturation requests wait past the TTFT budget (5 idle prefills, about a second).
     assert heavy.ttft_within_slo < 0.99 * (heavy.requests - heavy.in_flight_requests)
+
+
+def test_engine_deleted_pods_finish_their_requests_then_free_their_gpus():
+    # 4 replicas of 4 slots, 6 slots busy with 10 s requests (2.5 GPU-s at 1/4 of a GPU,
+    # deterministic); at t=600 two are deleted with a 30 s grace: what they serve ends
+    # within 10 s, on them, and only then do their GPUs go.
+    a = np.random.default_rng(2).poisson(np.full(1200, 0.6)).astype(float)
+    wl = Workload("steady", a, a * 2.5)
+    res = run(wl, lambda now: 4 if now < 600 else 2, replicas=4, slots=4, service_scv=0.0)
+    alloc = res.timeline.allocated_gpus
+    assert res.timeline.ready_replicas[600] == 2  # deleted pods take no new work at once
+    assert alloc[599] == alloc[600] == 4  # they hold their GPUs while they finish
+    assert np.all(alloc[612:] == 2)  # 10 s requests: drained by 611
+    assert res.retried_requests == 0
+    assert res.dropped == 0
+    assert_whole_requests_end_once(res)
