@@ -298,8 +298,9 @@ def test_any_sequence_ends_each_request_once_in_arrival_order(events, service_s,
             q.start_drain(key, share * q.busy, 1.0)
         elif event == "stop" and q.drains:
             q.stop_drain(t, next(iter(q.drains)))
+        before = q.busy
         q.step(t, 0.0, 0.0, slots, float(slots))
-        assert q.busy <= max(slots, 12)
+        assert q.busy <= max(slots, before)  # nothing starts on a slot that is not Ready
         q.drained.clear()
     in_flight = q.finish()
     end = np.asarray(q.records.end_s)
