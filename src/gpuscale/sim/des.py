@@ -2,7 +2,9 @@
 
 The engine's fluid queue (``fluid.FluidQueue``) is an approximation; this module
 is the thing it approximates, one request at a time, so tests can show the two
-agree on small cases. It is exact FCFS M/G/k with reneging: requests arrive spread
+agree on small cases. ``draw_requests`` is shared with the engine's per-request
+queue (``requests.RequestQueue``), which must give the same latencies on a fixed
+fleet with the same seed. It is exact FCFS M/G/k with reneging: requests arrive spread
 uniformly within each second of the workload, each draws its work from a gamma
 distribution with the second's mean and the configured squared coefficient of
 variation, and takes the earliest free server; a request whose wait would pass
@@ -14,6 +16,7 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from gpuscale.sim.workload import FloatArray, Workload
 
@@ -68,6 +71,49 @@ def _work_per_request(
     return np.asarray(rng.gamma(shape, mean / shape), dtype=float)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestDraw:
+    """The requests of a workload, drawn once per seed.
+
+    Attributes:
+        arrival_s: Arrival time of each request, seconds, non-decreasing.
+        work_s: Work of each request, reference-GPU seconds.
+        first: Index of the first request of each second, and the request count
+            after the last (length ``duration_s + 1``).
+    """
+
+    arrival_s: FloatArray
+    work_s: FloatArray
+    first: npt.NDArray[np.int64]
+
+
+def draw_requests(
+    workload: Workload, rng: np.random.Generator, service_scv: float = 1.0
+) -> RequestDraw:
+    """Draw each request of ``workload``: its arrival time and its work.
+
+    Fractional per-second arrivals are rounded stochastically; a second's requests
+    arrive uniformly within it; each draws its work from the measured shape
+    (``profile.work_q``) scaled to the second's mean, or else from a gamma with
+    ``service_scv`` (deterministic at 0).
+
+    Returns:
+        The requests in arrival order.
+    """
+    a = np.asarray(workload.arrivals, dtype=float)
+    whole = np.floor(a)
+    counts = (whole + (rng.random(a.size) < a - whole)).astype(np.int64)
+    second = np.repeat(np.arange(a.size), counts)
+    arrival = np.sort(second + rng.random(second.size))
+    second = np.minimum(np.floor(arrival).astype(np.int64), max(a.size - 1, 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(a > 0, workload.work_s / a, 0.0)[second]
+    work_q = workload.profile.work_q if workload.profile is not None else None
+    work = _work_per_request(rng, mean, service_scv, work_q)
+    first = np.searchsorted(second, np.arange(a.size + 1)).astype(np.int64)
+    return RequestDraw(arrival, work, first)
+
+
 def simulate_requests(
     workload: Workload,
     *,
@@ -96,17 +142,9 @@ def simulate_requests(
     Returns:
         The per-request outcome.
     """
-    rng = np.random.default_rng(seed)
-    a = np.asarray(workload.arrivals, dtype=float)
-    whole = np.floor(a)
-    counts = (whole + (rng.random(a.size) < a - whole)).astype(np.int64)
-    second = np.repeat(np.arange(a.size), counts)
-    arrival = np.sort(second + rng.random(second.size))
-    second = np.floor(arrival).astype(np.int64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(a > 0, workload.work_s / a, 0.0)[second]
-    work_q = workload.profile.work_q if workload.profile is not None else None
-    service = _work_per_request(rng, mean, service_scv, work_q) * slots / speed
+    drawn = draw_requests(workload, np.random.default_rng(seed), service_scv)
+    arrival = drawn.arrival_s
+    service = drawn.work_s * slots / speed
     servers = [0.0] * max(replicas * slots, 0)
     latency = np.empty(arrival.size)
     served = np.zeros(arrival.size, dtype=bool)

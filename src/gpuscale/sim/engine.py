@@ -2,12 +2,15 @@
 
 ``simulate`` runs the same closed loop as production. Each second the cluster
 applies due events (nodes join, pods become Ready or free their GPU), faults
-fall due, and the deployment's fluid queue serves that second's demand with the
+fall due, and the deployment's queue serves that second's demand with the
 Ready replicas' capacity; a pod that leaves Ready drains or has its requests
-retried (``fluid.FluidQueue``). Every collect interval the GPU physics advances
-over the interval's serving state (``scrape.Telemetry``); every scrape interval
-the last collected DCGM fields and the serving metrics are written into the
-in-process metric store (if the policy reads it). Every ``policy.interval_s`` the policy gets an
+retried. The queue is the fluid (``fluid.FluidQueue``) or, where that is cheap
+or the fluid inexact, one request at a time (``requests.RequestQueue``), as
+``Scenario.queue_model`` and ``queue_model.choose`` decide. Every collect
+interval the GPU physics advances over the interval's serving state
+(``scrape.Telemetry``); every scrape interval the last collected DCGM fields
+and the serving metrics are written into the in-process metric store (if the
+policy reads it). Every ``policy.interval_s`` the policy gets an
 ``Observation`` (``scaling.observe.observe``) built only from its signal source
 and the deployment's status, never from the simulator's state: the metric store
 for a policy on the Prometheus path, evaluated its declared ``delay_s`` in the
@@ -36,9 +39,10 @@ from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
 from gpuscale.sim.cluster import READY, STARTING, TERMINATING, Cluster, ClusterConfig, Pod
 from gpuscale.sim.faults import FaultInjector, SimFault
-from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
+from gpuscale.sim.fluid import residual_arrival_scv
 from gpuscale.sim.latency import LATENCY_EDGES_S
 from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
+from gpuscale.sim.queue_model import QUEUE_MODELS, QueueModel, arrived_requests, build_queue
 from gpuscale.sim.scrape import Telemetry
 from gpuscale.sim.series import IN_FLIGHT, QUEUE, SeriesWriter
 from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, service_scv
@@ -71,6 +75,9 @@ class Scenario:
         collect_offset_s: When the first periodic collect falls (one also runs at
             0 s), seconds; 7 s makes the age of the DCGM fields at a scrape average
             about 15 s, as with a collect phase unrelated to the scrape's.
+        queue_model: The deployment's queue: ``fluid`` (``fluid.FluidQueue``),
+            ``requests`` (one request at a time, exact: ``requests.RequestQueue``), or
+            ``auto``: requests wherever that is cheap (``queue_model.choose``).
     """
 
     workload: Workload
@@ -86,6 +93,7 @@ class Scenario:
     record_interval_s: float = 10.0
     collect_interval_s: float = 30.0
     collect_offset_s: float = 7.0
+    queue_model: QueueModel = "auto"
 
     def __post_init__(self) -> None:
         checks = {
@@ -99,6 +107,7 @@ class Scenario:
             "record_interval_s": self.record_interval_s >= 1,
             "collect_interval_s": self.collect_interval_s >= 1,
             "collect_offset_s": self.collect_offset_s >= 0,
+            "queue_model": self.queue_model in QUEUE_MODELS,
         }
         check_ranges(
             "scenario",
@@ -114,7 +123,7 @@ class _Run:
     def __init__(self, scenario: Scenario, policy: ScalingPolicy) -> None:
         self.sc, self.policy = scenario, policy
         cfg = scenario.cluster
-        seeds = np.random.SeedSequence(scenario.seed).spawn(3)
+        seeds = np.random.SeedSequence(scenario.seed).spawn(4)
         spares = sum(f.kind == "gpu-lost" and f.duration_s is not None for f in scenario.faults)
         self.gpr = scenario.serving.gpus_per_replica
         self.cluster = Cluster(
@@ -138,14 +147,19 @@ class _Run:
             self.source, self.step_s = self.ring, self.path.interval_s
         serving = scenario.serving
         self._base_scv = service_scv(serving, scenario.workload)  # fixed for the run
-        self.queue = FluidQueue(
-            timeout_s=scenario.timeout_s,
-            service_scv=self._base_scv,
-            arrival_scv=residual_arrival_scv(scenario.workload),
-        )
         self.faults = FaultInjector(scenario.faults, int(seeds[2].generate_state(1)[0]))
         self.model_speed = relative_speed(cfg.gpu_model, serving.reference_model)
         self.slots = replica_slots(serving, cfg.gpu_model, scenario.workload)
+        self.queue = build_queue(
+            scenario.queue_model,
+            scenario.workload,
+            timeout_s=scenario.timeout_s,
+            service_scv=self._base_scv,
+            arrival_scv=residual_arrival_scv(scenario.workload),
+            seed=int(seeds[3].generate_state(1)[0]),
+            slots=self.slots,
+            speed=self.model_speed,
+        )
         self.state: dict[str, Any] = {}
         self.scale_events = 0
         self._cap_version = -1
@@ -356,7 +370,7 @@ class _Run:
         result = RunResult(
             policy=self.policy.name,
             timeline=timeline,
-            requests=float(wl.arrivals.sum()),
+            requests=arrived_requests(self.queue, wl),
             within_slo=summary.within_slo,
             dropped=self.queue.dropped + summary.dropped,
             latency_edges_s=LATENCY_EDGES_S.copy(),

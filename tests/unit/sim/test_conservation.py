@@ -70,6 +70,7 @@ def run(
         timeout_s=kw.pop("timeout_s", 600.0),
         initial_replicas=replicas,
         record_interval_s=1.0,
+        queue_model=kw.pop("queue_model", "fluid"),  # these pin the fluid's behaviour
         **kw,
     )
     return simulate(sc, Script(plan))

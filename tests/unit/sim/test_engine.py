@@ -63,6 +63,7 @@ def scenario(wl: Workload, **kw) -> Scenario:
         slo_latency_s=5.0,
         timeout_s=60.0,
         initial_replicas=2,
+        queue_model="fluid",  # these check the signal path on the fluid's smooth means
     )
     base.update(kw)
     return Scenario(**base)

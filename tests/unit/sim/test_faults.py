@@ -58,6 +58,7 @@ def run(faults, *, load=0.5, seconds=1800, gpus=4, nodes=1, replicas=4, slo=5.0,
         initial_replicas=replicas,
         faults=tuple(parse_sim_fault(f) for f in faults),
         record_interval_s=15.0,
+        queue_model="fluid",  # smooth demand: these check the faults on the fluid's means
     )
     policy = watcher or Watcher(replicas=replicas)
     return simulate(sc, policy), policy

@@ -61,6 +61,7 @@ def scenario(rate: np.ndarray, serving: ServingConfig | None = None, replicas: i
         slo_latency_s=30.0,
         timeout_s=600.0,
         initial_replicas=replicas,
+        queue_model="fluid",  # a smooth step: the delays are read off the fluid's means
     )
 
 
