@@ -32,6 +32,8 @@ class GpuInfo:
         mig_profile: MIG profile name (``GPU_I_PROFILE``), e.g. ``1g.10gb``; None for a whole GPU.
         mig_instance_id: MIG GPU-instance id (``GPU_I_ID``); None for a whole GPU.
         memory_total_bytes: Framebuffer size in bytes, when known.
+        attributes: Static strings by DCGM field name (``DCGM_FI_DEV_SERIAL``, ``..._VBIOS_VERSION``
+            ...), which counters files turn into labels; a field the device lacks is absent.
     """
 
     index: int
@@ -45,6 +47,7 @@ class GpuInfo:
     mig_profile: str | None = None
     mig_instance_id: int | None = None
     memory_total_bytes: int | None = None
+    attributes: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
