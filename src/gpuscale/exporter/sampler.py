@@ -118,7 +118,9 @@ class Sampler:
         self.timeout_s = timeout_s if timeout_s is not None else max(interval_s, 1.0)
         self._xids = XidWindow(xid_window_ms)
         # Each collect that sees a clock-event bit counts once, as each DCGM sample does.
-        self._clock_events = XidWindow(families.clock_window_ms) if families.wants_clock_events else None
+        self._clock_events = (
+            XidWindow(families.clock_window_ms) if families.wants_clock_events else None
+        )
         self._monotonic = monotonic
         self._published: _Published | None = None
         self._last_error = "no collect yet"
