@@ -24,6 +24,7 @@ from gpuscale.exporter.dcgm import (
     row_labels,
 )
 from gpuscale.exporter.health import HealthJudge
+from gpuscale.exporter.hpc import HPC_JOB, JobMap, job_key
 from gpuscale.fields.amd import AMD_FIELDS, CLOCK_TYPE_LABEL, split_labelled_key
 from gpuscale.fields.counters import Counter
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot
@@ -74,6 +75,7 @@ class SnapshotFamilies:
         clock_window_ms: Window reported in DCGM_EXP_CLOCK_EVENTS_COUNT's label.
         style: Spelling of the identity labels (host label, 1.x names, model blanks).
         keep: Keys of the NVIDIA entities to export (``--devices``); None: all.
+        jobs: HPC job mapping (``--hpc-job-mapping-dir``): one copy of each series per job.
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class SnapshotFamilies:
         clock_window_ms: int = 300_000,
         style: LabelStyle | None = None,
         keep: frozenset[str] | None = None,
+        jobs: JobMap | None = None,
     ) -> None:
         self._series = [c for c in counters if c.type != "label"]
         self._label_rows = [c for c in counters if c.type == "label"]
@@ -93,6 +96,7 @@ class SnapshotFamilies:
         self.clock_window_ms = clock_window_ms
         self._style = style or LabelStyle()
         self._keep = keep
+        self._jobs = jobs
         self._health = HealthJudge()
         self._cache: dict[str, tuple[GpuInfo, str, Entity]] = {}
         self.wants_clock_events = any(c.field.name == CLOCK_EVENTS_COUNT for c in self._series)
@@ -173,6 +177,8 @@ class SnapshotFamilies:
             for d in snapshot.devices
             if d.info.vendor == "amd"
         ]
+        if self._jobs is not None:
+            nvidia = _with_jobs(nvidia, self._jobs.read())
         families: list[Metric] = []
         if nvidia:
             windows = Windows(
@@ -194,6 +200,19 @@ class SnapshotFamilies:
             up.add_sample(GPU_UP, labels, 1.0 if device.up else 0.0)
         families.append(up)
         return families
+
+
+def _with_jobs(entities: list[Entity], jobs: Mapping[str, list[str]]) -> list[Entity]:
+    """Each entity once per HPC job of its GPU, with ``hpc_job`` among its attributes."""
+    out = []
+    for e in entities:
+        listed = jobs.get(job_key(e.device.info))
+        if not listed:
+            out.append(e)
+        for job in listed or ():
+            attrs = e.attrs | {HPC_JOB: job}
+            out.append(Entity(e.device, e.head, e.labels, attrs, compose(e.head, e.labels, attrs)))
+    return out
 
 
 def _amd_families(entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> Iterable[Metric]:

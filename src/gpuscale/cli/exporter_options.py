@@ -1,0 +1,461 @@
+"""The options of ``gpuscale exporter``: dcgm-exporter 4.x's, then the project's own.
+
+Each option is an ``Annotated`` alias so the command's signature stays one line per
+flag. Names, short forms, environment variables and defaults are dcgm-exporter
+4.5.3-4.8.2's (``pkg/cmd/app.go``); ``GPUSCALE_*`` names follow as aliases. What
+each does here, or why it is refused, is in ``gpuscale.cli.dcgm_flags``.
+"""
+
+from enum import StrEnum
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuscale.cli.dcgm_flags import env
+
+
+class SourceName(StrEnum):
+    """Telemetry backends."""
+
+    sim = "sim"
+    nvml = "nvml"
+    amd = "amd"
+
+
+class GpuIdType(StrEnum):
+    """How the device plugin names GPUs (``--kubernetes-gpu-id-type``)."""
+
+    uid = "uid"
+    device_name = "device-name"
+
+
+class HostnameLabel(StrEnum):
+    """Spelling of the host label."""
+
+    Hostname = "Hostname"
+    hostname = "hostname"
+
+
+class LogFormat(StrEnum):
+    """dcgm-exporter's ``--log-format`` values."""
+
+    text = "text"
+    json = "json"
+
+
+DCGM_EXPORTER_COMPAT = "4.5.3-4.8.2"
+"""The dcgm-exporter release whose command line, files and output this exporter follows."""
+
+
+def show_version(value: bool) -> None:
+    """``--version``: print ours and the dcgm-exporter release followed, then exit."""
+    if value:
+        try:
+            ours = version("gpuscale")
+        except PackageNotFoundError:
+            ours = "unknown"
+        typer.echo(
+            f"gpuscale exporter version {ours} (dcgm-exporter {DCGM_EXPORTER_COMPAT} compatible)"
+        )
+        raise typer.Exit
+
+
+_INERT = "Accepted, no effect here"
+DUMP_DIRECTORY = "/tmp/dcgm-exporter-debug"  # noqa: S108 - dcgm-exporter's default, never written
+
+CollectorsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--collectors",
+        "-f",
+        help="Counters file in dcgm-exporter's format (default: dcgm-exporter's own"
+        " default-counters.csv, built in).",
+        envvar=env("DCGM_EXPORTER_COLLECTORS", "GPUSCALE_COLLECTORS"),
+    ),
+]
+AddressOpt = Annotated[
+    str,
+    typer.Option(
+        "--address",
+        "-a",
+        help='Listen address as <HOST>:<PORT>; IPv6 as "[<ADDR>]:<PORT>".',
+        envvar=env("DCGM_EXPORTER_LISTEN", "GPUSCALE_ADDRESS"),
+    ),
+]
+CollectIntervalOpt = Annotated[
+    int,
+    typer.Option(
+        "--collect-interval",
+        "-c",
+        min=10,
+        help="Milliseconds between collects (dcgm-exporter's default is 30000; 1000 here,"
+        " for scaling loops).",
+        envvar=env("DCGM_EXPORTER_INTERVAL", "GPUSCALE_COLLECT_INTERVAL"),
+    ),
+]
+KubernetesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes/--no-kubernetes",
+        "-k",
+        help="Label series with the pod holding each GPU (kubelet pod-resources API);"
+        " --kubernetes=true|false also works.",
+        envvar=env("DCGM_EXPORTER_KUBERNETES", "GPUSCALE_KUBERNETES"),
+    ),
+]
+UseOldNamespaceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--use-old-namespace/--no-use-old-namespace",
+        "-o",
+        help="dcgm-exporter 1.x label names: uuid, pod_name, pod_namespace, container_name.",
+        envvar=env("DCGM_EXPORTER_USE_OLD_NAMESPACE"),
+    ),
+]
+CpuDevicesOpt = Annotated[
+    str,
+    typer.Option(
+        "--cpu-devices",
+        "-p",
+        help="CPUs to monitor (f, g[:RANGE], i[:RANGE]). There are no DCGM CPU entities"
+        " here: only f is accepted.",
+        envvar=env("DCGM_EXPORTER_CPU_DEVICES_STR"),
+    ),
+]
+ConfigmapDataOpt = Annotated[
+    str,
+    typer.Option(
+        "--configmap-data",
+        "-m",
+        help="ConfigMap <NAMESPACE>:<NAME> holding the counters. Refused unless none:"
+        " mount it and pass -f.",
+        envvar=env("DCGM_EXPORTER_CONFIGMAP_DATA"),
+    ),
+]
+RemoteHostengineInfoOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--remote-hostengine-info",
+        "-r",
+        metavar="HOST:PORT",
+        help="Remote DCGM host engine. Refused: there is no host engine, GPUs are read"
+        " through NVML in this process.",
+        envvar=env("DCGM_REMOTE_HOSTENGINE_INFO"),
+    ),
+]
+KubernetesEnablePodLabelsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes-enable-pod-labels/--no-kubernetes-enable-pod-labels",
+        help="Pod labels as series labels. Refused when true: needs the Kubernetes API.",
+        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"),
+    ),
+]
+KubernetesEnablePodUidOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes-enable-pod-uid/--no-kubernetes-enable-pod-uid",
+        help="A pod_uid label. Refused when true: the pod-resources API gives no UID.",
+        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"),
+    ),
+]
+KubernetesGpuIdTypeOpt = Annotated[
+    GpuIdType,
+    typer.Option(
+        "--kubernetes-gpu-id-type",
+        help="How the device plugin names GPUs. Both are matched whichever is given.",
+        envvar=env("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE"),
+    ),
+]
+KubernetesPodLabelAllowlistRegexOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kubernetes-pod-label-allowlist-regex",
+        help="Pod-label filters (comma-separated); only with pod labels, so checked and"
+        " otherwise unused. Environment: dcgm-exporter's name, too long to show here"
+        " (docs/exporter.md).",
+        envvar=env("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"),
+        show_envvar=False,
+    ),
+]
+DevicesOpt = Annotated[
+    str,
+    typer.Option(
+        "--devices",
+        "-d",
+        help="NVIDIA entities to export: f (each GPU, or its MIG instances when it has"
+        " some), g[:RANGE] (GPUs), i[:RANGE] (MIG instances), e.g. g:0,2-3.",
+        envvar=env("DCGM_EXPORTER_DEVICES_STR", "GPUSCALE_DEVICES"),
+    ),
+]
+NoHostnameOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-hostname/--hostname",
+        "-n",
+        help="Omit the host label, as older dcgm-exporter versions did.",
+        envvar=env("DCGM_EXPORTER_NO_HOSTNAME", "GPUSCALE_NO_HOSTNAME"),
+    ),
+]
+SwitchDevicesOpt = Annotated[
+    str,
+    typer.Option(
+        "--switch-devices",
+        "-s",
+        help="NvSwitches to monitor (same grammar as -d). There are no NvSwitch entities"
+        " here: only f is accepted.",
+        envvar=env("DCGM_EXPORTER_OTHER_DEVICES_STR"),
+    ),
+]
+FakeGpusOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fake-gpus/--no-fake-gpus",
+        help="DCGM's fake GPUs. Refused when true: use --source sim.",
+        envvar=env("DCGM_EXPORTER_USE_FAKE_GPUS"),
+    ),
+]
+WebConfigFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="TLS and basic-auth settings in the Prometheus exporter-toolkit format.",
+        envvar=env("DCGM_EXPORTER_WEB_CONFIG_FILE", "GPUSCALE_WEB_CONFIG_FILE"),
+    ),
+]
+XidCountWindowSizeOpt = Annotated[
+    int,
+    typer.Option(
+        "--xid-count-window-size",
+        "-x",
+        min=1,
+        help="Milliseconds of XID history counted in DCGM_EXP_XID_ERRORS_COUNT.",
+        envvar=env("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", "GPUSCALE_XID_COUNT_WINDOW_SIZE"),
+    ),
+]
+ReplaceBlanksInModelNameOpt = Annotated[
+    bool,
+    typer.Option(
+        "--replace-blanks-in-model-name/--no-replace-blanks-in-model-name",
+        "-rbmn",
+        help="Write modelName with dashes for blanks (NVIDIA-H100-80GB-HBM3).",
+        envvar=env("DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME"),
+    ),
+]
+DebugOpt = Annotated[
+    bool,
+    typer.Option(
+        "--debug/--no-debug",
+        help="Log at debug level.",
+        envvar=env("DCGM_EXPORTER_DEBUG"),
+    ),
+]
+ClockEventsCountWindowSizeOpt = Annotated[
+    int,
+    typer.Option(
+        "--clock-events-count-window-size",
+        min=1,
+        help="Milliseconds of clock-event history counted in DCGM_EXP_CLOCK_EVENTS_COUNT.",
+        envvar=env("DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE"),
+    ),
+]
+EnableDcgmLogOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-dcgm-log/--no-enable-dcgm-log",
+        help="DCGM's own log on stdout. Refused when true: there is no DCGM library.",
+        envvar=env("DCGM_EXPORTER_ENABLE_DCGM_LOG"),
+    ),
+]
+DcgmLogLevelOpt = Annotated[
+    str,
+    typer.Option(
+        "--dcgm-log-level",
+        help="DCGM log level (NONE, FATAL, ERROR, WARN, INFO, DEBUG, VERB); checked,"
+        " only used with --enable-dcgm-log.",
+        envvar=env("DCGM_EXPORTER_DCGM_LOG_LEVEL"),
+    ),
+]
+LogFormatOpt = Annotated[
+    LogFormat | None,
+    typer.Option(
+        "--log-format",
+        help="Log line format, text or json (default: gpuscale's --log-format).",
+        envvar=env("DCGM_EXPORTER_LOG_FORMAT"),
+    ),
+]
+PodResourcesSocketOpt = Annotated[
+    str,
+    typer.Option(
+        "--pod-resources-kubelet-socket",
+        help="Kubelet pod-resources socket.",
+        envvar=env("DCGM_POD_RESOURCES_KUBELET_SOCKET", "GPUSCALE_POD_RESOURCES_SOCKET"),
+    ),
+]
+HpcJobMappingDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--hpc-job-mapping-dir",
+        help="Directory of per-GPU job files (named 0, 1 or 0.3 for a MIG instance, one"
+        " job id a line): each series is written once per job with an hpc_job label.",
+        envvar=env("DCGM_HPC_JOB_MAPPING_DIR"),
+    ),
+]
+NvidiaResourceNamesOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--nvidia-resource-names",
+        help="More device-plugin resource names to attribute, e.g. nvidia.com/a100"
+        " (repeatable or comma-separated).",
+        envvar=env("NVIDIA_RESOURCE_NAMES"),
+    ),
+]
+KubernetesVirtualGpusOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes-virtual-gpus/--no-kubernetes-virtual-gpus",
+        help="Per-replica series for shared GPUs. Refused when true.",
+        envvar=env("KUBERNETES_VIRTUAL_GPUS"),
+    ),
+]
+DumpEnabledOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dump-enabled/--no-dump-enabled",
+        help="File-based debug dumps. Refused when true.",
+        envvar=env("DCGM_EXPORTER_DUMP_ENABLED"),
+    ),
+]
+DumpDirectoryOpt = Annotated[
+    str,
+    typer.Option(help=f"Dump directory. {_INERT}.", envvar=env("DCGM_EXPORTER_DUMP_DIRECTORY")),
+]
+DumpRetentionOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help=f"Dump retention, hours. {_INERT}.",
+        envvar=env("DCGM_EXPORTER_DUMP_RETENTION"),
+    ),
+]
+DumpCompressionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dump-compression/--no-dump-compression",
+        help=f"Gzip the dumps. {_INERT}.",
+        envvar=env("DCGM_EXPORTER_DUMP_COMPRESSION"),
+    ),
+]
+KubernetesEnableDraOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes-enable-dra/--no-kubernetes-enable-dra",
+        help="DRA-claim labels. Refused when true: needs the Kubernetes API.",
+        envvar=env("KUBERNETES_ENABLE_DRA"),
+    ),
+]
+DisableStartupValidateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--disable-startup-validate/--no-disable-startup-validate",
+        help=f"Skip DCGM's start-up checks. {_INERT}: there are none.",
+        envvar=env("DISABLE_STARTUP_VALIDATE"),
+    ),
+]
+EnableGpuBindUnbindWatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-gpu-bind-unbind-watch/--no-enable-gpu-bind-unbind-watch",
+        help="Reload on GPU bind/unbind. Refused when true: needs DCGM 4.5.",
+        envvar=env("DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH"),
+    ),
+]
+GpuBindUnbindPollIntervalOpt = Annotated[
+    str,
+    typer.Option(
+        "--gpu-bind-unbind-poll-interval",
+        help=f"Go duration. {_INERT}.",
+        envvar=env("DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL"),
+    ),
+]
+EnablePprofOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-pprof/--no-enable-pprof",
+        help="Go profiling endpoints. Refused when true.",
+        envvar=env("DCGM_EXPORTER_ENABLE_PPROF"),
+    ),
+]
+WebSystemdSocketOpt = Annotated[
+    bool,
+    typer.Option(
+        "--web-systemd-socket/--no-web-systemd-socket",
+        help="systemd socket activation. Refused when true.",
+        envvar=env("DCGM_EXPORTER_SYSTEMD_SOCKET"),
+    ),
+]
+ShowVersionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        "-v",
+        is_eager=True,
+        callback=show_version,
+        help="Print the version and the dcgm-exporter release it follows, then exit.",
+    ),
+]
+SourceOpt = Annotated[SourceName, typer.Option(help="Telemetry backend.", envvar="GPUSCALE_SOURCE")]
+HostnameLabelOpt = Annotated[
+    HostnameLabel,
+    typer.Option(
+        help="Spelling of the host label: Hostname (dcgm-exporter 4.x releases) or"
+        " hostname (upstream's main branch after 4.5.3-4.8.2).",
+        envvar="GPUSCALE_HOSTNAME_LABEL",
+    ),
+]
+CollectTimeoutOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=10,
+        help="Milliseconds before a collect is abandoned and counted (default: the interval).",
+        envvar="GPUSCALE_COLLECT_TIMEOUT",
+    ),
+]
+ResourceNamesOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kubernetes-resource-name",
+        help="Extra device-plugin resource names to attribute (repeatable).",
+        envvar="GPUSCALE_KUBERNETES_RESOURCE_NAMES",
+    ),
+]
+GpusOpt = Annotated[
+    int,
+    typer.Option(min=1, max=100_000, help="Simulated GPUs (sim only).", envvar="GPUSCALE_GPUS"),
+]
+GpuModelsOpt = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated simulated models, cycled over the GPUs (sim only).",
+        envvar="GPUSCALE_GPU_MODELS",
+    ),
+]
+LoadOpt = Annotated[
+    str,
+    typer.Option(
+        help="Simulated load: constant:0.7, sine[:mean:amp:period_s], trace:FILE (sim only).",
+        envvar="GPUSCALE_LOAD",
+    ),
+]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the simulated fleet.", envvar="GPUSCALE_SEED")]
+FaultOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Inject a fault into a simulated GPU (sim only): KIND@SECONDS:gpu=N[:key=value],"
+        " e.g. gpu-lost@60:gpu=3, xid@30:code=13:gpu=0, ecc-dbe@10:gpu=1,"
+        " thermal@0:gpu=1:rise_c=35:duration=300, row-remap@5:gpu=2. Repeatable;"
+        " the environment variable takes several, separated by spaces.",
+        envvar="GPUSCALE_FAULTS",
+    ),
+]
