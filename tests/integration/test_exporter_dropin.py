@@ -1,0 +1,228 @@
+"""The exporter as a drop-in for dcgm-exporter 4.x, run as a real process.
+
+Upstream's own deployment files start it unchanged: the Helm chart's env block (rendered
+with the chart's values, as Helm does) and dcgm-exporter.yaml's. Every counters file
+upstream ships is served family by family with the file's name, type and help, and with
+upstream's label order. Files: tests/data/dcgm-exporter (Apache-2.0, see NOTICE there).
+"""
+
+import os
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from support.exposition import Family, parse
+from support.helm import render_env
+from support.kubelet import FakeKubelet
+from support.servers import Process, free_port, gpuscale_cmd, wait_http
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm-exporter"
+COUNTERS = (
+    "default-counters.csv",
+    "dcp-metrics-included.csv",
+    "1.x-compatibility-metrics.csv",
+    "helm-default-counters.csv",
+)
+# The chart's values.yaml defaults that the env block reads; the address is the one value
+# changed (tests bind 127.0.0.1 on a free port, never :9400 on every interface).
+CHART_VALUES = {
+    "kubernetes": {"enablePodLabels": False, "enablePodUID": False, "podLabelAllowlistRegex": []},
+    "tlsServerConfig": {"enabled": False},
+    "basicAuth": {"users": {}},
+    "kubernetesDRA": {"enabled": False},
+}
+HEAD = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
+# Labels each DCGM_EXP_* family adds to the label-rows map, and the per-series attributes:
+# upstream's template writes each map in sorted key order, labels before attributes.
+EXTRA_LABELS = {"window_size_in_ms", "xid", "clock_event", "health_watch", "health_error_code"}
+EXTRA_LABELS |= {"peer_gpu", "link_status"}
+ATTRIBUTES = {"err_code", "err_msg", "pod", "namespace", "container"}
+NODE = "gpu-node-7"
+# Two models so that every field has a GPU that reports it: the H100 remaps rows and the
+# V100 retires pages (each lacks the other's fields, as the real parts do).
+SIM = ("--gpu-models", "H100,V100", "--gpus", "4")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPUSCALE_", "DCGM_", "KUBERNETES_", "NVIDIA_", "NODE_NAME"))
+    }
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _start(tmp: Path, args: list[str], env: dict[str, str]) -> Process:
+    return Process(
+        [*gpuscale_cmd(), "exporter", *args], tmp / f"exporter-{time.monotonic_ns()}.log", env
+    )
+
+
+def _rows(path: Path, *, uncomment: bool = False) -> list[tuple[str, str, str]]:
+    """(name, type, help) of each enabled row, first of a repeated name only, as upstream."""
+    rows: dict[str, tuple[str, str, str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if uncomment and re.match(r"^#\s*(DCGM_|dcgm_)\w+\s*,", line):
+            line = line.lstrip("#").strip()
+        if not line or line.startswith("#"):
+            continue
+        name, type_, help_ = (p.strip() for p in line.split(",", 2))
+        rows.setdefault(name, (name, type_, help_))
+    return list(rows.values())
+
+
+def _check_label_order(family: Family, label_rows: set[str]) -> None:
+    for pairs, _ in family.samples:
+        keys = [k for k, _ in pairs]
+        assert keys[: len(HEAD)] == HEAD, (family.name, keys)
+        tail = keys[len(HEAD) :]
+        labels = [k for k in tail if k in label_rows | EXTRA_LABELS]
+        attrs = [k for k in tail if k in ATTRIBUTES or k.startswith("hpc_")]
+        assert tail == sorted(labels) + sorted(attrs), (family.name, keys)
+
+
+def _check_conformance(text: str, rows: list[tuple[str, str, str]]) -> None:
+    families = parse(text)
+    label_rows = {name for name, type_, _ in rows if type_ == "label"}
+    gpu_series = (
+        families["DCGM_FI_DEV_GPU_UTIL"].labels() if "DCGM_FI_DEV_GPU_UTIL" in families else None
+    )
+    for name, type_, help_ in rows:
+        if type_ == "label":
+            series = gpu_series or next(iter(families.values())).labels()
+            assert all(name in labels for labels in series), name
+            continue
+        assert name in families, f"{name} is not served"
+        family = families[name]
+        assert (family.type, family.help) == (type_, help_), name
+        assert family.samples, name
+        _check_label_order(family, label_rows)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """Each shipped counters file, and the same file with every commented-out row enabled."""
+    tmp = tmp_path_factory.mktemp("counters")
+    out = {}
+    for name in COUNTERS:
+        out[name] = DATA / name
+        lines = []
+        for raw in (DATA / name).read_text().splitlines():
+            match = re.match(r"^(\s*)#\s*((DCGM_|dcgm_)\w+\s*,.*)$", raw)
+            lines.append(match[1] + match[2] if match else raw)
+        (tmp / f"all-{name}").write_text("\n".join(lines) + "\n")
+        out[f"all-{name}"] = tmp / f"all-{name}"
+    return out
+
+
+def test_every_shipped_counters_file_is_served_family_by_family(files, tmp_path):
+    # Started together, then each checked: 8 processes, each bounded to 20 s to answer.
+    running = {}
+    for name, path in files.items():
+        port = free_port()
+        args = ["-a", f"127.0.0.1:{port}", "-f", str(path), "-c", "500", *SIM]
+        running[name] = (_start(tmp_path, args, _clean_env(NODE_NAME=NODE)), port, path)
+    try:
+        for name, (_, port, path) in running.items():
+            wait_http(f"http://127.0.0.1:{port}/metrics", 20)
+            time.sleep(0.6)  # a second collect, so rates that need two are there too
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            rows = _rows(path)
+            assert rows, name
+            _check_conformance(text, rows)
+            assert f'Hostname="{NODE}"' in text, name
+    finally:
+        for proc, _, _ in running.values():
+            proc.stop()
+
+
+def test_an_unknown_row_fails_with_file_and_line_and_exit_2(tmp_path):
+    bad = tmp_path / "custom.csv"
+    lines = (DATA / "default-counters.csv").read_text().splitlines()
+    lines.insert(7, "DCGM_FI_DEV_NOT_A_FIELD, gauge, typo")
+    bad.write_text("\n".join(lines) + "\n")
+    proc = _start(tmp_path, ["-a", f"127.0.0.1:{free_port()}", "-f", str(bad)], _clean_env())
+    try:
+        assert proc.proc.wait(30) == 2
+    finally:
+        proc.stop()
+    (line,) = [ln for ln in proc.output().splitlines() if ln]
+    assert line.startswith(f"gpuscale: error: {bad}:8: unknown field 'DCGM_FI_DEV_NOT_A_FIELD'")
+
+
+def _env_block(rendered: list[dict], port: int) -> dict[str, str]:
+    """Environment variables as the kubelet sets them from a container's env list."""
+    env = {}
+    for item in rendered:
+        if "valueFrom" in item:
+            assert item["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+            env[item["name"]] = NODE
+        elif item["name"] == "DCGM_EXPORTER_LISTEN":
+            env[item["name"]] = f"127.0.0.1:{port}"  # the value the test gives the chart
+        else:
+            env[item["name"]] = item["value"]
+    return env
+
+
+def _manifest_env() -> list[dict]:
+    docs = list(yaml.safe_load_all((DATA / "dcgm-exporter.yaml").read_text()))
+    (daemonset,) = [d for d in docs if d and d.get("kind") == "DaemonSet"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    return container["env"]
+
+
+@pytest.mark.parametrize("deployment", ["helm", "manifest"])
+def test_upstream_env_block_runs_as_is_with_pod_labels_address_and_node_name(tmp_path, deployment):
+    port = free_port()
+    if deployment == "helm":
+        template = (DATA / "helm-daemonset-env.yaml.tpl").read_text()
+        rendered = render_env(
+            template, {**CHART_VALUES, "service": {"address": f"127.0.0.1:{port}"}}
+        )
+    else:
+        rendered = _manifest_env()
+    env = _env_block(rendered, port)
+    assert env["DCGM_EXPORTER_KUBERNETES"] == "true"
+    kubelet = FakeKubelet()
+    kubelet.hold("llm-0", "serving", "vllm", "nvidia.com/gpu", "nvidia0")  # device-name ids
+    # The chart mounts the kubelet's pod-resources directory; here the socket is the fake's.
+    env["DCGM_POD_RESOURCES_KUBELET_SOCKET"] = kubelet.socket
+    # The chart's arguments: -f with its ConfigMap's counters, mounted as a file.
+    counters = tmp_path / "default-counters.csv"
+    counters.write_text((DATA / "helm-default-counters.csv").read_text())
+    proc = _start(tmp_path, ["-f", str(counters), "-c", "500"], _clean_env(**env))
+    try:
+        wait_http(f"http://127.0.0.1:{port}/metrics", 20)
+        deadline, text = time.monotonic() + 15, ""
+        while time.monotonic() < deadline and 'pod="llm-0"' not in text:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            time.sleep(0.3)
+    finally:
+        proc.stop()
+        kubelet.stop()
+    util = parse(text)["DCGM_FI_DEV_GPU_UTIL"].labels()
+    gpu0 = next(lb for lb in util if lb["gpu"] == "0")
+    assert (gpu0["pod"], gpu0["namespace"], gpu0["container"]) == ("llm-0", "serving", "vllm")
+    assert all(lb["Hostname"] == NODE for lb in util)
+    assert "pod" not in next(lb for lb in util if lb["gpu"] == "1")
+    _check_conformance(text, _rows(counters))
+
+
+def test_helm_values_this_exporter_cannot_honour_stop_it_in_one_line(tmp_path):
+    values = {**CHART_VALUES, "service": {"address": f"127.0.0.1:{free_port()}"}}
+    values["kubernetes"] = {**CHART_VALUES["kubernetes"], "enablePodLabels": True}
+    rendered = render_env((DATA / "helm-daemonset-env.yaml.tpl").read_text(), values)
+    proc = _start(tmp_path, [], _clean_env(**_env_block(rendered, 0)))
+    try:
+        assert proc.proc.wait(30) == 2
+    finally:
+        proc.stop()
+    (line,) = [ln for ln in proc.output().splitlines() if ln]
+    where = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS=true"
+    assert line.startswith(f"gpuscale: error: {where}: pod labels need the Kubernetes API")
