@@ -80,9 +80,9 @@ def _reject_sim_only_options(ctx: typer.Context, source: o.SourceName) -> None:
     """Options of the simulated fleet are a mistake with a real source, even at their defaults."""
     if source is o.SourceName.sim:
         return
-    given = [flag for name, flag in _SIM_ONLY.items() if given(ctx, name)]
-    if given:
-        raise ConfigError(f"{', '.join(given)} only apply to --source sim: remove them")
+    flags = [flag for name, flag in _SIM_ONLY.items() if given(ctx, name)]
+    if flags:
+        raise ConfigError(f"{', '.join(flags)} only apply to --source sim: remove them")
 
 
 def exporter(

@@ -193,7 +193,7 @@ DevicesOpt = Annotated[
 NoHostnameOpt = Annotated[
     bool,
     typer.Option(
-        "--no-hostname/--hostname",
+        "--no-hostname/--keep-hostname",
         "-n",
         help="Omit the host label, as older dcgm-exporter versions did.",
         envvar=env("DCGM_EXPORTER_NO_HOSTNAME", "GPUSCALE_NO_HOSTNAME"),

@@ -13,8 +13,8 @@ watches document:
 - PCIE: more than 8 PCIe replays a minute warn (``DCGM_FR_PCI_REPLAY_RATE``).
 - NVLINK: a new NVLink recovery error warns (``DCGM_FR_NVLINK_ERROR_THRESHOLD``).
 - THERMAL / POWER: a thermal or power-brake clock event warns
-  (``DCGM_FR_CLOCK_THROTTLE_THERMAL`` / ``_POWER``); an unreadable power draw
-  warns (``DCGM_FR_POWER_UNREADABLE``).
+  (``DCGM_FR_CLOCK_THROTTLE_THERMAL`` / ``_POWER``); a whole GPU whose power
+  draw is unreadable warns (``DCGM_FR_POWER_UNREADABLE``; MIG instances have none).
 - ALL: the worst of the others. PMU, MCU, SM, INFOROM and DRIVER have no
   NVML-visible signal and pass.
 """
@@ -57,7 +57,7 @@ class HealthJudge:
             verdict["THERMAL"] = (WARN, "DCGM_FR_CLOCK_THROTTLE_THERMAL")
         if reasons & _POWER_BITS:
             verdict["POWER"] = (WARN, "DCGM_FR_CLOCK_THROTTLE_POWER")
-        elif f"{_D}POWER_USAGE" not in v:
+        elif f"{_D}POWER_USAGE" not in v and device.info.mig_instance_id is None:
             verdict["POWER"] = (WARN, "DCGM_FR_POWER_UNREADABLE")
         replays = v.get(f"{_D}PCIE_REPLAY_COUNTER")
         recoveries = v.get(f"{_D}NVLINK_RECOVERY_ERROR_COUNT_TOTAL")

@@ -82,10 +82,14 @@ SCALARS: tuple[tuple[str, str, tuple[str, ...], Callable[[Any], float]], ...] = 
             ("RELIABILITY", "NVML_PERF_POLICY_RELIABILITY"),
         )
     ),
-    # KB/s -> B/s; nvidia-smi dmon -s t (txpci / rxpci)
+    # KB/s as DCGM_FI_DEV_PCIE_*_THROUGHPUT, and -> B/s; nvidia-smi dmon -s t (txpci / rxpci)
     *(
-        (f"DCGM_FI_PROF_PCIE_{way}_BYTES", "nvmlDeviceGetPcieThroughput", (counter,), _kib)
+        (f"DCGM_FI_{group}_{way}_{suffix}", "nvmlDeviceGetPcieThroughput", (counter,), convert)
         for way, counter in (("TX", "NVML_PCIE_UTIL_TX_BYTES"), ("RX", "NVML_PCIE_UTIL_RX_BYTES"))
+        for group, suffix, convert in (
+            ("DEV_PCIE", "THROUGHPUT", _ident),
+            ("PROF_PCIE", "BYTES", _kib),
+        )
     ),
 )
 

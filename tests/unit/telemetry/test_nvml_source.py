@@ -58,6 +58,8 @@ EXPECTED = {
     "DCGM_FI_DEV_FB_USED_PERCENT": 20480 / (81920 - 512),  # used / (total - reserved)
     "DCGM_FI_PROF_PCIE_TX_BYTES": 1000.0 * 1024,  # KB/s -> B/s
     "DCGM_FI_PROF_PCIE_RX_BYTES": 2000.0 * 1024,
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": 1000.0,  # KB/s, as NVML samples it
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": 2000.0,
 }
 
 # Which fields each getter feeds, written from the DCGM and NVML docs.
@@ -85,7 +87,12 @@ GETTER_FIELDS = {
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     ),
     "nvmlDeviceGetViolationStatus": tuple(k for k in EXPECTED if k.endswith("_VIOLATION")),
-    "nvmlDeviceGetPcieThroughput": ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+    "nvmlDeviceGetPcieThroughput": (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+    ),
     "nvmlDeviceGetPowerManagementLimit": ("DCGM_FI_DEV_POWER_MGMT_LIMIT",),
     "nvmlDeviceGetCurrentClocksEventReasons": ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",),
 }
