@@ -10,9 +10,9 @@ booleans, so ``DcgmCommand`` rewrites those words before Click parses them.
 
 Each option whose meaning exists here is implemented by the exporter; the rest
 (a remote host engine, DCGM's own log, DRA, pprof ...) are accepted at their
-neutral value and refused with one line saying why otherwise (``refusals``).
-The project's own ``GPUSCALE_*`` variables stay as aliases, read after the
-``DCGM_*`` name.
+neutral value and refused with one line saying why otherwise
+(``gpuscale.cli.dcgm_unsupported``). The project's own ``GPUSCALE_*`` variables
+stay as aliases, read after the ``DCGM_*`` name.
 """
 
 import re
@@ -22,7 +22,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-from gpuscale.errors import ConfigError, config_error
+from gpuscale.errors import config_error
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # Go's strconv.ParseBool
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -94,157 +94,22 @@ def where(ctx: typer.Context, name: str, flag: str, value: object) -> str:
     return f"{flag} {shown}" if not isinstance(value, bool) else f"{flag}={shown}"
 
 
-# option name -> (flag, the neutral value, why it cannot apply here, what to do instead)
-REFUSED: dict[str, tuple[str, object, str, str]] = {
-    "remote_hostengine_info": (
-        "--remote-hostengine-info",
-        None,
-        "there is no DCGM host engine: gpuscale reads GPUs through NVML in this process",
-        "remove it and run the exporter on the GPU node (a DaemonSet)",
-    ),
-    "configmap_data": (
-        "--configmap-data",
-        "none",
-        "reading the counters file from a ConfigMap through the Kubernetes API is not supported",
-        "mount the ConfigMap as a file and pass -f PATH",
-    ),
-    "kubernetes_enable_pod_labels": (
-        "--kubernetes-enable-pod-labels",
-        False,
-        "pod labels need the Kubernetes API, and the exporter reads only the kubelet",
-        "remove it; join kube_pod_labels from kube-state-metrics in PromQL instead",
-    ),
-    "kubernetes_enable_pod_uid": (
-        "--kubernetes-enable-pod-uid",
-        False,
-        "the kubelet pod-resources API does not give pod UIDs",
-        "remove it; join kube_pod_info from kube-state-metrics on pod and namespace",
-    ),
-    "kubernetes_virtual_gpus": (
-        "--kubernetes-virtual-gpus",
-        False,
-        "per-replica vgpu series for shared GPUs are not implemented",
-        "remove it; time-sliced replicas are attributed to their GPU's pod",
-    ),
-    "kubernetes_enable_dra": (
-        "--kubernetes-enable-dra",
-        False,
-        "DRA attribution needs the Kubernetes resource API, which the exporter does not read",
-        "remove it; device-plugin pods are attributed with --kubernetes",
-    ),
-    "fake_gpus": (
-        "--fake-gpus",
-        False,
-        "DCGM's injected fake GPUs do not exist without DCGM",
-        "use --source sim for simulated GPUs",
-    ),
-    "enable_dcgm_log": (
-        "--enable-dcgm-log",
-        False,
-        "there is no DCGM library whose log could be shown",
-        "remove it; NVML errors are logged by the exporter (--debug for more)",
-    ),
-    "dump_enabled": (
-        "--dump-enabled",
-        False,
-        "file-based debug dumps are not implemented",
-        "remove it; --debug logs every collect",
-    ),
-    "enable_gpu_bind_unbind_watch": (
-        "--enable-gpu-bind-unbind-watch",
-        False,
-        "it watches DCGM 4.5 bind events, and there is no DCGM here",
-        "remove it; restart the exporter after adding GPUs",
-    ),
-    "enable_pprof": (
-        "--enable-pprof",
-        False,
-        "pprof profiles Go programs, and this exporter is Python",
-        "remove it; use py-spy against the process to profile it",
-    ),
-    "web_systemd_socket": (
-        "--web-systemd-socket",
-        False,
-        "systemd socket activation is not implemented",
-        "remove it and give the address with -a",
-    ),
-}
-
-
-def refuse(ctx: typer.Context, values: dict[str, object]) -> None:
-    """Refuse, in one line, the first option set to a value that cannot apply here.
-
-    Raises:
-        ConfigError: Naming the flag or environment variable, why, and what to do.
-    """
-    for name, (flag, neutral, why, fix) in REFUSED.items():
-        value = values[name]
-        if given(ctx, name) and value != neutral and value is not None:
-            raise config_error(where(ctx, name, flag, value), why, fix)
-
-
-_DCGM_LOG_LEVELS = ("NONE", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "VERB")
-_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
-
-
-def check_inert(ctx: typer.Context, values: dict[str, object]) -> None:
-    """Validate options that are accepted but change nothing here, as dcgm-exporter would.
-
-    Raises:
-        ConfigError: A value dcgm-exporter itself would refuse.
-    """
-    level = str(values["dcgm_log_level"])
-    if level not in _DCGM_LOG_LEVELS:
-        raise config_error(
-            where(ctx, "dcgm_log_level", "--dcgm-log-level", level),
-            "not a DCGM log level",
-            f"use one of {', '.join(_DCGM_LOG_LEVELS)}",
-        )
-    interval = str(values["gpu_bind_unbind_poll_interval"])
-    if not _DURATION.match(interval):
-        raise config_error(
-            where(
-                ctx, "gpu_bind_unbind_poll_interval", "--gpu-bind-unbind-poll-interval", interval
-            ),
-            "not a duration",
-            "use Go's duration syntax, e.g. 1s or 500ms",
-        )
-    for pattern in _split(values["kubernetes_pod_label_allowlist_regex"]):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise config_error(
-                where(
-                    ctx,
-                    "kubernetes_pod_label_allowlist_regex",
-                    "--kubernetes-pod-label-allowlist-regex",
-                    pattern,
-                ),
-                f"not a regular expression ({exc})",
-                "fix the pattern",
-            ) from None
-
-
-def _split(value: object) -> list[str]:
+def split_items(value: object) -> list[str]:
     """A string-slice option's items: repeated flags, each comma-separated, as urfave/cli."""
     items = value if isinstance(value, list | tuple) else [] if value is None else [value]
     return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
 
 
 def split_list(value: Sequence[str] | None) -> list[str]:
-    """Public form of ``_split`` for list options (resource names, regexes)."""
-    return _split(list(value) if value is not None else None)
+    """``split_items`` for list options (resource names, regexes)."""
+    return split_items(list(value) if value is not None else None)
 
 
 __all__ = [
-    "REFUSED",
-    "ConfigError",
     "DcgmCommand",
-    "check_inert",
     "env",
     "given",
     "parse_go_bool",
-    "refuse",
     "split_list",
     "where",
 ]

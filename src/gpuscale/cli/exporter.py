@@ -16,14 +16,9 @@ import threading
 
 import typer
 
+from gpuscale.cli import dcgm_unsupported as u
 from gpuscale.cli import exporter_options as o
-from gpuscale.cli.dcgm_flags import (
-    DcgmCommand,
-    check_inert,
-    given,
-    refuse,
-    split_list,
-)
+from gpuscale.cli.dcgm_flags import DcgmCommand, given, split_list
 from gpuscale.cli.logs import configure_logging
 from gpuscale.errors import ConfigError
 from gpuscale.exporter.collector import PodLookup, SnapshotFamilies
@@ -92,39 +87,39 @@ def exporter(
     collect_interval: o.CollectIntervalOpt = 1000,
     kubernetes: o.KubernetesOpt = False,
     use_old_namespace: o.UseOldNamespaceOpt = False,
-    cpu_devices: o.CpuDevicesOpt = "f",
-    configmap_data: o.ConfigmapDataOpt = "none",
-    remote_hostengine_info: o.RemoteHostengineInfoOpt = None,
-    kubernetes_enable_pod_labels: o.KubernetesEnablePodLabelsOpt = False,
-    kubernetes_enable_pod_uid: o.KubernetesEnablePodUidOpt = False,
+    cpu_devices: u.CpuDevicesOpt = "f",
+    configmap_data: u.ConfigmapDataOpt = "none",
+    remote_hostengine_info: u.RemoteHostengineInfoOpt = None,
+    kubernetes_enable_pod_labels: u.KubernetesEnablePodLabelsOpt = False,
+    kubernetes_enable_pod_uid: u.KubernetesEnablePodUidOpt = False,
     kubernetes_gpu_id_type: o.KubernetesGpuIdTypeOpt = o.GpuIdType.uid,
-    kubernetes_pod_label_allowlist_regex: o.KubernetesPodLabelAllowlistRegexOpt = None,
+    kubernetes_pod_label_allowlist_regex: u.KubernetesPodLabelAllowlistRegexOpt = None,
     devices: o.DevicesOpt = "f",
     no_hostname: o.NoHostnameOpt = False,
-    switch_devices: o.SwitchDevicesOpt = "f",
-    fake_gpus: o.FakeGpusOpt = False,
+    switch_devices: u.SwitchDevicesOpt = "f",
+    fake_gpus: u.FakeGpusOpt = False,
     web_config_file: o.WebConfigFileOpt = None,
     xid_count_window_size: o.XidCountWindowSizeOpt = 300_000,
     replace_blanks_in_model_name: o.ReplaceBlanksInModelNameOpt = False,
     debug: o.DebugOpt = False,
     clock_events_count_window_size: o.ClockEventsCountWindowSizeOpt = 300_000,
-    enable_dcgm_log: o.EnableDcgmLogOpt = False,
-    dcgm_log_level: o.DcgmLogLevelOpt = "NONE",
+    enable_dcgm_log: u.EnableDcgmLogOpt = False,
+    dcgm_log_level: u.DcgmLogLevelOpt = "NONE",
     log_format: o.LogFormatOpt = None,
     pod_resources_socket: o.PodResourcesSocketOpt = "/var/lib/kubelet/pod-resources/kubelet.sock",
     hpc_job_mapping_dir: o.HpcJobMappingDirOpt = None,
     nvidia_resource_names: o.NvidiaResourceNamesOpt = None,
-    kubernetes_virtual_gpus: o.KubernetesVirtualGpusOpt = False,
-    dump_enabled: o.DumpEnabledOpt = False,
-    dump_directory: o.DumpDirectoryOpt = o.DUMP_DIRECTORY,
-    dump_retention: o.DumpRetentionOpt = 24,
-    dump_compression: o.DumpCompressionOpt = True,
-    kubernetes_enable_dra: o.KubernetesEnableDraOpt = False,
-    disable_startup_validate: o.DisableStartupValidateOpt = False,
-    enable_gpu_bind_unbind_watch: o.EnableGpuBindUnbindWatchOpt = False,
-    gpu_bind_unbind_poll_interval: o.GpuBindUnbindPollIntervalOpt = "1s",
-    enable_pprof: o.EnablePprofOpt = False,
-    web_systemd_socket: o.WebSystemdSocketOpt = False,
+    kubernetes_virtual_gpus: u.KubernetesVirtualGpusOpt = False,
+    dump_enabled: u.DumpEnabledOpt = False,
+    dump_directory: u.DumpDirectoryOpt = u.DUMP_DIRECTORY,
+    dump_retention: u.DumpRetentionOpt = 24,
+    dump_compression: u.DumpCompressionOpt = True,
+    kubernetes_enable_dra: u.KubernetesEnableDraOpt = False,
+    disable_startup_validate: u.DisableStartupValidateOpt = False,
+    enable_gpu_bind_unbind_watch: u.EnableGpuBindUnbindWatchOpt = False,
+    gpu_bind_unbind_poll_interval: u.GpuBindUnbindPollIntervalOpt = "1s",
+    enable_pprof: u.EnablePprofOpt = False,
+    web_systemd_socket: u.WebSystemdSocketOpt = False,
     show_version: o.ShowVersionOpt = False,
     # gpuscale's own options.
     source: o.SourceOpt = o.SourceName.sim,
@@ -143,8 +138,8 @@ def exporter(
     """
     # Everything a user can get wrong is checked before anything is served.
     values = dict(ctx.params)
-    refuse(ctx, values)
-    check_inert(ctx, values)
+    u.refuse(ctx, values)
+    u.check_inert(ctx, values)
     _reject_sim_only_options(ctx, source)
     for name, flag in (("cpu_devices", "--cpu-devices"), ("switch_devices", "--switch-devices")):
         spec = parse_devices(str(values[name]), flag)
@@ -168,7 +163,9 @@ def exporter(
         web = load_web_config(web_config_file)
     hostname = os.environ.get("NODE_NAME") or socket.gethostname()
     gpu_source = _open_source(source, gpus, gpu_models, load, seed, fault or [], hostname)
-    keep = select_entities(device_spec, gpu_source.devices())
+    # -d is dcgm-exporter's, so it selects NVIDIA entities; an AMD host exports every GPU.
+    nvidia = gpu_source.vendor == "nvidia"
+    keep = select_entities(device_spec, gpu_source.devices()) if nvidia else None
 
     pods: PodLookup | None = None
     mapper = None

@@ -62,9 +62,6 @@ def show_version(value: bool) -> None:
         raise typer.Exit
 
 
-_INERT = "Accepted, no effect here"
-DUMP_DIRECTORY = "/tmp/dcgm-exporter-debug"  # noqa: S108 - dcgm-exporter's default, never written
-
 CollectorsOpt = Annotated[
     Path | None,
     typer.Option(
@@ -114,70 +111,12 @@ UseOldNamespaceOpt = Annotated[
         envvar=env("DCGM_EXPORTER_USE_OLD_NAMESPACE"),
     ),
 ]
-CpuDevicesOpt = Annotated[
-    str,
-    typer.Option(
-        "--cpu-devices",
-        "-p",
-        help="CPUs to monitor (f, g[:RANGE], i[:RANGE]). There are no DCGM CPU entities"
-        " here: only f is accepted.",
-        envvar=env("DCGM_EXPORTER_CPU_DEVICES_STR"),
-    ),
-]
-ConfigmapDataOpt = Annotated[
-    str,
-    typer.Option(
-        "--configmap-data",
-        "-m",
-        help="ConfigMap <NAMESPACE>:<NAME> holding the counters. Refused unless none:"
-        " mount it and pass -f.",
-        envvar=env("DCGM_EXPORTER_CONFIGMAP_DATA"),
-    ),
-]
-RemoteHostengineInfoOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--remote-hostengine-info",
-        "-r",
-        metavar="HOST:PORT",
-        help="Remote DCGM host engine. Refused: there is no host engine, GPUs are read"
-        " through NVML in this process.",
-        envvar=env("DCGM_REMOTE_HOSTENGINE_INFO"),
-    ),
-]
-KubernetesEnablePodLabelsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--kubernetes-enable-pod-labels/--no-kubernetes-enable-pod-labels",
-        help="Pod labels as series labels. Refused when true: needs the Kubernetes API.",
-        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"),
-    ),
-]
-KubernetesEnablePodUidOpt = Annotated[
-    bool,
-    typer.Option(
-        "--kubernetes-enable-pod-uid/--no-kubernetes-enable-pod-uid",
-        help="A pod_uid label. Refused when true: the pod-resources API gives no UID.",
-        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"),
-    ),
-]
 KubernetesGpuIdTypeOpt = Annotated[
     GpuIdType,
     typer.Option(
         "--kubernetes-gpu-id-type",
         help="How the device plugin names GPUs. Both are matched whichever is given.",
         envvar=env("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE"),
-    ),
-]
-KubernetesPodLabelAllowlistRegexOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--kubernetes-pod-label-allowlist-regex",
-        help="Pod-label filters (comma-separated); only with pod labels, so checked and"
-        " otherwise unused. Environment: dcgm-exporter's name, too long to show here"
-        " (docs/exporter.md).",
-        envvar=env("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"),
-        show_envvar=False,
     ),
 ]
 DevicesOpt = Annotated[
@@ -197,24 +136,6 @@ NoHostnameOpt = Annotated[
         "-n",
         help="Omit the host label, as older dcgm-exporter versions did.",
         envvar=env("DCGM_EXPORTER_NO_HOSTNAME", "GPUSCALE_NO_HOSTNAME"),
-    ),
-]
-SwitchDevicesOpt = Annotated[
-    str,
-    typer.Option(
-        "--switch-devices",
-        "-s",
-        help="NvSwitches to monitor (same grammar as -d). There are no NvSwitch entities"
-        " here: only f is accepted.",
-        envvar=env("DCGM_EXPORTER_OTHER_DEVICES_STR"),
-    ),
-]
-FakeGpusOpt = Annotated[
-    bool,
-    typer.Option(
-        "--fake-gpus/--no-fake-gpus",
-        help="DCGM's fake GPUs. Refused when true: use --source sim.",
-        envvar=env("DCGM_EXPORTER_USE_FAKE_GPUS"),
     ),
 ]
 WebConfigFileOpt = Annotated[
@@ -260,23 +181,6 @@ ClockEventsCountWindowSizeOpt = Annotated[
         envvar=env("DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE"),
     ),
 ]
-EnableDcgmLogOpt = Annotated[
-    bool,
-    typer.Option(
-        "--enable-dcgm-log/--no-enable-dcgm-log",
-        help="DCGM's own log on stdout. Refused when true: there is no DCGM library.",
-        envvar=env("DCGM_EXPORTER_ENABLE_DCGM_LOG"),
-    ),
-]
-DcgmLogLevelOpt = Annotated[
-    str,
-    typer.Option(
-        "--dcgm-log-level",
-        help="DCGM log level (NONE, FATAL, ERROR, WARN, INFO, DEBUG, VERB); checked,"
-        " only used with --enable-dcgm-log.",
-        envvar=env("DCGM_EXPORTER_DCGM_LOG_LEVEL"),
-    ),
-]
 LogFormatOpt = Annotated[
     LogFormat | None,
     typer.Option(
@@ -309,90 +213,6 @@ NvidiaResourceNamesOpt = Annotated[
         help="More device-plugin resource names to attribute, e.g. nvidia.com/a100"
         " (repeatable or comma-separated).",
         envvar=env("NVIDIA_RESOURCE_NAMES"),
-    ),
-]
-KubernetesVirtualGpusOpt = Annotated[
-    bool,
-    typer.Option(
-        "--kubernetes-virtual-gpus/--no-kubernetes-virtual-gpus",
-        help="Per-replica series for shared GPUs. Refused when true.",
-        envvar=env("KUBERNETES_VIRTUAL_GPUS"),
-    ),
-]
-DumpEnabledOpt = Annotated[
-    bool,
-    typer.Option(
-        "--dump-enabled/--no-dump-enabled",
-        help="File-based debug dumps. Refused when true.",
-        envvar=env("DCGM_EXPORTER_DUMP_ENABLED"),
-    ),
-]
-DumpDirectoryOpt = Annotated[
-    str,
-    typer.Option(help=f"Dump directory. {_INERT}.", envvar=env("DCGM_EXPORTER_DUMP_DIRECTORY")),
-]
-DumpRetentionOpt = Annotated[
-    int,
-    typer.Option(
-        min=0,
-        help=f"Dump retention, hours. {_INERT}.",
-        envvar=env("DCGM_EXPORTER_DUMP_RETENTION"),
-    ),
-]
-DumpCompressionOpt = Annotated[
-    bool,
-    typer.Option(
-        "--dump-compression/--no-dump-compression",
-        help=f"Gzip the dumps. {_INERT}.",
-        envvar=env("DCGM_EXPORTER_DUMP_COMPRESSION"),
-    ),
-]
-KubernetesEnableDraOpt = Annotated[
-    bool,
-    typer.Option(
-        "--kubernetes-enable-dra/--no-kubernetes-enable-dra",
-        help="DRA-claim labels. Refused when true: needs the Kubernetes API.",
-        envvar=env("KUBERNETES_ENABLE_DRA"),
-    ),
-]
-DisableStartupValidateOpt = Annotated[
-    bool,
-    typer.Option(
-        "--disable-startup-validate/--no-disable-startup-validate",
-        help=f"Skip DCGM's start-up checks. {_INERT}: there are none.",
-        envvar=env("DISABLE_STARTUP_VALIDATE"),
-    ),
-]
-EnableGpuBindUnbindWatchOpt = Annotated[
-    bool,
-    typer.Option(
-        "--enable-gpu-bind-unbind-watch/--no-enable-gpu-bind-unbind-watch",
-        help="Reload on GPU bind/unbind. Refused when true: needs DCGM 4.5.",
-        envvar=env("DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH"),
-    ),
-]
-GpuBindUnbindPollIntervalOpt = Annotated[
-    str,
-    typer.Option(
-        "--gpu-bind-unbind-poll-interval",
-        help=f"Go duration. {_INERT}.",
-        envvar=env("DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL"),
-    ),
-]
-EnablePprofOpt = Annotated[
-    bool,
-    typer.Option(
-        "--enable-pprof/--no-enable-pprof",
-        help="Go profiling endpoints. Refused when true.",
-        envvar=env("DCGM_EXPORTER_ENABLE_PPROF"),
-    ),
-]
-WebSystemdSocketOpt = Annotated[
-    bool,
-    typer.Option(
-        "--web-systemd-socket/--no-web-systemd-socket",
-        help="systemd socket activation. Refused when true.",
-        envvar=env("DCGM_EXPORTER_SYSTEMD_SOCKET"),
     ),
 ]
 ShowVersionOpt = Annotated[

@@ -12,7 +12,7 @@ import pytest
 from typer.main import get_command
 
 from gpuscale.cli.app import _register_subcommands, app, main
-from gpuscale.cli.dcgm_flags import REFUSED
+from gpuscale.cli.dcgm_unsupported import REFUSED
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "dcgm-exporter"
 FLAGS = [
@@ -97,6 +97,7 @@ def test_every_upstream_flag_exists_with_its_short_forms_and_env_vars(name, kind
         ),
         (["--dump-compression=false"], "dump_compression", False),
         (["--disable-startup-validate"], "disable_startup_validate", True),
+        (["--hostname-label", "hostname"], "hostname_label", "hostname"),  # ours
     ],
 )
 def test_value_syntax_is_upstreams(args, name, value):
