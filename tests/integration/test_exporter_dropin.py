@@ -8,6 +8,7 @@ upstream's label order. Files: tests/data/dcgm-exporter (Apache-2.0, see NOTICE 
 
 import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -226,3 +227,43 @@ def test_helm_values_this_exporter_cannot_honour_stop_it_in_one_line(tmp_path):
     (line,) = [ln for ln in proc.output().splitlines() if ln]
     where = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS=true"
     assert line.startswith(f"gpuscale: error: {where}: pod labels need the Kubernetes API")
+
+
+def test_sighup_reloads_the_counters_file_and_a_broken_one_keeps_the_last(tmp_path):
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n")
+    port = free_port()
+    proc = _start(
+        tmp_path, ["-a", f"127.0.0.1:{port}", "-f", str(counters), "-c", "200"], _clean_env()
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def served() -> set[str]:
+        return {n for n in parse(httpx.get(url, timeout=5).text) if n.startswith("DCGM_")}
+
+    def wait_for(names: set[str]) -> set[str]:
+        deadline, got = time.monotonic() + 10, set()
+        while time.monotonic() < deadline and got != names:
+            got = served()
+            time.sleep(0.2)
+        return got
+
+    try:
+        wait_http(url, 20)
+        assert wait_for({"DCGM_FI_DEV_GPU_UTIL"}) == {"DCGM_FI_DEV_GPU_UTIL"}
+        counters.write_text(
+            counters.read_text() + "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
+        )
+        proc.proc.send_signal(signal.SIGHUP)
+        assert wait_for({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"}) == {
+            "DCGM_FI_DEV_GPU_UTIL",
+            "DCGM_FI_DEV_POWER_USAGE",
+        }
+        counters.write_text("DCGM_FI_DEV_NOPE, gauge, typo\n")
+        proc.proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.proc.poll() is None
+        assert served() == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"}
+    finally:
+        proc.stop()
+    assert f"{counters}:1: unknown field 'DCGM_FI_DEV_NOPE'" in proc.output()

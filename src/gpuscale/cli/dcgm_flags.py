@@ -15,6 +15,7 @@ neutral value and refused with one line saying why otherwise
 stay as aliases, read after the ``DCGM_*`` name.
 """
 
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -81,8 +82,6 @@ def given(ctx: typer.Context, name: str) -> bool:
 
 def where(ctx: typer.Context, name: str, flag: str, value: object) -> str:
     """``--flag VALUE`` or ``ENV=VALUE``: the input a message is about, as the user gave it."""
-    import os
-
     source = ctx.get_parameter_source(name)
     if source is not None and source.name == "ENVIRONMENT":
         param = next(p for p in ctx.command.params if p.name == name)

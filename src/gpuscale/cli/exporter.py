@@ -13,6 +13,8 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import typer
 
@@ -26,7 +28,7 @@ from gpuscale.exporter.dcgm import LabelStyle
 from gpuscale.exporter.devices import parse_devices, select_entities
 from gpuscale.exporter.sampler import Sampler
 from gpuscale.exporter.server import ExporterServer, parse_address
-from gpuscale.fields.counters import default_counters, read_counters
+from gpuscale.fields.counters import Counter, default_counters, read_counters
 from gpuscale.telemetry.base import GpuSource
 
 logger = logging.getLogger(__name__)
@@ -193,15 +195,19 @@ def exporter(
         old_namespace=use_old_namespace,
         replace_blanks=replace_blanks_in_model_name,
     )
-    families = SnapshotFamilies(
-        counters,
-        pods=pods,
-        xid_window_ms=xid_count_window_size,
-        clock_window_ms=clock_events_count_window_size,
-        style=style,
-        keep=keep,
-        jobs=jobs,
-    )
+
+    def build(rows: tuple[Counter, ...]) -> SnapshotFamilies:
+        return SnapshotFamilies(
+            rows,
+            pods=pods,
+            xid_window_ms=xid_count_window_size,
+            clock_window_ms=clock_events_count_window_size,
+            style=style,
+            keep=keep,
+            jobs=jobs,
+        )
+
+    families = build(counters)
     sampler = Sampler(
         gpu_source,
         families,
@@ -224,16 +230,47 @@ def exporter(
         host,
         server.port,
     )
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
     server.serve_in_background()
-    done.wait()
+    _serve_until_stopped(lambda: sampler.replace_families(build(_reread(collectors))))
     logger.info("shutting down")
     server.shutdown()
     sampler.stop()
     if mapper is not None:
         mapper.stop()
+
+
+def _reread(collectors: Path | None) -> tuple[Counter, ...]:
+    return read_counters(collectors) if collectors else default_counters()
+
+
+def _serve_until_stopped(reload: Callable[[], None]) -> None:
+    """Wait for SIGINT or SIGTERM; on SIGHUP reload the counters file, as dcgm-exporter does.
+
+    A file that no longer parses is logged and the previous one kept: a typo in a
+    ConfigMap must not take the node's telemetry down.
+    """
+    wake = threading.Event()
+    stopping: list[bool] = []
+
+    def stop(*_: object) -> None:
+        stopping.append(True)
+        wake.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    signal.signal(signal.SIGHUP, lambda *_: wake.set())
+    while True:
+        wake.wait()
+        wake.clear()
+        if stopping:
+            return
+        try:
+            reload()
+        except ConfigError as err:
+            # A user's mistake: one line, no traceback.
+            logger.error("SIGHUP: counters not reloaded, the previous ones stay in use: %s", err)  # noqa: TRY400
+        else:
+            logger.info("SIGHUP: counters file reloaded")
 
 
 def register(app: typer.Typer) -> None:

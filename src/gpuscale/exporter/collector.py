@@ -246,7 +246,7 @@ class SnapshotCollector:
         families: SnapshotFamilies,
         latest: Callable[[], "Rendering | None"],
     ) -> None:
-        self._families = families
+        self.families = families  # replaced whole on a reload; one assignment, so no lock
         self._latest = latest
 
     def collect(self) -> Iterable[Metric]:
@@ -254,4 +254,4 @@ class SnapshotCollector:
         current = self._latest()
         if current is None:
             return []
-        return self._families.build(*current)
+        return self.families.build(*current)

@@ -167,6 +167,18 @@ class Sampler:
         self.gpu_registry = CollectorRegistry(auto_describe=False)
         self.gpu_registry.register(self.collector)
 
+    def replace_families(self, families: SnapshotFamilies) -> None:
+        """Serve ``families`` (a reloaded counters file) from the next collect on.
+
+        The XID window carries over; the clock-event window starts afresh when the
+        new file lists DCGM_EXP_CLOCK_EVENTS_COUNT and the old one did not.
+        """
+        if families.wants_clock_events and self._clock_events is None:
+            self._clock_events = XidWindow(families.clock_window_ms)
+        elif not families.wants_clock_events:
+            self._clock_events = None
+        self.collector.families = families
+
     def _age(self) -> float:
         published = self._published
         return float("inf") if published is None else self._monotonic() - published.at
