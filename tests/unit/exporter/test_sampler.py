@@ -193,3 +193,16 @@ def test_gzip_body_is_one_stream_equal_to_the_plain_body(source, clock):
         assert one_member.unused_data == b""
         assert text == sampler.exposition()
         assert b"gpuscale_exporter_collects_total" in text
+
+
+def test_replaced_families_are_served_from_the_next_collect(source, clock):
+    source._clock = clock
+    sampler = _sampler(source, clock)
+    sampler.collect_once()
+    assert "DCGM_EXP_CLOCK_EVENTS_COUNT" not in parse(sampler.exposition().decode())
+    sampler.replace_families(SnapshotFamilies(parse_counters(EXP_ROWS)))
+    source.values[0]["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = 0x1
+    sampler.collect_once()
+    got = _counts(sampler.exposition(), "DCGM_EXP_CLOCK_EVENTS_COUNT", "clock_event")
+    assert got == {("0", "gpu_idle"): 1.0, ("1", None): 0.0}
+    assert "DCGM_FI_DEV_POWER_USAGE" not in parse(sampler.exposition().decode())  # not listed
