@@ -110,10 +110,17 @@ class SnapshotFamilies:
     def _entity(self, device: DeviceSample, hostname: str) -> Entity:
         info = device.info
         cached = self._cache.get(info.key)
-        if cached is not None and cached[0] == info and cached[1] == hostname:
+        # Sources hand out the same GpuInfo each collect: identity first, equality is the fallback.
+        if (
+            cached is not None
+            and (cached[0] is info or cached[0] == info)
+            and cached[1] == hostname
+        ):
             entity = cached[2]
             if self._pods is None:  # labels are static without pods: reuse, new sample
-                return Entity(device, entity.head, entity.labels, entity.attrs, entity.full)
+                return Entity(
+                    device, entity.head, entity.labels, entity.attrs, entity.full, entity.xid_labels
+                )
         head = identity_labels(info, hostname, self._style)
         labels = row_labels(self._label_rows, info)
         attrs: dict[str, str] = {}

@@ -12,7 +12,7 @@ scrapes, and tests, do; so this module writes the same order.
 
 from collections import Counter as TallyCounter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -154,6 +154,7 @@ class Entity:
     labels: dict[str, str]
     attrs: dict[str, str]
     full: dict[str, str]  # compose(head, labels, attrs), shared by every plain family
+    xid_labels: dict[int, dict[str, str]] = field(default_factory=dict)  # by XID code, reused
 
 
 def _window_family(
@@ -256,8 +257,11 @@ def dcgm_families(
                 if value is None:
                     continue
                 xid = int(value)
-                attrs = e.attrs | {"err_code": str(xid), "err_msg": xid_message(xid)}
-                family.add_sample(name, compose(e.head, e.labels, attrs), value)
+                with_xid = e.xid_labels.get(xid)
+                if with_xid is None:
+                    attrs = e.attrs | {"err_code": str(xid), "err_msg": xid_message(xid)}
+                    with_xid = e.xid_labels[xid] = compose(e.head, e.labels, attrs)
+                family.add_sample(name, with_xid, value)
             yield family
         else:
             yield _plain_family(counter, entities)

@@ -47,6 +47,7 @@ DERIVED = (
 )
 """Fields this source adds to the physics' own (see ``_add_derived``)."""
 P2P_OK, P2P_NOT_SUPPORTED = 0, 5  # nvmlGpuP2PStatus_t over NVLink
+P2P_DOMAIN = 8  # GPUs per NVLink baseboard (HGX H100/A100): P2P status is reported within it
 
 
 def _static_attributes(spec: GpuModel, driver: str, serial: str) -> dict[str, str]:
@@ -115,7 +116,9 @@ class SimSource:
             uid = GpuUuid(f"GPU-{uuid.UUID(bytes=rng.bytes(16), version=4)}")
             serial = str(rng.integers(1_320_000_000_000, 1_660_000_000_000))
             attributes = _static_attributes(spec, driver_version, serial)
-            for j, peer in enumerate(specs):  # NVLink peer-to-peer: both ends need NVLink
+            # NVLink peer-to-peer within the GPU's 8-GPU baseboard (HGX), both ends with NVLink.
+            for j in range(i - i % P2P_DOMAIN, min(i - i % P2P_DOMAIN + P2P_DOMAIN, gpus)):
+                peer = specs[j]
                 if j != i:
                     linked = spec.nvlink_links > 0 and peer.nvlink_links > 0
                     attributes[f"DCGM_EXP_P2P_STATUS:{j}"] = str(
