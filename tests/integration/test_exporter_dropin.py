@@ -267,3 +267,28 @@ def test_sighup_reloads_the_counters_file_and_a_broken_one_keeps_the_last(tmp_pa
     finally:
         proc.stop()
     assert f"{counters}:1: unknown field 'DCGM_FI_DEV_NOPE'" in proc.output()
+
+
+def test_a_changed_counters_file_is_reloaded_without_a_signal(tmp_path):
+    counters = tmp_path / "counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n")
+    port = free_port()
+    proc = _start(
+        tmp_path, ["-a", f"127.0.0.1:{port}", "-f", str(counters), "-c", "200"], _clean_env()
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_http(url, 20)
+        # As a ConfigMap update does: a new file swapped in under the same name.
+        fresh = tmp_path / "counters.csv.new"
+        fresh.write_text("DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n")
+        fresh.replace(counters)
+        deadline, names = time.monotonic() + 10, set()  # the file is checked every 2 s
+        while time.monotonic() < deadline and "DCGM_FI_DEV_POWER_USAGE" not in names:
+            names = set(parse(httpx.get(url, timeout=5).text))
+            time.sleep(0.2)
+    finally:
+        proc.stop()
+    assert "DCGM_FI_DEV_POWER_USAGE" in names
+    assert "DCGM_FI_DEV_GPU_UTIL" not in names
+    assert "counters file reloaded" in proc.output()

@@ -70,6 +70,8 @@ def _open_source(
     return AmdSource()
 
 
+_WATCH_S = 2.0  # how often the counters file is checked for changes
+
 _SIM_ONLY = {"gpus": "--gpus", "gpu_models": "--gpu-models", "load": "--load", "fault": "--fault"}
 
 
@@ -231,7 +233,7 @@ def exporter(
         server.port,
     )
     server.serve_in_background()
-    _serve_until_stopped(lambda: sampler.replace_families(build(_reread(collectors))))
+    _serve_until_stopped(lambda: sampler.replace_families(build(_reread(collectors))), collectors)
     logger.info("shutting down")
     server.shutdown()
     sampler.stop()
@@ -243,11 +245,21 @@ def _reread(collectors: Path | None) -> tuple[Counter, ...]:
     return read_counters(collectors) if collectors else default_counters()
 
 
-def _serve_until_stopped(reload: Callable[[], None]) -> None:
-    """Wait for SIGINT or SIGTERM; on SIGHUP reload the counters file, as dcgm-exporter does.
+def _file_state(path: Path | None) -> tuple[int, int, int] | None:
+    """What changes when the file is rewritten or a ConfigMap swaps its symlink."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
 
-    A file that no longer parses is logged and the previous one kept: a typo in a
-    ConfigMap must not take the node's telemetry down.
+
+def _serve_until_stopped(reload: Callable[[], None], watched: Path | None) -> None:
+    """Wait for SIGINT or SIGTERM; reload the counters on SIGHUP or when the file changes.
+
+    dcgm-exporter 4.x reloads on both. A file that no longer parses is logged and the
+    previous counters kept: a typo in a ConfigMap must not take the node's telemetry down.
+    The file is checked every ``_WATCH_S`` seconds.
     """
     wake = threading.Event()
     stopping: list[bool] = []
@@ -259,18 +271,24 @@ def _serve_until_stopped(reload: Callable[[], None]) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
     signal.signal(signal.SIGHUP, lambda *_: wake.set())
+    seen = _file_state(watched)
     while True:
-        wake.wait()
+        hup = wake.wait(_WATCH_S if watched is not None else None)
         wake.clear()
         if stopping:
             return
+        state = _file_state(watched)
+        if not hup and (state is None or state == seen):
+            continue
+        seen = state
+        why = "SIGHUP" if hup else f"{watched} changed"
         try:
             reload()
         except ConfigError as err:
             # A user's mistake: one line, no traceback.
-            logger.error("SIGHUP: counters not reloaded, the previous ones stay in use: %s", err)  # noqa: TRY400
+            logger.error("%s: counters not reloaded, the previous ones stay in use: %s", why, err)  # noqa: TRY400
         else:
-            logger.info("SIGHUP: counters file reloaded")
+            logger.info("%s: counters file reloaded", why)
 
 
 def register(app: typer.Typer) -> None:
