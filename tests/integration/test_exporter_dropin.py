@@ -9,6 +9,7 @@ upstream's label order. Files: tests/data/dcgm-exporter (Apache-2.0, see NOTICE 
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -292,3 +293,43 @@ def test_a_changed_counters_file_is_reloaded_without_a_signal(tmp_path):
     assert "DCGM_FI_DEV_POWER_USAGE" in names
     assert "DCGM_FI_DEV_GPU_UTIL" not in names
     assert "counters file reloaded" in proc.output()
+
+
+# Plays systemd: a listening socket on fd 3, LISTEN_PID and LISTEN_FDS for this very process
+# (exec keeps the pid), then the exporter with --web-systemd-socket and no address.
+_SOCKET_UNIT = """
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+if s.fileno() != 3:
+    os.dup2(s.fileno(), 3)
+os.set_inheritable(3, True)
+os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
+os.execv(sys.executable, [sys.executable, "-m", "gpuscale", "exporter", *sys.argv[2:]])
+"""
+
+
+def test_web_systemd_socket_serves_on_the_socket_systemd_passes(tmp_path):
+    port_file = tmp_path / "port"
+    args = [str(port_file), "--web-systemd-socket", "--gpus", "2"]
+    proc = Process([sys.executable, "-c", _SOCKET_UNIT, *args], tmp_path / "unit.log", _clean_env())
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not port_file.exists():
+            time.sleep(0.05)
+        text = wait_http(f"http://127.0.0.1:{port_file.read_text()}/metrics", 20).text
+    finally:
+        proc.stop()
+    assert "DCGM_FI_DEV_GPU_UTIL{" in text
+
+
+def test_web_systemd_socket_without_systemd_exits_2_in_one_line(tmp_path):
+    proc = _start(tmp_path, ["--web-systemd-socket"], _clean_env())
+    try:
+        assert proc.proc.wait(30) == 2
+    finally:
+        proc.stop()
+    (line,) = [ln for ln in proc.output().splitlines() if ln]
+    assert line.startswith("gpuscale: error: --web-systemd-socket: systemd passed no socket")

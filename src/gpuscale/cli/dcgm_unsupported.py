@@ -188,14 +188,6 @@ EnablePprofOpt = Annotated[
         envvar=env("DCGM_EXPORTER_ENABLE_PPROF"),
     ),
 ]
-WebSystemdSocketOpt = Annotated[
-    bool,
-    typer.Option(
-        "--web-systemd-socket/--no-web-systemd-socket",
-        help="systemd socket activation. Refused when true.",
-        envvar=env("DCGM_EXPORTER_SYSTEMD_SOCKET"),
-    ),
-]
 
 
 # option name -> (flag, the neutral value, why it cannot apply here, what to do instead)
@@ -265,12 +257,6 @@ REFUSED: dict[str, tuple[str, object, str, str]] = {
         False,
         "pprof profiles Go programs, and this exporter is Python",
         "remove it; use py-spy against the process to profile it",
-    ),
-    "web_systemd_socket": (
-        "--web-systemd-socket",
-        False,
-        "systemd socket activation is not implemented",
-        "remove it and give the address with -a",
     ),
 }
 

@@ -27,7 +27,7 @@ from gpuscale.exporter.collector import PodLookup, SnapshotFamilies
 from gpuscale.exporter.dcgm import LabelStyle
 from gpuscale.exporter.devices import parse_devices, select_entities
 from gpuscale.exporter.sampler import Sampler
-from gpuscale.exporter.server import ExporterServer, parse_address
+from gpuscale.exporter.server import ExporterServer, parse_address, systemd_listen_fd
 from gpuscale.fields.counters import Counter, default_counters, read_counters
 from gpuscale.telemetry.base import GpuSource
 
@@ -123,7 +123,7 @@ def exporter(
     enable_gpu_bind_unbind_watch: u.EnableGpuBindUnbindWatchOpt = False,
     gpu_bind_unbind_poll_interval: u.GpuBindUnbindPollIntervalOpt = "1s",
     enable_pprof: u.EnablePprofOpt = False,
-    web_systemd_socket: u.WebSystemdSocketOpt = False,
+    web_systemd_socket: o.WebSystemdSocketOpt = False,
     show_version: o.ShowVersionOpt = False,
     # gpuscale's own options.
     source: o.SourceOpt = o.SourceName.sim,
@@ -159,6 +159,7 @@ def exporter(
         fmt = log_format.value if log_format is not None else "text"
         configure_logging(level, "json" if fmt == "json" else "text")
     host, port = parse_address(address)
+    listen_fd = systemd_listen_fd() if web_systemd_socket else None
     counters = read_counters(collectors) if collectors else default_counters()
     web = None
     if web_config_file is not None:
@@ -219,9 +220,10 @@ def exporter(
     )
     sampler.collect_once()
     try:
-        server = ExporterServer((host, port), sampler, web)
+        server = ExporterServer((host, port), sampler, web, listen_fd=listen_fd)
     except OSError as exc:
         raise ConfigError(f"--address {address!r}: cannot listen ({exc.strerror})") from exc
+    host, port = str(server.server_address[0]), server.port
     sampler.start()
     scheme = "https" if web is not None and web.ssl_context else "http"
     logger.info(
@@ -230,7 +232,7 @@ def exporter(
         source.value,
         scheme,
         host,
-        server.port,
+        port,
     )
     server.serve_in_background()
     _serve_until_stopped(lambda: sampler.replace_families(build(_reread(collectors))), collectors)

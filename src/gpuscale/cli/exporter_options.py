@@ -215,6 +215,14 @@ NvidiaResourceNamesOpt = Annotated[
         envvar=env("NVIDIA_RESOURCE_NAMES"),
     ),
 ]
+WebSystemdSocketOpt = Annotated[
+    bool,
+    typer.Option(
+        "--web-systemd-socket/--no-web-systemd-socket",
+        help="Serve on the socket systemd passes (socket activation) instead of --address.",
+        envvar=env("DCGM_EXPORTER_SYSTEMD_SOCKET"),
+    ),
+]
 ShowVersionOpt = Annotated[
     bool,
     typer.Option(

@@ -171,10 +171,10 @@ def test_value_syntax_is_upstreams(args, name, value):
                 ("dump_enabled", "DCGM_EXPORTER_DUMP_ENABLED"),
                 ("enable_gpu_bind_unbind_watch", "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH"),
                 ("enable_pprof", "DCGM_EXPORTER_ENABLE_PPROF"),
-                ("web_systemd_socket", "DCGM_EXPORTER_SYSTEMD_SOCKET"),
             )
         ),
         ({"DCGM_REMOTE_HOSTENGINE_INFO": "h:5555"}, "remote_hostengine_info", "h:5555"),
+        ({"DCGM_EXPORTER_SYSTEMD_SOCKET": "true"}, "web_systemd_socket", True),
     ],
 )
 def test_each_environment_variable_sets_its_option(monkeypatch, env, name, value):
