@@ -302,7 +302,9 @@ import os, socket, sys
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
 s.listen(16)
-open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+with open(sys.argv[1] + ".tmp", "w") as f:  # renamed whole: the test never reads it half-written
+    f.write(str(s.getsockname()[1]))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 if s.fileno() != 3:
     os.dup2(s.fileno(), 3)
 os.set_inheritable(3, True)
