@@ -335,3 +335,29 @@ def test_web_systemd_socket_without_systemd_exits_2_in_one_line(tmp_path):
         proc.stop()
     (line,) = [ln for ln in proc.output().splitlines() if ln]
     assert line.startswith("gpuscale: error: --web-systemd-socket: systemd passed no socket")
+
+
+def test_kubernetes_virtual_gpus_writes_each_time_sliced_replica(tmp_path):
+    kubelet = FakeKubelet()
+    # The NVIDIA device plugin's time-slicing ids: <device>::<replica>.
+    kubelet.hold("a", "ml", "s", "nvidia.com/gpu", "nvidia0::0")
+    kubelet.hold("b", "ml", "s", "nvidia.com/gpu", "nvidia0::1")
+    port = free_port()
+    env = _clean_env(
+        DCGM_EXPORTER_KUBERNETES="true",
+        KUBERNETES_VIRTUAL_GPUS="true",
+        DCGM_POD_RESOURCES_KUBELET_SOCKET=kubelet.socket,
+    )
+    proc = _start(tmp_path, ["-a", f"127.0.0.1:{port}", "--gpus", "2", "-c", "300"], env)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_http(url, 20)
+        deadline, got = time.monotonic() + 15, []
+        while time.monotonic() < deadline and len(got) < 2:
+            util = parse(httpx.get(url, timeout=5).text)["DCGM_FI_DEV_GPU_UTIL"].labels()
+            got = sorted((lb["pod"], lb["vgpu"]) for lb in util if "vgpu" in lb)
+            time.sleep(0.3)
+    finally:
+        proc.stop()
+        kubelet.stop()
+    assert got == [("a", "0"), ("b", "1")]

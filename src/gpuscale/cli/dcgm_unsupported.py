@@ -112,14 +112,6 @@ DcgmLogLevelOpt = Annotated[
         envvar=env("DCGM_EXPORTER_DCGM_LOG_LEVEL"),
     ),
 ]
-KubernetesVirtualGpusOpt = Annotated[
-    bool,
-    typer.Option(
-        "--kubernetes-virtual-gpus/--no-kubernetes-virtual-gpus",
-        help="Per-replica series for shared GPUs. Refused when true.",
-        envvar=env("KUBERNETES_VIRTUAL_GPUS"),
-    ),
-]
 DumpEnabledOpt = Annotated[
     bool,
     typer.Option(
@@ -215,12 +207,6 @@ REFUSED: dict[str, tuple[str, object, str, str]] = {
         False,
         "the kubelet pod-resources API does not give pod UIDs",
         "remove it; join kube_pod_info from kube-state-metrics on pod and namespace",
-    ),
-    "kubernetes_virtual_gpus": (
-        "--kubernetes-virtual-gpus",
-        False,
-        "per-replica vgpu series for shared GPUs are not implemented",
-        "remove it; time-sliced replicas are attributed to their GPU's pod",
     ),
     "kubernetes_enable_dra": (
         "--kubernetes-enable-dra",

@@ -113,7 +113,7 @@ def exporter(
     pod_resources_socket: o.PodResourcesSocketOpt = "/var/lib/kubelet/pod-resources/kubelet.sock",
     hpc_job_mapping_dir: o.HpcJobMappingDirOpt = None,
     nvidia_resource_names: o.NvidiaResourceNamesOpt = None,
-    kubernetes_virtual_gpus: u.KubernetesVirtualGpusOpt = False,
+    kubernetes_virtual_gpus: o.KubernetesVirtualGpusOpt = False,
     dump_enabled: u.DumpEnabledOpt = False,
     dump_directory: u.DumpDirectoryOpt = u.DUMP_DIRECTORY,
     dump_retention: u.DumpRetentionOpt = 24,
@@ -208,6 +208,7 @@ def exporter(
             style=style,
             keep=keep,
             jobs=jobs,
+            shared=mapper if kubernetes_virtual_gpus else None,
         )
 
     families = build(counters)

@@ -223,6 +223,15 @@ WebSystemdSocketOpt = Annotated[
         envvar=env("DCGM_EXPORTER_SYSTEMD_SOCKET"),
     ),
 ]
+KubernetesVirtualGpusOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes-virtual-gpus/--no-kubernetes-virtual-gpus",
+        help="With -k: a GPU shared by pods (time-slicing, MPS) is written once per pod, with a"
+        " vgpu label for its replica.",
+        envvar=env("KUBERNETES_VIRTUAL_GPUS"),
+    ),
+]
 ShowVersionOpt = Annotated[
     bool,
     typer.Option(

@@ -65,6 +65,25 @@ class PodLookup(Protocol):
         ...
 
 
+class SharedPodLookup(PodLookup, Protocol):
+    """Also every pod sharing a device, for ``--kubernetes-virtual-gpus``."""
+
+    def lookup_all(
+        self, uuid: str, index: int, mig_instance_id: int | None = None
+    ) -> Sequence["SharedAssignment"]:
+        """Each holder of the device, one per replica, or none."""
+        ...
+
+
+class SharedAssignment(PodAssignment, Protocol):
+    """A holder of one replica of a shared (time-sliced) GPU."""
+
+    @property
+    def vgpu(self) -> str | None:
+        """The replica id, None for a whole device."""
+        ...
+
+
 class SnapshotFamilies:
     """Builds families from snapshots for a fixed set of enabled counters.
 
@@ -76,6 +95,8 @@ class SnapshotFamilies:
         style: Spelling of the identity labels (host label, 1.x names, model blanks).
         keep: Keys of the NVIDIA entities to export (``--devices``); None: all.
         jobs: HPC job mapping (``--hpc-job-mapping-dir``): one copy of each series per job.
+        shared: ``--kubernetes-virtual-gpus``: a GPU that pods share is written once per
+            holder with a ``vgpu`` label; ``pods`` must then answer ``lookup_all``.
     """
 
     def __init__(
@@ -88,6 +109,7 @@ class SnapshotFamilies:
         style: LabelStyle | None = None,
         keep: frozenset[str] | None = None,
         jobs: JobMap | None = None,
+        shared: SharedPodLookup | None = None,
     ) -> None:
         self._series = [c for c in counters if c.type != "label"]
         self._label_rows = [c for c in counters if c.type == "label"]
@@ -97,6 +119,7 @@ class SnapshotFamilies:
         self._style = style or LabelStyle()
         self._keep = keep
         self._jobs = jobs
+        self._shared = shared
         self._health = HealthJudge()
         self._cache: dict[str, tuple[GpuInfo, str, Entity]] = {}
         self.wants_clock_events = any(c.field.name == CLOCK_EVENTS_COUNT for c in self._series)
@@ -156,6 +179,16 @@ class SnapshotFamilies:
             labels["namespace"] = ref.namespace
             labels["pod"] = ref.pod
 
+    def _with_replicas(self, entities: list[Entity], shared: SharedPodLookup) -> list[Entity]:
+        """Each entity once per pod sharing its GPU; unshared ones as they are."""
+        out: list[Entity] = []
+        for e in entities:
+            info = e.device.info
+            refs = shared.lookup_all(str(info.uuid), info.index, info.mig_instance_id)
+            shared_gpu = len(refs) > 1 or (len(refs) == 1 and refs[0].vgpu is not None)
+            out.extend(_replicas(e, refs, self._style) if shared_gpu else [e])
+        return out
+
     def build(
         self,
         snapshot: Snapshot,
@@ -184,6 +217,8 @@ class SnapshotFamilies:
             for d in snapshot.devices
             if d.info.vendor == "amd"
         ]
+        if self._shared is not None:
+            nvidia = self._with_replicas(nvidia, self._shared)
         if self._jobs is not None:
             nvidia = _with_jobs(nvidia, self._jobs.read())
         families: list[Metric] = []
@@ -207,6 +242,17 @@ class SnapshotFamilies:
             up.add_sample(GPU_UP, labels, 1.0 if device.up else 0.0)
         families.append(up)
         return families
+
+
+def _replicas(e: Entity, refs: Sequence[SharedAssignment], style: LabelStyle) -> list[Entity]:
+    pod, namespace, container = pod_keys(style)
+    out = []
+    for ref in refs:
+        attrs = {pod: ref.pod, namespace: ref.namespace, container: ref.container}
+        if ref.vgpu is not None:
+            attrs["vgpu"] = ref.vgpu
+        out.append(Entity(e.device, e.head, e.labels, attrs, compose(e.head, e.labels, attrs)))
+    return out
 
 
 def _with_jobs(entities: list[Entity], jobs: Mapping[str, list[str]]) -> list[Entity]:

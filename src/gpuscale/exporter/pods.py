@@ -45,7 +45,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 
@@ -81,11 +81,14 @@ class PodRef:
         pod: Pod name.
         namespace: Pod namespace.
         container: Container name within the pod.
+        vgpu: The replica of a shared GPU the kubelet gave it (the ``::N`` of the device id),
+            for ``--kubernetes-virtual-gpus``; None for a whole device.
     """
 
     pod: str
     namespace: str
     container: str
+    vgpu: str | None = None
 
 
 def normalize_pci_bus_id(bus_id: str) -> str | None:
@@ -213,6 +216,7 @@ class PodMapper:
         }
         self._mig_resolver = mig_resolver
         self._table: dict[str, PodRef] = {}
+        self._shared: dict[str, tuple[PodRef, ...]] = {}
         self._streak = 0  # refreshes failed in a row
         self._refresh_lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -241,6 +245,20 @@ class PodMapper:
                 return ref
         return table.get(uuid_key(uuid)) or table.get(index_key(index))
 
+    def lookup_all(
+        self, uuid: str, index: int, mig_instance_id: int | None = None
+    ) -> tuple[PodRef, ...]:
+        """Every container holding a device, one per shared replica (``vgpu``), sorted.
+
+        The same fallbacks as :meth:`lookup`; empty when no pod holds the device.
+        """
+        shared = self._shared
+        if mig_instance_id is not None:
+            refs = shared.get(mig_key(uuid, mig_instance_id))
+            if refs:
+                return refs
+        return shared.get(uuid_key(uuid)) or shared.get(index_key(index)) or ()
+
     def refresh(self) -> float:
         """Call ``List`` once and swap in the new table; keep the old one on failure.
 
@@ -259,8 +277,8 @@ class PodMapper:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
                 self._fail(f"List failed ({code.name if code is not None else exc})")
                 return self.refresh_interval_s
-            table = self._build(response)
-            self._table = table
+            table, shared = self._build(response)
+            self._table, self._shared = table, shared
             self.last_success = self._clock()
             if self._streak:
                 logger.info(
@@ -358,8 +376,11 @@ class PodMapper:
             self._channel.close()
             self._channel = None
 
-    def _build(self, response: api_pb2.ListPodResourcesResponse) -> dict[str, PodRef]:
+    def _build(
+        self, response: api_pb2.ListPodResourcesResponse
+    ) -> tuple[dict[str, PodRef], dict[str, tuple[PodRef, ...]]]:
         table: dict[str, PodRef] = {}
+        shared: dict[str, list[PodRef]] = {}
         for pod in response.pod_resources:
             for container in pod.containers:
                 ref = PodRef(pod=pod.name, namespace=pod.namespace, container=container.name)
@@ -380,8 +401,14 @@ class PodMapper:
                                 pod.namespace,
                                 pod.name,
                             )
+                        replica = device_id.strip().partition("::")[2] or None
                         for key in keys:
                             held = table.get(key)
                             if held is None or _sort_key(ref) < _sort_key(held):
                                 table[key] = ref
-        return table
+                            shared.setdefault(key, []).append(replace(ref, vgpu=replica))
+        ordered = {
+            k: tuple(sorted(v, key=lambda r: (*_sort_key(r), r.vgpu or "")))
+            for k, v in shared.items()
+        }
+        return table, ordered

@@ -143,3 +143,25 @@ def test_p2p_status_per_peer_with_link_status_names(source):
         for p, v in parse(text.decode())["DCGM_EXP_P2P_STATUS"].samples
     }
     assert got == {("0", "1", "NotSupported"): 5.0, ("1", "0", "OK"): 0.0}
+
+
+class SharedPods(Pods):
+    def lookup_all(self, uuid, index, mig_instance_id=None):
+        from gpuscale.exporter.pods import PodRef
+
+        if index == 0:  # GPU 0 time-sliced between two pods
+            return (PodRef("a", "ml", "s", vgpu="0"), PodRef("b", "ml", "s", vgpu="1"))
+        return (PodRef(f"pod-{index}", "ml", "server"),)
+
+
+def test_virtual_gpus_write_a_shared_gpu_once_per_pod_with_vgpu(source):
+    rows = parse_counters("DCGM_FI_DEV_GPU_UTIL, gauge, u")
+    pods = SharedPods()
+    text = render(SnapshotFamilies(rows, pods=pods, shared=pods).build(source.sample(), {}))
+    got = sorted(
+        (dict(p)["gpu"], dict(p)["pod"], dict(p).get("vgpu"))
+        for p, _ in parse(text.decode())["DCGM_FI_DEV_GPU_UTIL"].samples
+    )
+    assert got == [("0", "a", "0"), ("0", "b", "1"), ("1", "pod-1", None)]
+    keys = [k for k, _ in parse(text.decode())["DCGM_FI_DEV_GPU_UTIL"].samples[0][0]]
+    assert keys[-4:] == ["container", "namespace", "pod", "vgpu"]  # attributes, sorted
