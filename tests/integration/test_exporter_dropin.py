@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from support.apiserver import ApiServer
 from support.exposition import Family, parse
 from support.helm import render_env
 from support.kubelet import FakeKubelet
@@ -361,3 +362,27 @@ def test_kubernetes_virtual_gpus_writes_each_time_sliced_replica(tmp_path):
         proc.stop()
         kubelet.stop()
     assert got == [("a", "0"), ("b", "1")]
+
+
+def test_configmap_data_reads_counters_through_the_api_and_refusals_exit_2(tmp_path):
+    api = ApiServer(tmp_path / "serviceaccount")
+    api.configmaps[("gpu", "exporter-metrics")] = {
+        "metrics": (DATA / "helm-default-counters.csv").read_text()
+    }
+    port = free_port()
+    args = ["-a", f"127.0.0.1:{port}", "-m", "gpu:exporter-metrics", "-c", "300", *SIM]
+    proc = _start(tmp_path, args, _clean_env(**api.env()))
+    missing = _start(tmp_path, ["-a", "127.0.0.1:0", "-m", "gpu:nope"], _clean_env(**api.env()))
+    try:
+        text = wait_http(f"http://127.0.0.1:{port}/metrics", 20).text
+        assert missing.proc.wait(30) == 2
+    finally:
+        proc.stop()
+        missing.stop()
+        api.stop()
+    _check_conformance(text, _rows(DATA / "helm-default-counters.csv"))
+    (line,) = [ln for ln in missing.output().splitlines() if ln]
+    assert line == (
+        "gpuscale: error: --configmap-data gpu:nope: no ConfigMap nope in namespace gpu:"
+        " create it or fix the name"
+    )

@@ -29,16 +29,6 @@ CpuDevicesOpt = Annotated[
         envvar=env("DCGM_EXPORTER_CPU_DEVICES_STR"),
     ),
 ]
-ConfigmapDataOpt = Annotated[
-    str,
-    typer.Option(
-        "--configmap-data",
-        "-m",
-        help="ConfigMap <NAMESPACE>:<NAME> holding the counters. Refused unless none:"
-        " mount it and pass -f.",
-        envvar=env("DCGM_EXPORTER_CONFIGMAP_DATA"),
-    ),
-]
 RemoteHostengineInfoOpt = Annotated[
     str | None,
     typer.Option(
@@ -189,12 +179,6 @@ REFUSED: dict[str, tuple[str, object, str, str]] = {
         None,
         "there is no DCGM host engine: gpuscale reads GPUs through NVML in this process",
         "remove it and run the exporter on the GPU node (a DaemonSet)",
-    ),
-    "configmap_data": (
-        "--configmap-data",
-        "none",
-        "reading the counters file from a ConfigMap through the Kubernetes API is not supported",
-        "mount the ConfigMap as a file and pass -f PATH",
     ),
     "kubernetes_enable_pod_labels": (
         "--kubernetes-enable-pod-labels",

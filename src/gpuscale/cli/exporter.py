@@ -28,7 +28,7 @@ from gpuscale.exporter.dcgm import LabelStyle
 from gpuscale.exporter.devices import parse_devices, select_entities
 from gpuscale.exporter.sampler import Sampler
 from gpuscale.exporter.server import ExporterServer, parse_address, systemd_listen_fd
-from gpuscale.fields.counters import Counter, default_counters, read_counters
+from gpuscale.fields.counters import Counter, default_counters, parse_counters, read_counters
 from gpuscale.telemetry.base import GpuSource
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def exporter(
     kubernetes: o.KubernetesOpt = False,
     use_old_namespace: o.UseOldNamespaceOpt = False,
     cpu_devices: u.CpuDevicesOpt = "f",
-    configmap_data: u.ConfigmapDataOpt = "none",
+    configmap_data: o.ConfigmapDataOpt = "none",
     remote_hostengine_info: u.RemoteHostengineInfoOpt = None,
     kubernetes_enable_pod_labels: u.KubernetesEnablePodLabelsOpt = False,
     kubernetes_enable_pod_uid: u.KubernetesEnablePodUidOpt = False,
@@ -160,7 +160,7 @@ def exporter(
         configure_logging(level, "json" if fmt == "json" else "text")
     host, port = parse_address(address)
     listen_fd = systemd_listen_fd() if web_systemd_socket else None
-    counters = read_counters(collectors) if collectors else default_counters()
+    counters = _load_counters(collectors, configmap_data)
     web = None
     if web_config_file is not None:
         from gpuscale.exporter.webconfig import load_web_config
@@ -236,7 +236,10 @@ def exporter(
         port,
     )
     server.serve_in_background()
-    _serve_until_stopped(lambda: sampler.replace_families(build(_reread(collectors))), collectors)
+    _serve_until_stopped(
+        lambda: sampler.replace_families(build(_load_counters(collectors, configmap_data))),
+        collectors if configmap_data == "none" else None,
+    )
     logger.info("shutting down")
     server.shutdown()
     sampler.stop()
@@ -244,7 +247,14 @@ def exporter(
         mapper.stop()
 
 
-def _reread(collectors: Path | None) -> tuple[Counter, ...]:
+def _load_counters(collectors: Path | None, configmap: str) -> tuple[Counter, ...]:
+    """The counters: the ConfigMap when one is named (as upstream), else -f, else built in."""
+    if configmap != "none":
+        from gpuscale.exporter.configmap import parse_configmap_ref, read_configmap_counters
+
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+        namespace, name = parse_configmap_ref(configmap)
+        return parse_counters(read_configmap_counters(configmap), f"configmap {namespace}/{name}")
     return read_counters(collectors) if collectors else default_counters()
 
 

@@ -232,6 +232,16 @@ KubernetesVirtualGpusOpt = Annotated[
         envvar=env("KUBERNETES_VIRTUAL_GPUS"),
     ),
 ]
+ConfigmapDataOpt = Annotated[
+    str,
+    typer.Option(
+        "--configmap-data",
+        "-m",
+        help="ConfigMap <NAMESPACE>:<NAME> whose 'metrics' key is the counters file, read"
+        " through the Kubernetes API with the pod's service account; wins over -f.",
+        envvar=env("DCGM_EXPORTER_CONFIGMAP_DATA"),
+    ),
+]
 ShowVersionOpt = Annotated[
     bool,
     typer.Option(

@@ -198,13 +198,7 @@ def test_command_line_beats_environment_and_dcgm_names_beat_gpuscale_aliases(mon
 @pytest.mark.parametrize(("name", "spec"), REFUSED.items(), ids=list(REFUSED))
 def test_options_without_a_meaning_here_are_refused_in_one_line(capsys, name, spec):
     flag, neutral, why, _ = spec
-    args = (
-        [flag, "host:5555"]
-        if neutral is None
-        else [flag, "ns:cm"]
-        if neutral == "none"
-        else [f"{flag}=true"]
-    )
+    args = [flag, "host:5555"] if neutral is None else [f"{flag}=true"]
     code, out, err = run(capsys, "-a", "127.0.0.1:0", *args)
     assert code == 2
     assert out == ""
@@ -240,6 +234,8 @@ def test_refused_option_named_by_its_environment_variable(capsys, monkeypatch):
         (["--kubernetes-pod-label-allowlist-regex", "(["], {}, "not a regular expression"),
         (["--kubernetes-gpu-id-type", "serial"], {}, "--kubernetes-gpu-id-type serial"),
         (["--log-format", "xml"], {}, "--log-format xml"),
+        (["-m", "just-a-name"], {}, "--configmap-data 'just-a-name': use NAMESPACE:NAME"),
+        (["-m", "gpu:cm"], {}, "--configmap-data gpu:cm: not in a Kubernetes pod"),
     ],
 )
 def test_bad_values_get_one_line_naming_the_input(capsys, monkeypatch, args, env, fragment):
