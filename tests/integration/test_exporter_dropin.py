@@ -217,9 +217,45 @@ def test_upstream_env_block_runs_as_is_with_pod_labels_address_and_node_name(tmp
     _check_conformance(text, _rows(counters))
 
 
+def test_helm_pod_labels_and_uid_come_from_the_api_server(tmp_path):
+    port = free_port()
+    values = {**CHART_VALUES, "service": {"address": f"127.0.0.1:{port}"}}
+    values["kubernetes"] = {
+        "enablePodLabels": True,
+        "enablePodUID": True,
+        "podLabelAllowlistRegex": ["^app\\.kubernetes\\.io/", "^team$"],
+    }
+    env = _env_block(render_env((DATA / "helm-daemonset-env.yaml.tpl").read_text(), values), port)
+    assert env["DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"] == (
+        "^app\\.kubernetes\\.io/,^team$"
+    )
+    api = ApiServer(tmp_path / "serviceaccount")
+    labels = {"app.kubernetes.io/name": "vllm", "team": "ml", "pod-template-hash": "7d9"}
+    api.pods[("serving", "llm-0")] = {"uid": "0c1d-uid", "labels": labels}
+    kubelet = FakeKubelet()
+    kubelet.hold("llm-0", "serving", "vllm", "nvidia.com/gpu", "nvidia0")
+    env |= api.env() | {"DCGM_POD_RESOURCES_KUBELET_SOCKET": kubelet.socket}
+    proc = _start(tmp_path, ["-c", "300", "--gpus", "2"], _clean_env(**env))
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_http(url, 20)
+        deadline, gpu0 = time.monotonic() + 15, {}
+        while time.monotonic() < deadline and "pod_uid" not in gpu0:
+            util = parse(httpx.get(url, timeout=5).text)["DCGM_FI_DEV_GPU_UTIL"].labels()
+            gpu0 = next(lb for lb in util if lb["gpu"] == "0")
+            time.sleep(0.3)
+    finally:
+        proc.stop()
+        kubelet.stop()
+        api.stop()
+    assert gpu0["pod_uid"] == "0c1d-uid"
+    assert (gpu0["app_kubernetes_io_name"], gpu0["team"]) == ("vllm", "ml")
+    assert "pod_template_hash" not in gpu0  # not in the allowlist
+
+
 def test_helm_values_this_exporter_cannot_honour_stop_it_in_one_line(tmp_path):
     values = {**CHART_VALUES, "service": {"address": f"127.0.0.1:{free_port()}"}}
-    values["kubernetes"] = {**CHART_VALUES["kubernetes"], "enablePodLabels": True}
+    values["kubernetesDRA"] = {"enabled": True}
     rendered = render_env((DATA / "helm-daemonset-env.yaml.tpl").read_text(), values)
     proc = _start(tmp_path, [], _clean_env(**_env_block(rendered, 0)))
     try:
@@ -227,8 +263,7 @@ def test_helm_values_this_exporter_cannot_honour_stop_it_in_one_line(tmp_path):
     finally:
         proc.stop()
     (line,) = [ln for ln in proc.output().splitlines() if ln]
-    where = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS=true"
-    assert line.startswith(f"gpuscale: error: {where}: pod labels need the Kubernetes API")
+    assert line.startswith("gpuscale: error: KUBERNETES_ENABLE_DRA=true: DRA attribution needs")
 
 
 def test_sighup_reloads_the_counters_file_and_a_broken_one_keeps_the_last(tmp_path):

@@ -1,7 +1,8 @@
-"""A double of the Kubernetes API server's ConfigMap GET, over real HTTPS on 127.0.0.1.
+"""A double of the Kubernetes API server's ConfigMap and Pod GETs, over real HTTPS on 127.0.0.1.
 
 No kube-apiserver can be installed here; this answers ``GET
-/api/v1/namespaces/NS/configmaps/NAME`` the way the real one does (JSON object, 401
+/api/v1/namespaces/NS/configmaps/NAME`` and ``.../pods/NAME`` the way the real one does
+(JSON object, 401
 without the bearer token, 403 for a namespace the token may not read, 404 Status for
 a missing one), with a self-signed certificate written beside a service-account
 token, as a pod's mount has them.
@@ -67,6 +68,8 @@ class ApiServer:
         crt, key = _write_cert(account)
         self.account = account
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        self.pods: dict[tuple[str, str], dict] = {}  # (namespace, name) -> metadata
+        self.gets: list[str] = []
         self.forbidden: set[str] = set()
         server = self
 
@@ -84,13 +87,21 @@ class ApiServer:
 
             def do_GET(self) -> None:
                 parts = self.path.strip("/").split("/")
+                server.gets.append(self.path)
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     self._json(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"})
-                elif len(parts) != 6 or parts[:2] != ["api", "v1"] or parts[4] != "configmaps":
+                elif len(parts) != 6 or parts[:2] != ["api", "v1"]:
                     self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
                 elif parts[3] in server.forbidden:
                     self._json(403, {"kind": "Status", "code": 403, "reason": "Forbidden"})
-                elif (parts[3], parts[5]) not in server.configmaps:
+                elif parts[4] == "pods" and (parts[3], parts[5]) in server.pods:
+                    meta = {
+                        "name": parts[5],
+                        "namespace": parts[3],
+                        **server.pods[(parts[3], parts[5])],
+                    }
+                    self._json(200, {"kind": "Pod", "apiVersion": "v1", "metadata": meta})
+                elif parts[4] != "configmaps" or (parts[3], parts[5]) not in server.configmaps:
                     self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
                 else:
                     data = server.configmaps[(parts[3], parts[5])]

@@ -40,33 +40,6 @@ RemoteHostengineInfoOpt = Annotated[
         envvar=env("DCGM_REMOTE_HOSTENGINE_INFO"),
     ),
 ]
-KubernetesEnablePodLabelsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--kubernetes-enable-pod-labels/--no-kubernetes-enable-pod-labels",
-        help="Pod labels as series labels. Refused when true: needs the Kubernetes API.",
-        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"),
-    ),
-]
-KubernetesEnablePodUidOpt = Annotated[
-    bool,
-    typer.Option(
-        "--kubernetes-enable-pod-uid/--no-kubernetes-enable-pod-uid",
-        help="A pod_uid label. Refused when true: the pod-resources API gives no UID.",
-        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"),
-    ),
-]
-KubernetesPodLabelAllowlistRegexOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--kubernetes-pod-label-allowlist-regex",
-        help="Pod-label filters (comma-separated); only with pod labels, so checked and"
-        " otherwise unused. Environment: dcgm-exporter's name, too long to show here"
-        " (docs/exporter.md).",
-        envvar=env("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"),
-        show_envvar=False,
-    ),
-]
 SwitchDevicesOpt = Annotated[
     str,
     typer.Option(
@@ -179,18 +152,6 @@ REFUSED: dict[str, tuple[str, object, str, str]] = {
         None,
         "there is no DCGM host engine: gpuscale reads GPUs through NVML in this process",
         "remove it and run the exporter on the GPU node (a DaemonSet)",
-    ),
-    "kubernetes_enable_pod_labels": (
-        "--kubernetes-enable-pod-labels",
-        False,
-        "pod labels need the Kubernetes API, and the exporter reads only the kubelet",
-        "remove it; join kube_pod_labels from kube-state-metrics in PromQL instead",
-    ),
-    "kubernetes_enable_pod_uid": (
-        "--kubernetes-enable-pod-uid",
-        False,
-        "the kubelet pod-resources API does not give pod UIDs",
-        "remove it; join kube_pod_info from kube-state-metrics on pod and namespace",
     ),
     "kubernetes_enable_dra": (
         "--kubernetes-enable-dra",

@@ -15,6 +15,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -30,6 +31,9 @@ from gpuscale.exporter.sampler import Sampler
 from gpuscale.exporter.server import ExporterServer, parse_address, systemd_listen_fd
 from gpuscale.fields.counters import Counter, default_counters, parse_counters, read_counters
 from gpuscale.telemetry.base import GpuSource
+
+if TYPE_CHECKING:
+    from gpuscale.exporter.podmeta import PodMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +98,10 @@ def exporter(
     cpu_devices: u.CpuDevicesOpt = "f",
     configmap_data: o.ConfigmapDataOpt = "none",
     remote_hostengine_info: u.RemoteHostengineInfoOpt = None,
-    kubernetes_enable_pod_labels: u.KubernetesEnablePodLabelsOpt = False,
-    kubernetes_enable_pod_uid: u.KubernetesEnablePodUidOpt = False,
+    kubernetes_enable_pod_labels: o.KubernetesEnablePodLabelsOpt = False,
+    kubernetes_enable_pod_uid: o.KubernetesEnablePodUidOpt = False,
     kubernetes_gpu_id_type: o.KubernetesGpuIdTypeOpt = o.GpuIdType.uid,
-    kubernetes_pod_label_allowlist_regex: u.KubernetesPodLabelAllowlistRegexOpt = None,
+    kubernetes_pod_label_allowlist_regex: o.KubernetesPodLabelAllowlistRegexOpt = None,
     devices: o.DevicesOpt = "f",
     no_hostname: o.NoHostnameOpt = False,
     switch_devices: u.SwitchDevicesOpt = "f",
@@ -161,6 +165,15 @@ def exporter(
     host, port = parse_address(address)
     listen_fd = systemd_listen_fd() if web_systemd_socket else None
     counters = _load_counters(collectors, configmap_data)
+    meta = (
+        _pod_metadata(
+            kubernetes_enable_pod_labels,
+            kubernetes_enable_pod_uid,
+            split_list(kubernetes_pod_label_allowlist_regex),
+        )
+        if kubernetes
+        else None
+    )
     web = None
     if web_config_file is not None:
         from gpuscale.exporter.webconfig import load_web_config
@@ -183,7 +196,12 @@ def exporter(
             *split_list(nvidia_resource_names),
             *(resource_names or []),
         )
-        mapper = PodMapper(pod_resources_socket, resource_names=names, devices=gpu_source.devices())
+        mapper = PodMapper(
+            pod_resources_socket,
+            resource_names=names,
+            devices=gpu_source.devices(),
+            on_refresh=None if meta is None else meta.update,
+        )
         mapper.start()
         pods = mapper
 
@@ -209,6 +227,7 @@ def exporter(
             keep=keep,
             jobs=jobs,
             shared=mapper if kubernetes_virtual_gpus else None,
+            pod_meta=meta,
         )
 
     families = build(counters)
@@ -245,6 +264,22 @@ def exporter(
     sampler.stop()
     if mapper is not None:
         mapper.stop()
+
+
+def _pod_metadata(labels: bool, uid: bool, allow: list[str]) -> "PodMetadata | None":
+    """Pod labels and UIDs from the API server, when asked for (checked before serving)."""
+    if not labels and not uid:
+        return None
+    from gpuscale.exporter.configmap import in_cluster
+    from gpuscale.exporter.podmeta import PodMetadata
+
+    flag = "--kubernetes-enable-pod-labels" if labels else "--kubernetes-enable-pod-uid"
+    try:
+        api = in_cluster(flag)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}: the pod's labels and UID come from the Kubernetes API") from None
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+    return PodMetadata(api, labels=labels, uid=uid, allow=allow)
 
 
 def _load_counters(collectors: Path | None, configmap: str) -> tuple[Counter, ...]:

@@ -242,6 +242,34 @@ ConfigmapDataOpt = Annotated[
         envvar=env("DCGM_EXPORTER_CONFIGMAP_DATA"),
     ),
 ]
+KubernetesEnablePodLabelsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes-enable-pod-labels/--no-kubernetes-enable-pod-labels",
+        help="With -k: the holding pod's labels (names made Prometheus-safe) on its GPU's"
+        " series, read from the Kubernetes API with the pod's service account.",
+        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"),
+    ),
+]
+KubernetesEnablePodUidOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes-enable-pod-uid/--no-kubernetes-enable-pod-uid",
+        help="With -k: a pod_uid label, read from the Kubernetes API.",
+        envvar=env("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"),
+    ),
+]
+KubernetesPodLabelAllowlistRegexOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kubernetes-pod-label-allowlist-regex",
+        help="With pod labels: keep only label keys one of these regexes matches"
+        " (comma-separated; none: all). Environment: dcgm-exporter's name, too long to"
+        " show here (docs/exporter.md).",
+        envvar=env("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"),
+        show_envvar=False,
+    ),
+]
 ShowVersionOpt = Annotated[
     bool,
     typer.Option(

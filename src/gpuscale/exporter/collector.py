@@ -75,6 +75,14 @@ class SharedPodLookup(PodLookup, Protocol):
         ...
 
 
+class PodMeta(Protocol):
+    """UID and labels of a pod, from the API server; a dict read."""
+
+    def get(self, namespace: str, name: str) -> tuple[str | None, dict[str, str]] | None:
+        """(UID when asked for, sanitized labels), or None before it is known."""
+        ...
+
+
 class SharedAssignment(PodAssignment, Protocol):
     """A holder of one replica of a shared (time-sliced) GPU."""
 
@@ -97,6 +105,8 @@ class SnapshotFamilies:
         jobs: HPC job mapping (``--hpc-job-mapping-dir``): one copy of each series per job.
         shared: ``--kubernetes-virtual-gpus``: a GPU that pods share is written once per
             holder with a ``vgpu`` label; ``pods`` must then answer ``lookup_all``.
+        pod_meta: Pod labels (among the labels) and ``pod_uid`` (an attribute), as
+            ``--kubernetes-enable-pod-labels`` / ``-pod-uid`` ask.
     """
 
     def __init__(
@@ -110,6 +120,7 @@ class SnapshotFamilies:
         keep: frozenset[str] | None = None,
         jobs: JobMap | None = None,
         shared: SharedPodLookup | None = None,
+        pod_meta: PodMeta | None = None,
     ) -> None:
         self._series = [c for c in counters if c.type != "label"]
         self._label_rows = [c for c in counters if c.type == "label"]
@@ -120,6 +131,7 @@ class SnapshotFamilies:
         self._keep = keep
         self._jobs = jobs
         self._shared = shared
+        self._pod_meta = pod_meta
         self._health = HealthJudge()
         self._cache: dict[str, tuple[GpuInfo, str, Entity]] = {}
         self.wants_clock_events = any(c.field.name == CLOCK_EVENTS_COUNT for c in self._series)
@@ -150,8 +162,7 @@ class SnapshotFamilies:
         if self._pods is not None:
             ref = self._pods.lookup(str(info.uuid), info.index, info.mig_instance_id)
             if ref is not None:
-                pod, namespace, container = pod_keys(self._style)
-                attrs = {pod: ref.pod, namespace: ref.namespace, container: ref.container}
+                labels, attrs = self._holder(labels, ref)
         entity = Entity(device, head, labels, attrs, compose(head, labels, attrs))
         self._cache[info.key] = (info, hostname, entity)
         return entity
@@ -179,6 +190,23 @@ class SnapshotFamilies:
             labels["namespace"] = ref.namespace
             labels["pod"] = ref.pod
 
+    def _holder(
+        self, labels: dict[str, str], ref: PodAssignment, vgpu: str | None = None
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Labels and attributes of an entity held by ``ref``, as upstream fills them."""
+        pod, namespace, container = pod_keys(self._style)
+        attrs = {pod: ref.pod, namespace: ref.namespace, container: ref.container}
+        if vgpu is not None:
+            attrs["vgpu"] = vgpu
+        meta = None if self._pod_meta is None else self._pod_meta.get(ref.namespace, ref.pod)
+        if meta is not None:
+            uid, pod_labels = meta
+            if uid is not None:
+                attrs["pod_uid"] = uid
+            # A pod label never overrides an attribute or a label row of the same name.
+            labels = {**{k: v for k, v in pod_labels.items() if k not in attrs}, **labels}
+        return labels, attrs
+
     def _with_replicas(self, entities: list[Entity], shared: SharedPodLookup) -> list[Entity]:
         """Each entity once per pod sharing its GPU; unshared ones as they are."""
         out: list[Entity] = []
@@ -186,7 +214,14 @@ class SnapshotFamilies:
             info = e.device.info
             refs = shared.lookup_all(str(info.uuid), info.index, info.mig_instance_id)
             shared_gpu = len(refs) > 1 or (len(refs) == 1 and refs[0].vgpu is not None)
-            out.extend(_replicas(e, refs, self._style) if shared_gpu else [e])
+            if not shared_gpu:
+                out.append(e)
+                continue
+            rows = row_labels(self._label_rows, info)
+            for ref in refs:
+                labels, attrs = self._holder(rows, ref, ref.vgpu)
+                full = compose(e.head, labels, attrs)
+                out.append(Entity(e.device, e.head, labels, attrs, full))
         return out
 
     def build(
@@ -242,17 +277,6 @@ class SnapshotFamilies:
             up.add_sample(GPU_UP, labels, 1.0 if device.up else 0.0)
         families.append(up)
         return families
-
-
-def _replicas(e: Entity, refs: Sequence[SharedAssignment], style: LabelStyle) -> list[Entity]:
-    pod, namespace, container = pod_keys(style)
-    out = []
-    for ref in refs:
-        attrs = {pod: ref.pod, namespace: ref.namespace, container: ref.container}
-        if ref.vgpu is not None:
-            attrs["vgpu"] = ref.vgpu
-        out.append(Entity(e.device, e.head, e.labels, attrs, compose(e.head, e.labels, attrs)))
-    return out
 
 
 def _with_jobs(entities: list[Entity], jobs: Mapping[str, list[str]]) -> list[Entity]:

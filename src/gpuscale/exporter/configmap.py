@@ -12,6 +12,7 @@ ConfigMap, as upstream stops on them too.
 import os
 import ssl
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -37,6 +38,55 @@ def parse_configmap_ref(spec: str) -> tuple[str, str]:
     return namespace, name
 
 
+@dataclass(frozen=True, slots=True)
+class ApiAccess:
+    """How a pod reaches its API server: address, service-account token and CA.
+
+    Attributes:
+        base: ``https://HOST:PORT``.
+        token: The service-account bearer token.
+        ca: The cluster CA certificate file.
+    """
+
+    base: str
+    token: str
+    ca: Path
+
+    def get(self, path: str) -> httpx.Response:
+        """GET ``path`` with the token, trusting only the cluster CA.
+
+        Raises:
+            httpx.HTTPError, OSError, ssl.SSLError: The API server did not answer.
+        """
+        trust = ssl.create_default_context(cafile=str(self.ca))
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.get(self.base + path, headers=headers, verify=trust, timeout=10.0)
+
+
+def in_cluster(where: str, env: Mapping[str, str] = os.environ) -> ApiAccess:
+    """The API access of this pod, as in-cluster clients find it.
+
+    Args:
+        where: The option that needs it, for the message.
+        env: Where ``KUBERNETES_SERVICE_HOST``/``_PORT`` are read.
+
+    Raises:
+        ConfigError: Not in a pod (no service host or no token).
+    """
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+    account = Path(env.get(SERVICE_ACCOUNT_ENV) or SERVICE_ACCOUNT)
+    try:
+        token = (account / "token").read_text(encoding="utf-8").strip()
+    except OSError:
+        token = ""
+    if not host or not token:
+        raise ConfigError(
+            f"{where}: not in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or no service-account"
+            f" token in {account})"
+        )
+    return ApiAccess(f"https://{host}:{port}", token, account / "ca.crt")
+
+
 def read_configmap_counters(spec: str, env: Mapping[str, str] = os.environ) -> str:
     """The ``metrics`` key of the ConfigMap ``spec`` names, read from the API server.
 
@@ -52,26 +102,15 @@ def read_configmap_counters(spec: str, env: Mapping[str, str] = os.environ) -> s
     """
     namespace, name = parse_configmap_ref(spec)
     where = f"--configmap-data {spec}"
-    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
-    account = Path(env.get(SERVICE_ACCOUNT_ENV) or SERVICE_ACCOUNT)
     try:
-        token = (account / "token").read_text(encoding="utf-8").strip()
-    except OSError:
-        token = ""
-    if not host or not token:
-        raise ConfigError(
-            f"{where}: not in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or no service-account"
-            f" token in {account}): mount the ConfigMap as a file and pass -f instead"
-        )
-    url = f"https://{host}:{port}/api/v1/namespaces/{namespace}/configmaps/{name}"
+        api = in_cluster(where, env)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}: mount the ConfigMap as a file and pass -f instead") from None
     try:
-        trust = ssl.create_default_context(cafile=str(account / "ca.crt"))
-        response = httpx.get(
-            url, headers={"Authorization": f"Bearer {token}"}, verify=trust, timeout=10.0
-        )
+        response = api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
         raise ConfigError(
-            f"{where}: the Kubernetes API at {host}:{port} did not answer ({exc})"
+            f"{where}: the Kubernetes API at {api.base} did not answer ({exc})"
         ) from exc
     if response.status_code == httpx.codes.NOT_FOUND:
         raise ConfigError(

@@ -176,6 +176,8 @@ class PodMapper:
         clock: Time source for ``last_success``; monotonic seconds by default.
         devices: This host's GPUs, used to turn PCI bus ids into UUIDs.
         mig_resolver: Resolves MIG device UUIDs to (parent UUID, GPU instance).
+        on_refresh: Called with every (namespace, pod) holding a GPU after each good refresh,
+            on the refresh thread (pod metadata fetches hang off it).
 
     Raises:
         ConfigError: An interval, a timeout or the socket path is unusable.
@@ -195,6 +197,7 @@ class PodMapper:
         clock: Callable[[], float] = time.monotonic,
         devices: Iterable[GpuInfo] = (),
         mig_resolver: MigResolver | None = None,
+        on_refresh: Callable[[set[tuple[str, str]]], None] | None = None,
     ) -> None:
         fix = f"give the kubelet's pod-resources socket, usually {DEFAULT_SOCKET}"
         require(bool(socket_path.strip()), _SOCKET_FLAG, "the socket path is empty", fix)
@@ -215,6 +218,7 @@ class PodMapper:
             and (pci := normalize_pci_bus_id(info.pci_bus_id)) is not None
         }
         self._mig_resolver = mig_resolver
+        self._on_refresh = on_refresh
         self._table: dict[str, PodRef] = {}
         self._shared: dict[str, tuple[PodRef, ...]] = {}
         self._streak = 0  # refreshes failed in a row
@@ -279,6 +283,12 @@ class PodMapper:
                 return self.refresh_interval_s
             table, shared = self._build(response)
             self._table, self._shared = table, shared
+            if self._on_refresh is not None:
+                holders = {(r.namespace, r.pod) for refs in shared.values() for r in refs}
+                try:
+                    self._on_refresh(holders)
+                except Exception:
+                    logger.exception("pod metadata update failed; the pod mapping carries on")
             self.last_success = self._clock()
             if self._streak:
                 logger.info(

@@ -236,6 +236,11 @@ def test_refused_option_named_by_its_environment_variable(capsys, monkeypatch):
         (["--log-format", "xml"], {}, "--log-format xml"),
         (["-m", "just-a-name"], {}, "--configmap-data 'just-a-name': use NAMESPACE:NAME"),
         (["-m", "gpu:cm"], {}, "--configmap-data gpu:cm: not in a Kubernetes pod"),
+        (
+            ["-k", "--kubernetes-enable-pod-uid"],
+            {},
+            "--kubernetes-enable-pod-uid: not in a Kubernetes pod",
+        ),
     ],
 )
 def test_bad_values_get_one_line_naming_the_input(capsys, monkeypatch, args, env, fragment):
