@@ -4,8 +4,8 @@ A drop-in has to start from an unchanged DaemonSet, so each of these exists with
 upstream's name, short form, environment variable and default. At that neutral
 value it changes nothing. Options that only tune something absent here (DCGM's log
 level, debug dumps) are checked as dcgm-exporter checks them, then ignored; options
-that ask for something this exporter cannot do (a remote host engine, the Kubernetes
-API, Go's pprof) stop start-up with one line saying why and what to use instead.
+that ask for something this exporter cannot do (a remote host engine, DRA claims,
+Go's pprof) stop start-up with one line saying why and what to use instead.
 """
 
 import re
