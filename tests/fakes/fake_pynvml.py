@@ -120,6 +120,12 @@ NVML_NVLINK_ERROR_DL_RECOVERY = 1
 NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
 NVML_NVLINK_ERROR_DL_CRC_DATA = 3
 NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, scope: link
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_INFOROM_OEM, NVML_INFOROM_ECC, NVML_INFOROM_POWER = 0, 1, 2
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK, NVML_P2P_STATUS_NOT_SUPPORTED = 0, 5
+NVML_BRAND_TESLA, NVML_BRAND_NVIDIA = 2, 14
 NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
@@ -194,6 +200,14 @@ class FakeGpu:
         default_factory=lambda: {0: 5_000_000, 1: 2_000, 2: 0, 3: 7_000, 4: 9_000_000, 5: 0}
     )
     pcie_kbps: tuple[int, int] = (1000, 2000)  # tx, rx in KB/s
+    power_limit_mw: int = 700000
+    clock_reasons: int = 0x4  # DCGM/NVML clocks event reason bits: SW power cap
+    brand: int = NVML_BRAND_NVIDIA
+    vbios: str = "96.00.74.00.01"
+    inforom: dict[int, str] = field(default_factory=lambda: {0: "2.1", 1: "7.0"})  # no POWER
+    inforom_image: str = "G520.0200.00.05"
+    nvlink_kib: dict[int, tuple[int, int]] = field(default_factory=dict)  # link -> tx, rx KiB
+    p2p: dict[int, int] = field(default_factory=dict)  # peer index -> status; default OK
     nvlink: dict[int, dict[int, int]] = field(default_factory=dict)  # link -> counter -> n
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes)
     process_util: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, us, sm%)
@@ -344,26 +358,74 @@ def nvmlDeviceGetTemperature(handle: _Handle, sensor: int) -> int:
     return _whole_gpu("nvmlDeviceGetTemperature", handle).gpu_temp
 
 
-def nvmlDeviceGetFieldValues(handle: _Handle, fieldIds: list[int]) -> list[SimpleNamespace]:
+def nvmlDeviceGetFieldValues(
+    handle: _Handle, fieldIds: list[int | tuple[int, int]]
+) -> list[SimpleNamespace]:
+    """Each id is a field id or, as pynvml takes it, a (field id, scope id) pair."""
     gpu = _whole_gpu("nvmlDeviceGetFieldValues", handle)
     out = []
-    for fid in fieldIds:
+    for item in fieldIds:
+        fid, scope = item if isinstance(item, tuple) else (item, 0)
         value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=0, sllVal=0, siVal=0, usVal=0)
-        ret = NVML_ERROR_NOT_SUPPORTED
+        ret, vtype = NVML_ERROR_NOT_SUPPORTED, NVML_VALUE_TYPE_UNSIGNED_INT
         if fid == NVML_FI_DEV_MEMORY_TEMP and gpu.memory_temp is not None:
             value.uiVal, ret = gpu.memory_temp, NVML_SUCCESS
+        tx_rx = (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+        if fid in tx_rx and scope in gpu.nvlink_kib:
+            value.ullVal = gpu.nvlink_kib[scope][tx_rx.index(fid)]
+            ret, vtype = NVML_SUCCESS, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
         out.append(
             SimpleNamespace(
                 fieldId=fid,
-                scopeId=0,
+                scopeId=scope,
                 timestamp=0,
                 latencyUsec=0,
-                valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+                valueType=vtype,
                 nvmlReturn=ret,
                 value=value,
             )
         )
     return out
+
+
+def nvmlDeviceGetPowerManagementLimit(handle: _Handle) -> int:
+    return _whole_gpu("nvmlDeviceGetPowerManagementLimit", handle).power_limit_mw
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle: _Handle) -> int:
+    return _whole_gpu("nvmlDeviceGetCurrentClocksEventReasons", handle).clock_reasons
+
+
+def nvmlSystemGetNVMLVersion() -> str:
+    _enter("nvmlSystemGetNVMLVersion")
+    return "12." + _settings["driver"]
+
+
+def nvmlDeviceGetBrand(handle: _Handle) -> int:
+    return _whole_gpu("nvmlDeviceGetBrand", handle).brand
+
+
+def nvmlDeviceGetVbiosVersion(handle: _Handle) -> str:
+    return _whole_gpu("nvmlDeviceGetVbiosVersion", handle).vbios
+
+
+def nvmlDeviceGetInforomVersion(handle: _Handle, infoRomObject: int) -> str:
+    gpu = _whole_gpu("nvmlDeviceGetInforomVersion", handle)
+    if infoRomObject not in gpu.inforom:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return gpu.inforom[infoRomObject]
+
+
+def nvmlDeviceGetInforomImageVersion(handle: _Handle) -> str:
+    return _whole_gpu("nvmlDeviceGetInforomImageVersion", handle).inforom_image
+
+
+def nvmlDeviceGetP2PStatus(device1: _Handle, device2: _Handle, p2pIndex: int) -> int:
+    gpu = _whole_gpu("nvmlDeviceGetP2PStatus", device1)
+    _whole_gpu("nvmlDeviceGetP2PStatus", device2)
+    if p2pIndex != NVML_P2P_CAPS_INDEX_NVLINK:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return gpu.p2p.get(device2.gpu.minor, NVML_P2P_STATUS_OK)
 
 
 def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:

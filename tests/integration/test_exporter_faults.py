@@ -17,7 +17,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from prometheus_client.parser import text_string_to_metric_families
+from support.exposition import parse
 from support.servers import free_port, gpuscale_cmd, start_exporter, wait_http
+
+from gpuscale.fields import DEFAULT_COUNTERS_CSV
 
 
 def _trust(cert) -> ssl.SSLContext:
@@ -39,6 +42,8 @@ def _listening(port: int) -> bool:
 
 
 def test_gpu_falling_off_the_bus_mid_run(tmp_path):
+    counters = tmp_path / "counters.csv"  # the XID count is served only when listed
+    counters.write_text(DEFAULT_COUNTERS_CSV + "DCGM_EXP_XID_ERRORS_COUNT, counter, XIDs\n")
     proc, port = start_exporter(
         tmp_path,
         "--source",
@@ -49,6 +54,8 @@ def test_gpu_falling_off_the_bus_mid_run(tmp_path):
         "200",
         "--fault",
         "xid:79:gpu=2:at=1.5",
+        "-f",
+        str(counters),
     )
     try:
         url = f"http://127.0.0.1:{port}/metrics"
@@ -62,7 +69,11 @@ def test_gpu_falling_off_the_bus_mid_run(tmp_path):
             time.sleep(0.2)
         assert _samples(body, "gpuscale_gpu_up") == {"0/": 1.0, "1/": 1.0, "2/": 0.0, "3/": 1.0}
         assert set(_samples(body, "DCGM_FI_DEV_GPU_UTIL")) == {"0/", "1/", "3/"}
-        assert _samples(body, "DCGM_EXP_XID_ERRORS_COUNT") == {"2/79": 1.0}
+        xids = {
+            dict(p)["gpu"] + "/" + dict(p).get("xid", ""): v
+            for p, v in parse(body)["DCGM_EXP_XID_ERRORS_COUNT"].samples
+        }
+        assert xids == {"0/": 0.0, "1/": 0.0, "2/79": 1.0, "3/": 0.0}
         assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
         assert proc.proc.poll() is None
     finally:

@@ -5,7 +5,7 @@ import os
 import httpx
 from support.servers import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
-from gpuscale.fields import default_counters
+from gpuscale.fields import DEFAULT_COUNTERS_CSV, default_counters
 
 DCGM_LABELS = {
     "gpu",
@@ -73,8 +73,12 @@ def test_faults_from_gpuscale_faults_reach_prometheus(prometheus_bin, tmp_path):
         "GPUSCALE_FAULTS": "gpu-lost@1:gpu=1 xid@1:code=13:gpu=2",
     }
     port = free_port()
+    # DCGM_EXP_XID_ERRORS_COUNT is served only when the counters file lists it, as upstream.
+    counters = tmp_path / "counters.csv"
+    counters.write_text(DEFAULT_COUNTERS_CSV + "DCGM_EXP_XID_ERRORS_COUNT, counter, XIDs\n")
+    args = ["--address", f"127.0.0.1:{port}", "--gpus", "4", "-f", str(counters)]
     exporter = Process(
-        [*gpuscale_cmd(), "exporter", "--address", f"127.0.0.1:{port}", "--gpus", "4"],
+        [*gpuscale_cmd(), "exporter", *args],
         tmp_path / "exporter.log",
         env,
     )

@@ -12,6 +12,19 @@ from typing import Protocol
 
 from prometheus_client.metrics_core import Metric
 
+from gpuscale.exporter.dcgm import (
+    CLOCK_EVENTS_COUNT,
+    Entity,
+    LabelStyle,
+    Windows,
+    compose,
+    dcgm_families,
+    identity_labels,
+    pod_keys,
+    row_labels,
+)
+from gpuscale.exporter.health import HealthJudge
+from gpuscale.exporter.hpc import HPC_JOB, JobMap, job_key
 from gpuscale.fields.amd import (
     AMD_FIELDS,
     AMD_LABELS,
@@ -23,7 +36,10 @@ from gpuscale.fields.counters import Counter
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot
 
 GPU_UP = "gpuscale_gpu_up"
-XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+
+Counts = Mapping[str, TallyCounter[int]]
+Rendering = tuple[Snapshot, Counts, Counts]
+"""What one render needs: the snapshot, XID counts and clock-event counts per entity key."""
 
 
 class PodAssignment(Protocol):
@@ -55,10 +71,31 @@ class PodLookup(Protocol):
         ...
 
 
-def _label_value(counter: Counter, info: GpuInfo) -> str | None:
-    if counter.name == "DCGM_FI_DRIVER_VERSION":
-        return info.driver_version
-    return None
+class SharedPodLookup(PodLookup, Protocol):
+    """Also every pod sharing a device, for ``--kubernetes-virtual-gpus``."""
+
+    def lookup_all(
+        self, uuid: str, index: int, mig_instance_id: int | None = None
+    ) -> Sequence["SharedAssignment"]:
+        """Each holder of the device, one per replica, or none."""
+        ...
+
+
+class PodMeta(Protocol):
+    """UID and labels of a pod, from the API server; a dict read."""
+
+    def get(self, namespace: str, name: str) -> tuple[str | None, dict[str, str]] | None:
+        """(UID when asked for, sanitized labels), or None before it is known."""
+        ...
+
+
+class SharedAssignment(PodAssignment, Protocol):
+    """A holder of one replica of a shared (time-sliced) GPU."""
+
+    @property
+    def vgpu(self) -> str | None:
+        """The replica id, None for a whole device."""
+        ...
 
 
 class SnapshotFamilies:
@@ -68,6 +105,14 @@ class SnapshotFamilies:
         counters: Enabled rows of the counters file (label rows become labels).
         pods: Optional device-to-pod lookup for ``--kubernetes``.
         xid_window_ms: Window reported in DCGM_EXP_XID_ERRORS_COUNT's label.
+        clock_window_ms: Window reported in DCGM_EXP_CLOCK_EVENTS_COUNT's label.
+        style: Spelling of the identity labels (host label, 1.x names, model blanks).
+        keep: Keys of the NVIDIA entities to export (``--devices``); None: all.
+        jobs: HPC job mapping (``--hpc-job-mapping-dir``): one copy of each series per job.
+        shared: ``--kubernetes-virtual-gpus``: a GPU that pods share is written once per
+            holder with a ``vgpu`` label; ``pods`` must then answer ``lookup_all``.
+        pod_meta: Pod labels (among the labels) and ``pod_uid`` (an attribute), as
+            ``--kubernetes-enable-pod-labels`` / ``-pod-uid`` ask.
     """
 
     def __init__(
@@ -76,33 +121,57 @@ class SnapshotFamilies:
         *,
         pods: PodLookup | None = None,
         xid_window_ms: int = 300_000,
+        clock_window_ms: int = 300_000,
+        style: LabelStyle | None = None,
+        keep: frozenset[str] | None = None,
+        jobs: JobMap | None = None,
+        shared: SharedPodLookup | None = None,
+        pod_meta: PodMeta | None = None,
     ) -> None:
-        self._series = [c for c in counters if c.type != "label" and c.name != XID_COUNT]
+        self._series = [c for c in counters if c.type != "label"]
         self._label_rows = [c for c in counters if c.type == "label"]
         self._pods = pods
-        self._xid_window = str(xid_window_ms)
+        self._xid_window_ms = xid_window_ms
+        self.clock_window_ms = clock_window_ms
+        self._style = style or LabelStyle()
+        self._keep = keep
+        self._jobs = jobs
+        self._shared = shared
+        self._pod_meta = pod_meta
+        self._health = HealthJudge()
+        self._cache: dict[str, tuple[GpuInfo, str, Entity]] = {}
+        self.wants_clock_events = any(c.field.name == CLOCK_EVENTS_COUNT for c in self._series)
 
     def labels(self, info: GpuInfo, hostname: str) -> dict[str, str]:
-        """The label set of every series of one entity, in dcgm-exporter's order."""
+        """The label set of every plain series of one entity, in the exporter's order."""
         if info.vendor == "amd":
             return self._amd_labels(info, hostname)
-        labels = {
-            "gpu": str(info.index),
-            "UUID": str(info.uuid),
-            "pci_bus_id": info.pci_bus_id,
-            "device": info.device,
-            "modelName": info.model,
-        }
-        if info.mig_profile is not None and info.mig_instance_id is not None:
-            labels["GPU_I_PROFILE"] = info.mig_profile
-            labels["GPU_I_ID"] = str(info.mig_instance_id)
-        labels["Hostname"] = hostname
-        for row in self._label_rows:
-            value = _label_value(row, info)
-            if value is not None:
-                labels[row.name] = value
-        self._add_pod(labels, info)
-        return labels
+        return self._entity(DeviceSample(info, {}), hostname).full
+
+    def _entity(self, device: DeviceSample, hostname: str) -> Entity:
+        info = device.info
+        cached = self._cache.get(info.key)
+        # Sources hand out the same GpuInfo each collect: identity first, equality is the fallback.
+        if (
+            cached is not None
+            and (cached[0] is info or cached[0] == info)
+            and cached[1] == hostname
+        ):
+            entity = cached[2]
+            if self._pods is None:  # labels are static without pods: reuse, new sample
+                return Entity(
+                    device, entity.head, entity.labels, entity.attrs, entity.full, entity.xid_labels
+                )
+        head = identity_labels(info, hostname, self._style)
+        labels = row_labels(self._label_rows, info)
+        attrs: dict[str, str] = {}
+        if self._pods is not None:
+            ref = self._pods.lookup(str(info.uuid), info.index, info.mig_instance_id)
+            if ref is not None:
+                labels, attrs = self._holder(labels, ref)
+        entity = Entity(device, head, labels, attrs, compose(head, labels, attrs))
+        self._cache[info.key] = (info, hostname, entity)
+        return entity
 
     def _amd_labels(self, info: GpuInfo, hostname: str) -> dict[str, str]:
         """device-metrics-exporter's labels: the mandatory ones always, empty when unknown."""
@@ -132,62 +201,106 @@ class SnapshotFamilies:
             labels["namespace"] = ref.namespace
             labels["pod"] = ref.pod
 
+    def _holder(
+        self, labels: dict[str, str], ref: PodAssignment, vgpu: str | None = None
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Labels and attributes of an entity held by ``ref``, as upstream fills them."""
+        pod, namespace, container = pod_keys(self._style)
+        attrs = {pod: ref.pod, namespace: ref.namespace, container: ref.container}
+        if vgpu is not None:
+            attrs["vgpu"] = vgpu
+        meta = None if self._pod_meta is None else self._pod_meta.get(ref.namespace, ref.pod)
+        if meta is not None:
+            uid, pod_labels = meta
+            if uid is not None:
+                attrs["pod_uid"] = uid
+            # A pod label never overrides an attribute or a label row of the same name.
+            labels = {**{k: v for k, v in pod_labels.items() if k not in attrs}, **labels}
+        return labels, attrs
+
+    def _with_replicas(self, entities: list[Entity], shared: SharedPodLookup) -> list[Entity]:
+        """Each entity once per pod sharing its GPU; unshared ones as they are."""
+        out: list[Entity] = []
+        for e in entities:
+            info = e.device.info
+            refs = shared.lookup_all(str(info.uuid), info.index, info.mig_instance_id)
+            shared_gpu = len(refs) > 1 or (len(refs) == 1 and refs[0].vgpu is not None)
+            if not shared_gpu:
+                out.append(e)
+                continue
+            rows = row_labels(self._label_rows, info)
+            for ref in refs:
+                labels, attrs = self._holder(rows, ref, ref.vgpu)
+                full = compose(e.head, labels, attrs)
+                out.append(Entity(e.device, e.head, labels, attrs, full))
+        return out
+
     def build(
-        self, snapshot: Snapshot, xid_counts: Mapping[str, TallyCounter[int]]
+        self,
+        snapshot: Snapshot,
+        xid_counts: Mapping[str, TallyCounter[int]],
+        clock_event_counts: Mapping[str, TallyCounter[int]] | None = None,
     ) -> list[Metric]:
         """All GPU families for one snapshot.
 
         Args:
             snapshot: The latest collect.
             xid_counts: XID events per entity key inside the trailing window.
+            clock_event_counts: Clock-event bits per entity key inside their window.
 
         Returns:
             Families in a stable order; a family with no samples is still returned
             and skipped at render time.
         """
-        entities = [(d, self.labels(d.info, snapshot.hostname)) for d in snapshot.devices]
+        keep = self._keep
+        nvidia = [
+            self._entity(d, snapshot.hostname)
+            for d in snapshot.devices
+            if d.info.vendor == "nvidia" and (keep is None or d.info.key in keep)
+        ]
+        amd = [
+            (d, self._amd_labels(d.info, snapshot.hostname))
+            for d in snapshot.devices
+            if d.info.vendor == "amd"
+        ]
+        if self._shared is not None:
+            nvidia = self._with_replicas(nvidia, self._shared)
+        if self._jobs is not None:
+            nvidia = _with_jobs(nvidia, self._jobs.read())
         families: list[Metric] = []
-        nvidia = [(d, lb) for d, lb in entities if d.info.vendor == "nvidia"]
-        amd = [(d, lb) for d, lb in entities if d.info.vendor == "amd"]
         if nvidia:
-            families.extend(self._dcgm_families(nvidia))
-            families.append(self._xid_family(nvidia, xid_counts))
+            windows = Windows(
+                xid_counts,
+                clock_event_counts or {},
+                self._xid_window_ms,
+                self.clock_window_ms,
+                snapshot.timestamp,
+            )
+            families.extend(dcgm_families(self._series, nvidia, windows, self._health))
         if amd:
             families.extend(_amd_families(amd))
         up = Metric(
             GPU_UP, "1 when the GPU answered the last collect, 0 when it was lost.", "gauge"
         )
-        for device, labels in entities:
+        for e in nvidia:
+            up.add_sample(GPU_UP, e.full, 1.0 if e.device.up else 0.0)
+        for device, labels in amd:
             up.add_sample(GPU_UP, labels, 1.0 if device.up else 0.0)
         families.append(up)
         return families
 
-    def _dcgm_families(
-        self, entities: Sequence[tuple[DeviceSample, dict[str, str]]]
-    ) -> Iterable[Metric]:
-        for counter in self._series:
-            mtype = counter.type if counter.type in ("gauge", "counter") else "unknown"
-            family = Metric(counter.name, counter.help, mtype)
-            name = counter.name
-            for device, labels in entities:
-                value = device.values.get(name)
-                if value is not None:
-                    family.add_sample(name, labels, value)
-            yield family
 
-    def _xid_family(
-        self,
-        entities: Sequence[tuple[DeviceSample, dict[str, str]]],
-        xid_counts: Mapping[str, TallyCounter[int]],
-    ) -> Metric:
-        family = Metric(
-            XID_COUNT, "Count of XID errors within the trailing window, by XID code.", "gauge"
-        )
-        for device, labels in entities:
-            for xid, count in sorted(xid_counts.get(device.info.key, TallyCounter()).items()):
-                sample_labels = {**labels, "xid": str(xid), "window_size_in_ms": self._xid_window}
-                family.add_sample(XID_COUNT, sample_labels, float(count))
-        return family
+def _with_jobs(entities: list[Entity], jobs: Mapping[str, list[str]]) -> list[Entity]:
+    """Each entity once per HPC job of its GPU, with ``hpc_job`` among its attributes."""
+    out = []
+    for e in entities:
+        listed = jobs.get(job_key(e.device.info))
+        if not listed:
+            out.append(e)
+        for job in listed or ():
+            attrs = e.attrs | {HPC_JOB: job}
+            out.append(Entity(e.device, e.head, e.labels, attrs, compose(e.head, e.labels, attrs)))
+    return out
 
 
 def _amd_families(entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> Iterable[Metric]:
@@ -210,15 +323,16 @@ class SnapshotCollector:
 
     Args:
         families: Builds families from a snapshot.
-        latest: Returns the current (snapshot, xid counts), or None before the first collect.
+        latest: Returns the current (snapshot, xid counts, clock-event counts), or None
+            before the first collect.
     """
 
     def __init__(
         self,
         families: SnapshotFamilies,
-        latest: Callable[[], tuple[Snapshot, Mapping[str, TallyCounter[int]]] | None],
+        latest: Callable[[], "Rendering | None"],
     ) -> None:
-        self._families = families
+        self.families = families  # replaced whole on a reload; one assignment, so no lock
         self._latest = latest
 
     def collect(self) -> Iterable[Metric]:
@@ -226,4 +340,4 @@ class SnapshotCollector:
         current = self._latest()
         if current is None:
             return []
-        return self._families.build(*current)
+        return self.families.build(*current)

@@ -45,7 +45,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 
@@ -81,11 +81,14 @@ class PodRef:
         pod: Pod name.
         namespace: Pod namespace.
         container: Container name within the pod.
+        vgpu: The replica of a shared GPU the kubelet gave it (the ``::N`` of the device id),
+            for ``--kubernetes-virtual-gpus``; None for a whole device.
     """
 
     pod: str
     namespace: str
     container: str
+    vgpu: str | None = None
 
 
 def normalize_pci_bus_id(bus_id: str) -> str | None:
@@ -173,6 +176,8 @@ class PodMapper:
         clock: Time source for ``last_success``; monotonic seconds by default.
         devices: This host's GPUs, used to turn PCI bus ids into UUIDs.
         mig_resolver: Resolves MIG device UUIDs to (parent UUID, GPU instance).
+        on_refresh: Called with every (namespace, pod) holding a GPU after each good refresh,
+            on the refresh thread (pod metadata fetches hang off it).
 
     Raises:
         ConfigError: An interval, a timeout or the socket path is unusable.
@@ -192,6 +197,7 @@ class PodMapper:
         clock: Callable[[], float] = time.monotonic,
         devices: Iterable[GpuInfo] = (),
         mig_resolver: MigResolver | None = None,
+        on_refresh: Callable[[set[tuple[str, str]]], None] | None = None,
     ) -> None:
         fix = f"give the kubelet's pod-resources socket, usually {DEFAULT_SOCKET}"
         require(bool(socket_path.strip()), _SOCKET_FLAG, "the socket path is empty", fix)
@@ -212,7 +218,9 @@ class PodMapper:
             and (pci := normalize_pci_bus_id(info.pci_bus_id)) is not None
         }
         self._mig_resolver = mig_resolver
+        self._on_refresh = on_refresh
         self._table: dict[str, PodRef] = {}
+        self._shared: dict[str, tuple[PodRef, ...]] = {}
         self._streak = 0  # refreshes failed in a row
         self._refresh_lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -241,6 +249,20 @@ class PodMapper:
                 return ref
         return table.get(uuid_key(uuid)) or table.get(index_key(index))
 
+    def lookup_all(
+        self, uuid: str, index: int, mig_instance_id: int | None = None
+    ) -> tuple[PodRef, ...]:
+        """Every container holding a device, one per shared replica (``vgpu``), sorted.
+
+        The same fallbacks as :meth:`lookup`; empty when no pod holds the device.
+        """
+        shared = self._shared
+        if mig_instance_id is not None:
+            refs = shared.get(mig_key(uuid, mig_instance_id))
+            if refs:
+                return refs
+        return shared.get(uuid_key(uuid)) or shared.get(index_key(index)) or ()
+
     def refresh(self) -> float:
         """Call ``List`` once and swap in the new table; keep the old one on failure.
 
@@ -259,8 +281,14 @@ class PodMapper:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
                 self._fail(f"List failed ({code.name if code is not None else exc})")
                 return self.refresh_interval_s
-            table = self._build(response)
-            self._table = table
+            table, shared = self._build(response)
+            self._table, self._shared = table, shared
+            if self._on_refresh is not None:
+                holders = {(r.namespace, r.pod) for refs in shared.values() for r in refs}
+                try:
+                    self._on_refresh(holders)
+                except Exception:
+                    logger.exception("pod metadata update failed; the pod mapping carries on")
             self.last_success = self._clock()
             if self._streak:
                 logger.info(
@@ -358,8 +386,11 @@ class PodMapper:
             self._channel.close()
             self._channel = None
 
-    def _build(self, response: api_pb2.ListPodResourcesResponse) -> dict[str, PodRef]:
+    def _build(
+        self, response: api_pb2.ListPodResourcesResponse
+    ) -> tuple[dict[str, PodRef], dict[str, tuple[PodRef, ...]]]:
         table: dict[str, PodRef] = {}
+        shared: dict[str, list[PodRef]] = {}
         for pod in response.pod_resources:
             for container in pod.containers:
                 ref = PodRef(pod=pod.name, namespace=pod.namespace, container=container.name)
@@ -380,8 +411,14 @@ class PodMapper:
                                 pod.namespace,
                                 pod.name,
                             )
+                        replica = device_id.strip().partition("::")[2] or None
                         for key in keys:
                             held = table.get(key)
                             if held is None or _sort_key(ref) < _sort_key(held):
                                 table[key] = ref
-        return table
+                            shared.setdefault(key, []).append(replace(ref, vgpu=replica))
+        ordered = {
+            k: tuple(sorted(v, key=lambda r: (*_sort_key(r), r.vgpu or "")))
+            for k, v in shared.items()
+        }
+        return table, ordered

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gpuscale.errors import TransientError
-from gpuscale.exporter.collector import SnapshotCollector, SnapshotFamilies
+from gpuscale.exporter.collector import Rendering, SnapshotCollector, SnapshotFamilies
+from gpuscale.exporter.dcgm import CLOCK_EVENTS, CLOCK_REASONS_FIELD
 from gpuscale.exporter.exposition import render
 from gpuscale.exporter.xid import XidWindow
-from gpuscale.telemetry.base import GpuSource, Snapshot
+from gpuscale.telemetry.base import GpuSource, Snapshot, XidEvent
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ STALE_AFTER_INTERVALS = 3
 class _Published:
     snapshot: Snapshot
     xid_counts: Mapping[str, TallyCounter[int]]
+    clock_counts: Mapping[str, TallyCounter[int]]
     at: float  # monotonic time of the collect
     text: bytes
     _gz: tuple[bytes, "zlib._Compress"] | None = field(default=None)
@@ -115,6 +117,10 @@ class Sampler:
         self.interval_s = interval_s
         self.timeout_s = timeout_s if timeout_s is not None else max(interval_s, 1.0)
         self._xids = XidWindow(xid_window_ms)
+        # Each collect that sees a clock-event bit counts once, as each DCGM sample does.
+        self._clock_events = (
+            XidWindow(families.clock_window_ms) if families.wants_clock_events else None
+        )
         self._monotonic = monotonic
         self._published: _Published | None = None
         self._last_error = "no collect yet"
@@ -156,20 +162,32 @@ class Sampler:
         age.set_function(self._age)
         # The GPU families go through a registry of their own, rendered once per collect
         # (with dcgm-exporter's counter names) instead of once per scrape.
-        self._rendering: tuple[Snapshot, Mapping[str, TallyCounter[int]]] | None = None
+        self._rendering: Rendering | None = None
         self.collector = SnapshotCollector(families, lambda: self._rendering)
         self.gpu_registry = CollectorRegistry(auto_describe=False)
         self.gpu_registry.register(self.collector)
+
+    def replace_families(self, families: SnapshotFamilies) -> None:
+        """Serve ``families`` (a reloaded counters file) from the next collect on.
+
+        The XID window carries over; the clock-event window starts afresh when the
+        new file lists DCGM_EXP_CLOCK_EVENTS_COUNT and the old one did not.
+        """
+        if families.wants_clock_events and self._clock_events is None:
+            self._clock_events = XidWindow(families.clock_window_ms)
+        elif not families.wants_clock_events:
+            self._clock_events = None
+        self.collector.families = families
 
     def _age(self) -> float:
         published = self._published
         return float("inf") if published is None else self._monotonic() - published.at
 
-    def _fresh(self) -> tuple[Snapshot, Mapping[str, TallyCounter[int]]] | None:
+    def _fresh(self) -> Rendering | None:
         published = self._published
         if published is None or self._age() > STALE_AFTER_INTERVALS * self.interval_s:
             return None
-        return published.snapshot, published.xid_counts
+        return published.snapshot, published.xid_counts, published.clock_counts
 
     def collect_once(self) -> bool:
         """Run one collect now and publish it.
@@ -203,9 +221,10 @@ class Sampler:
         self._duration.observe(self._monotonic() - started)
         self._account(snapshot)
         counts = self._xids.counts(snapshot.timestamp)
-        self._rendering = (snapshot, counts)
+        clocks = {} if self._clock_events is None else self._clock_events.counts(snapshot.timestamp)
+        self._rendering = (snapshot, counts, clocks)
         text = render(self.gpu_registry.collect())
-        self._published = _Published(snapshot, counts, self._monotonic(), text)
+        self._published = _Published(snapshot, counts, clocks, self._monotonic(), text)
         self._collects.inc()
         self._last_success.set(time.time())
         return True
@@ -214,6 +233,10 @@ class Sampler:
         for device in snapshot.devices:
             key = device.info.key
             self._xids.add(key, device.xid_events)
+            reasons = device.values.get(CLOCK_REASONS_FIELD)
+            if self._clock_events is not None and reasons is not None:
+                bits = [XidEvent(snapshot.timestamp, b) for b in CLOCK_EVENTS if int(reasons) & b]
+                self._clock_events.add(key, bits)
             if device.failed_fields:
                 self._errors.labels("field").inc(len(device.failed_fields))
             if not device.up and key not in self._down:

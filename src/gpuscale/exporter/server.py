@@ -6,6 +6,7 @@ thread, so a slow or plain-HTTP client cannot hold up the accept loop.
 """
 
 import logging
+import os
 import socket
 import ssl
 import threading
@@ -13,7 +14,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from gpuscale.errors import require
+from gpuscale.errors import ConfigError, require
 from gpuscale.exporter.sampler import Sampler
 
 if TYPE_CHECKING:  # pydantic and bcrypt load only when a web-config file is given
@@ -26,6 +27,26 @@ _LANDING = (
     b"<html><head><title>gpuscale exporter</title></head><body><h1>gpuscale exporter</h1>"
     b'<p><a href="/metrics">Metrics</a> &middot; <a href="/health">Health</a></p></body></html>\n'
 )
+
+
+SD_LISTEN_FDS_START = 3  # sd_listen_fds(3): the first socket systemd passes
+
+
+def systemd_listen_fd() -> int:
+    """The listening socket systemd passed to this process (``LISTEN_PID``/``LISTEN_FDS``).
+
+    Raises:
+        ConfigError: No socket was passed to this process.
+    """
+    pid, count = os.environ.get("LISTEN_PID", ""), os.environ.get("LISTEN_FDS", "")
+    if pid != str(os.getpid()) or not count.isdigit() or int(count) < 1:
+        raise ConfigError(
+            f"--web-systemd-socket: systemd passed no socket (LISTEN_PID={pid or 'unset'},"
+            f" LISTEN_FDS={count or 'unset'}): start it from a .socket unit or drop the flag"
+        )
+    if int(count) > 1:
+        logger.warning("systemd passed %s sockets; serving on the first", count)
+    return SD_LISTEN_FDS_START
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -99,16 +120,30 @@ class ExporterServer(ThreadingHTTPServer):
         address: (host, port); port 0 picks a free one.
         sampler: Where /metrics and /health read from.
         web: TLS, basic-auth and header settings; None serves plain HTTP to anyone.
+        listen_fd: A listening socket handed over by systemd socket activation; the
+            address is then ignored, as dcgm-exporter's ``--web-systemd-socket`` does.
     """
 
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(
-        self, address: tuple[str, int], sampler: Sampler, web: "WebConfig | None" = None
+        self,
+        address: tuple[str, int],
+        sampler: Sampler,
+        web: "WebConfig | None" = None,
+        *,
+        listen_fd: int | None = None,
     ) -> None:
         self.sampler = sampler
         self.web = web
+        if listen_fd is not None:
+            super().__init__(address, _Handler, bind_and_activate=False)
+            self.socket.close()
+            self.socket = socket.socket(fileno=listen_fd)  # family and type read from the fd
+            self.address_family = self.socket.family
+            self.server_address = self.socket.getsockname()
+            return
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)

@@ -6,12 +6,15 @@ stray spaces around names. Anything the exporter cannot honour is rejected at
 start-up with the file and line, so a typo never silently drops a series.
 """
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
 from gpuscale.errors import ConfigError
-from gpuscale.fields.catalogue import DCGM_FIELDS, Field
+from gpuscale.fields.catalogue import DEFAULT_CSV_PATH, Field, dcgm_field
+
+logger = logging.getLogger(__name__)
 
 CounterType = Literal["gauge", "counter", "histogram", "summary", "label"]
 _TYPES: frozenset[str] = frozenset({"gauge", "counter", "histogram", "summary", "label"})
@@ -22,19 +25,20 @@ class Counter:
     """One enabled row of a counters file.
 
     Attributes:
-        field: The catalogue entry the row names.
+        field: The catalogue entry the row names (for a legacy name, the field it stands for).
         type: The Prometheus type the row asks for.
         help: Help text from the row (the catalogue's when the row has none).
+        name: Series name as the row spells it (a legacy ``dcgm_*`` name stays as written).
     """
 
     field: Field
     type: CounterType
     help: str
+    name: str = ""
 
-    @property
-    def name(self) -> str:
-        """Series name."""
-        return self.field.name
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.field.name)
 
 
 def parse_counters(text: str, source: str = "<counters>") -> tuple[Counter, ...]:
@@ -48,7 +52,7 @@ def parse_counters(text: str, source: str = "<counters>") -> tuple[Counter, ...]
         Enabled counters in file order.
 
     Raises:
-        ConfigError: A row is malformed, names an unknown field or type, or repeats a field.
+        ConfigError: A row is malformed or names an unknown field or type.
     """
     counters: list[Counter] = []
     seen: dict[str, int] = {}
@@ -63,23 +67,31 @@ def parse_counters(text: str, source: str = "<counters>") -> tuple[Counter, ...]
             )
         name, type_ = parts[0], parts[1].lower()
         help_text = parts[2] if len(parts) == 3 else ""
-        field = DCGM_FIELDS.get(name)
-        if field is None:
+        try:
+            field = dcgm_field(name)
+        except KeyError:
             raise ConfigError(
                 f"{source}:{lineno}: unknown field {name!r}: "
                 "use a DCGM field name from `gpuscale fields` or remove the row"
-            )
+            ) from None
         if type_ not in _TYPES:
             raise ConfigError(
                 f"{source}:{lineno}: unknown type {parts[1]!r} for {name}: "
                 "use one of gauge, counter, histogram, summary, label"
             )
         if name in seen:
-            raise ConfigError(
-                f"{source}:{lineno}: {name} is already listed on line {seen[name]}: remove one row"
+            # dcgm-exporter serves the first row of a repeated field (its own
+            # 1.x-compatibility file lists dcgm_fi_prof_pcie_*_bytes twice), so do the same.
+            logger.warning(
+                "%s:%d: %s is already listed on line %d: this row is ignored",
+                source,
+                lineno,
+                name,
+                seen[name],
             )
+            continue
         seen[name] = lineno
-        counters.append(Counter(field, cast(CounterType, type_), help_text or field.help))
+        counters.append(Counter(field, cast(CounterType, type_), help_text or field.help, name))
     return tuple(counters)
 
 
@@ -99,22 +111,14 @@ def read_counters(path: Path) -> tuple[Counter, ...]:
     return parse_counters(text, str(path))
 
 
-def _default_csv() -> str:
-    rows = ["# DCGM FIELD, Prometheus metric type, help message"]
-    for field in DCGM_FIELDS.values():
-        prefix = "" if field.default else "# "
-        rows.append(f"{prefix}{field.name}, {field.type}, {field.help}")
-    return "\n".join(rows) + "\n"
-
-
-DEFAULT_COUNTERS_CSV: str = _default_csv()
-"""The built-in counters file: dcgm-exporter's default set, the rest commented out."""
+DEFAULT_COUNTERS_CSV: str = DEFAULT_CSV_PATH.read_text(encoding="utf-8")
+"""The built-in counters file: dcgm-exporter 4.x's own default-counters.csv, unchanged."""
 
 
 def default_counters() -> tuple[Counter, ...]:
     """Counters enabled by default, the same set dcgm-exporter enables.
 
     Returns:
-        Enabled counters in catalogue order.
+        Enabled counters in the file's order, with the file's help texts.
     """
     return parse_counters(DEFAULT_COUNTERS_CSV, "<built-in>")

@@ -13,7 +13,7 @@ not to count, and why:
   the pod was last seen, or was present when first seen.
 * ``dbe``: the volatile double-bit ECC count rose.
 * ``throttled``: the GPU spent more than ``throttle_share`` of the time since the
-  last decision in thermal violation (``DCGM_FI_DEV_THERMAL_VIOLATION``, us).
+  last decision in thermal violation (``DCGM_FI_DEV_THERMAL_VIOLATION``, ns).
 * ``straggler``: its completion rate since the last decision is below
   ``straggler_ratio`` of the median of at least ``min_peers`` other Ready pods.
 
@@ -128,7 +128,7 @@ def assess(
         if rec["until"] is not None and now < float(rec["until"]):
             sick[pod.name] = str(rec["why"])
         elif elapsed > 0 and thermal is not None and prev.get(THERMAL) is not None:
-            share = (thermal - float(prev[THERMAL])) / 1e6 / elapsed
+            share = (thermal - float(prev[THERMAL])) / 1e9 / elapsed
             if share > cfg.throttle_share:
                 sick[pod.name] = "throttled"
         last_done = prev.get(DONE)

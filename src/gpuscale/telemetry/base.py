@@ -34,6 +34,8 @@ class GpuInfo:
         memory_total_bytes: Framebuffer size in bytes, when known.
         vendor_labels: Further identity labels the vendor's exporter puts on every
             series (AMD: ``card_model``, ``gpu_partition_id`` ...), as (name, value).
+        attributes: Static strings by DCGM field name (``DCGM_FI_DEV_SERIAL``, ``..._VBIOS_VERSION``
+            ...), which counters files turn into labels; a field the device lacks is absent.
     """
 
     index: int
@@ -48,6 +50,7 @@ class GpuInfo:
     mig_instance_id: int | None = None
     memory_total_bytes: int | None = None
     vendor_labels: tuple[tuple[str, str], ...] = ()
+    attributes: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:

@@ -32,6 +32,7 @@ class GpuModel:
         hbm: HBM memory, which has a temperature sensor (GDDR parts report none).
         nvenc: The chip has video encoders (Hopper and A100 have none).
         row_remapping: Ampere and later remap rows; Volta retires pages instead.
+        nvlink_links: NVLink links (NVML's NVML_NVLINK_MAX_LINKS that answer active).
     """
 
     name: str
@@ -53,6 +54,7 @@ class GpuModel:
     hbm: bool = True
     nvenc: bool = False
     row_remapping: bool = True
+    nvlink_links: int = 0
 
 
 # Sources: TDP, clocks, memory and link bandwidths from NVIDIA's datasheets (H100 SXM5
@@ -68,14 +70,14 @@ _CATALOGUE = (
     # H100 SXM5: 700 W, 80 GB HBM3, 1980 MHz boost, PCIe Gen5 x16 (64 GB/s per direction),
     # NVLink 4 at 900 GB/s total. Full load ~78 C.
     GpuModel("NVIDIA H100 80GB HBM3", "H100", 700.0, 70.0, 81559 * MIB, 1980.0, 1590.0, 2619.0,
-             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 579, True, False, True),
+             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 579, True, False, True, 18),
     # H200 SXM: 700 W, 141 GB HBM3e, the Hopper die and limits of the H100.
     GpuModel("NVIDIA H200", "H200", 700.0, 75.0, 143771 * MIB, 1980.0, 1590.0, 3201.0,
-             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 1024, True, False, True),
+             89.0, 92.0, 0.076, 50.0, 64e9, 450e9, 345.0, 1024, True, False, True, 18),
     # A100 SXM4 80GB: 400 W, HBM2e, 1410 MHz boost, PCIe Gen4 x16, NVLink 3 at 600 GB/s
     # total; nvidia-smi slowdown 89 C, shutdown 92 C. Full load ~75 C.
     GpuModel("NVIDIA A100-SXM4-80GB", "A100", 400.0, 55.0, 81920 * MIB, 1410.0, 1275.0, 1593.0,
-             89.0, 92.0, 0.125, 45.0, 32e9, 300e9, 210.0, 656, True, False, True),
+             89.0, 92.0, 0.125, 45.0, 32e9, 300e9, 210.0, 656, True, False, True, 12),
     # L4: 72 W passive low-profile card, 24 GB GDDR6, 795/2040 MHz, PCIe Gen4 x16, no
     # NVLink, two NVENC. Full load ~73 C; thresholds ~.
     GpuModel("NVIDIA L4", "L4", 72.0, 16.0, 23034 * MIB, 2040.0, 795.0, 6251.0,
@@ -86,8 +88,9 @@ _CATALOGUE = (
              93.0, 98.0, 0.17, 45.0, 32e9, 0.0, 210.0, 434, False, True, True),
     # V100 SXM2 32GB: 300 W, HBM2, 1530 MHz boost, PCIe Gen3 x16, NVLink 2 at 300 GB/s
     # total; Volta retires pages instead of remapping rows. Slowdown 87 C, shutdown 90 C.
+# Links: NVLink 4 on H100/H200 SXM has 18, NVLink 3 on A100 SXM 12, NVLink 2 on V100 6.
     GpuModel("Tesla V100-SXM2-32GB", "V100", 300.0, 40.0, 32510 * MIB, 1530.0, 1290.0, 877.0,
-             87.0, 90.0, 0.167, 45.0, 16e9, 150e9, 135.0, 0, True, True, False),
+             87.0, 90.0, 0.167, 45.0, 16e9, 150e9, 135.0, 0, True, True, False, 6),
 )
 # fmt: on
 GPU_MODELS: dict[str, GpuModel] = {m.short: m for m in _CATALOGUE}

@@ -33,11 +33,12 @@ import math
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
 from gpuscale.errors import SourceUnavailableError
+from gpuscale.fields.catalogue import DCGM_FIELDS
 from gpuscale.ids import GpuUuid
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor, XidEvent
 from gpuscale.telemetry.batch import DeviceLostError, FieldError
@@ -45,7 +46,9 @@ from gpuscale.telemetry.nvml_reads import (
     Batch,
     read_gpu,
     read_memory,
+    read_nvlink_bandwidth,
     read_processes,
+    read_static,
     read_utilization,
 )
 
@@ -92,6 +95,8 @@ class _Entity:
     nvlinks: tuple[int, ...] = ()
     last_xid: int | None = None
     last_process_ts: int = 0
+    nvlink_kib: dict[int, tuple[float, float]] = field(default_factory=dict)
+    samples: int = 0
 
 
 class NvmlSource:
@@ -132,6 +137,7 @@ class NvmlSource:
         except (DeviceLostError, FieldError) as err:
             self._nv.nvmlShutdown()
             raise SourceUnavailableError(_unavailable(str(err))) from err
+        self._entities = self._with_p2p(self._entities)
         self._register_xids()
 
     # --- the chokepoint -------------------------------------------------------
@@ -171,6 +177,8 @@ class NvmlSource:
     # --- start-up ---------------------------------------------------------------
     def _discover(self) -> list[_Entity]:
         driver = _text(self._call("nvmlSystemGetDriverVersion") or "")
+        nvml_version = self._optional("nvmlSystemGetNVMLVersion")
+        self._nvml_version = _text(nvml_version) if nvml_version else None
         entities: list[_Entity] = []
         for index in range(int(self._call("nvmlDeviceGetCount") or 0)):
             try:
@@ -189,6 +197,9 @@ class NvmlSource:
         minor = self._optional("nvmlDeviceGetMinorNumber", handle)
         serial = self._optional("nvmlDeviceGetSerial", handle)
         memory = self._optional("nvmlDeviceGetMemoryInfo", handle)
+        attributes = read_static(self._optional, self._nv, handle)
+        if self._nvml_version:
+            attributes["DCGM_FI_NVML_VERSION"] = self._nvml_version
         info = GpuInfo(
             index=index,
             uuid=GpuUuid(_text(uuid)),
@@ -199,6 +210,7 @@ class NvmlSource:
             driver_version=driver,
             serial=_text(serial) if serial else None,
             memory_total_bytes=int(memory.total) if memory is not None else None,
+            attributes=tuple(attributes.items()),
         )
         links = []
         for link in range(int(getattr(self._nv, "NVML_NVLINK_MAX_LINKS", 0))):
@@ -245,6 +257,22 @@ class NvmlSource:
         if attrs is None:
             return None
         return f"{attrs.gpuInstanceSliceCount}g.{math.ceil(attrs.memorySizeMB / 1024)}gb"
+
+    def _with_p2p(self, entities: list[_Entity]) -> list[_Entity]:
+        """Add NVLink P2P status to each other GPU (nvmlDeviceGetP2PStatus), as attributes."""
+        index = getattr(self._nv, "NVML_P2P_CAPS_INDEX_NVLINK", None)
+        gpus = [e for e in entities if not e.is_mig]
+        if index is None or len(gpus) < 2:
+            return entities
+        for e in gpus:
+            found = []
+            for peer in gpus:
+                if peer is not e:
+                    status = self._optional("nvmlDeviceGetP2PStatus", e.handle, peer.handle, index)
+                    if status is not None:
+                        found.append((f"DCGM_EXP_P2P_STATUS:{peer.info.index}", str(int(status))))
+            e.info = replace(e.info, attributes=(*e.info.attributes, *found))
+        return entities
 
     def _register_xids(self) -> None:
         xid = self._nv.nvmlEventTypeXidCriticalError
@@ -302,6 +330,24 @@ class NvmlSource:
         self._nv.nvmlShutdown()
 
     # --- sampling -----------------------------------------------------------------
+    def _log_absent(self, entity: _Entity, values: dict[str, float]) -> None:
+        """Say once which catalogue fields this entity cannot give: absent, never 0."""
+        missing = sorted(
+            name
+            for name, f in DCGM_FIELDS.items()
+            if f.field_id
+            and f.type != "label"
+            and name not in values
+            and not (name.startswith("DCGM_FI_DEV_NVLINK_BANDWIDTH_L") and not entity.nvlinks)
+        )
+        if missing:
+            logger.info(
+                "NVML: %s does not report %d fields; they are absent, not 0: %s",
+                entity.info.key,
+                len(missing),
+                ", ".join(missing),
+            )
+
     def _drain_xids(self, now: float) -> dict[int, tuple[XidEvent, ...]]:
         """Take every queued XID event without blocking (timeout 0), keyed by device handle."""
         found: dict[int, list[XidEvent]] = {}
@@ -326,6 +372,8 @@ class NvmlSource:
         try:
             if not entity.is_mig:
                 read_gpu(b, self._nv, entity.nvlinks)
+                now = self._clock()
+                read_nvlink_bandwidth(b, self._nv, entity.nvlinks, now, entity.nvlink_kib)
             read_memory(b, self._nv)
             read_utilization(b)
             processes, entity.last_process_ts = read_processes(
@@ -338,6 +386,9 @@ class NvmlSource:
             )
         if entity.last_xid is not None:
             b.put("DCGM_FI_DEV_XID_ERRORS", entity.last_xid)  # code of the latest XID
+        entity.samples += 1
+        if entity.samples == (2 if entity.nvlinks else 1):  # NVLink rates need two collects
+            self._log_absent(entity, b.values)
         return DeviceSample(
             info=entity.info,
             values=b.values,

@@ -26,8 +26,8 @@ def _ident(v: Any) -> float:  # noqa: ANN401 - NVML answers are untyped ctypes v
     return float(v)
 
 
-def _ns_to_us(v: Any) -> float:  # noqa: ANN401
-    return float(v.violationTime) / 1000
+def _ns(v: Any) -> float:  # noqa: ANN401
+    return float(v.violationTime)
 
 
 def _kib(v: Any) -> float:  # noqa: ANN401
@@ -42,8 +42,9 @@ SCALARS: tuple[tuple[str, str, tuple[str, ...], Callable[[Any], float]], ...] = 
     ("DCGM_FI_DEV_MEM_CLOCK", "nvmlDeviceGetClockInfo", ("NVML_CLOCK_MEM",), _ident),
     # C; temperature.gpu
     ("DCGM_FI_DEV_GPU_TEMP", "nvmlDeviceGetTemperature", ("NVML_TEMPERATURE_GPU",), _ident),
-    # mW -> W; power.draw
+    # mW -> W; power.draw, power.limit
     ("DCGM_FI_DEV_POWER_USAGE", "nvmlDeviceGetPowerUsage", (), lambda v: v / 1000),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "nvmlDeviceGetPowerManagementLimit", (), lambda v: v / 1000),
     # mJ since driver load; nvidia-smi -q -d POWER (in J there)
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "nvmlDeviceGetTotalEnergyConsumption", (), _ident),
     # count; nvidia-smi -q "Replays Since Reset"
@@ -69,9 +70,9 @@ SCALARS: tuple[tuple[str, str, tuple[str, ...], Callable[[Any], float]], ...] = 
         )
     ),
     ("DCGM_FI_DEV_RETIRED_PENDING", "nvmlDeviceGetRetiredPagesPendingStatus", (), _ident),
-    # throttled time, ns -> us; nvidia-smi -q -d PERFORMANCE ("Clocks Event Reasons")
+    # throttled time, ns as DCGM reports it; nvidia-smi -q -d PERFORMANCE ("Clocks Event Reasons")
     *(
-        (f"DCGM_FI_DEV_{name}_VIOLATION", "nvmlDeviceGetViolationStatus", (policy,), _ns_to_us)
+        (f"DCGM_FI_DEV_{name}_VIOLATION", "nvmlDeviceGetViolationStatus", (policy,), _ns)
         for name, policy in (
             ("POWER", "NVML_PERF_POLICY_POWER"),
             ("THERMAL", "NVML_PERF_POLICY_THERMAL"),
@@ -81,10 +82,14 @@ SCALARS: tuple[tuple[str, str, tuple[str, ...], Callable[[Any], float]], ...] = 
             ("RELIABILITY", "NVML_PERF_POLICY_RELIABILITY"),
         )
     ),
-    # KB/s -> B/s; nvidia-smi dmon -s t (txpci / rxpci)
+    # KB/s as DCGM_FI_DEV_PCIE_*_THROUGHPUT, and -> B/s; nvidia-smi dmon -s t (txpci / rxpci)
     *(
-        (f"DCGM_FI_PROF_PCIE_{way}_BYTES", "nvmlDeviceGetPcieThroughput", (counter,), _kib)
+        (f"DCGM_FI_{group}_{way}_{suffix}", "nvmlDeviceGetPcieThroughput", (counter,), convert)
         for way, counter in (("TX", "NVML_PCIE_UTIL_TX_BYTES"), ("RX", "NVML_PCIE_UTIL_RX_BYTES"))
+        for group, suffix, convert in (
+            ("DEV_PCIE", "THROUGHPUT", _ident),
+            ("PROF_PCIE", "BYTES", _kib),
+        )
     ),
 )
 
@@ -108,6 +113,16 @@ ROWS = (
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
 )
 MEMORY_TEMP = "DCGM_FI_DEV_MEMORY_TEMP"
+REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+FB_USED_PERCENT = "DCGM_FI_DEV_FB_USED_PERCENT"
+NVLINK_TOTAL = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+_KIB = 1024
+# nvmlBrandType_t to its name, as nvidia-smi -q prints "Product Brand".
+BRANDS = (
+    "Unknown", "Quadro", "Tesla", "NVS", "GRID", "GeForce", "Titan", "NVIDIA Virtual Applications",
+    "NVIDIA Virtual PC", "NVIDIA Virtual Compute Server", "NVIDIA RTX Virtual Workstation",
+    "NVIDIA Cloud Gaming", "Quadro RTX", "NVIDIA RTX", "NVIDIA", "GeForce RTX", "Titan RTX",
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -148,6 +163,12 @@ def read_gpu(b: Batch, nv: ModuleType, nvlinks: tuple[int, ...]) -> None:
     if rows is not None:
         for name, value in zip(ROWS, (rows[0], rows[1], rows[3]), strict=True):
             b.put(name, value)
+    # bitmask of DCGM_CLOCKS_EVENT_REASON_*; clocks_event_reasons.active. Drivers before
+    # R535 name the call ...ThrottleReasons; the chokepoint answers None for a missing one.
+    reasons = b.get((REASONS,), "nvmlDeviceGetCurrentClocksEventReasons")
+    if reasons is None and REASONS not in b.failed:
+        reasons = b.get((REASONS,), "nvmlDeviceGetCurrentClocksThrottleReasons")
+    b.put(REASONS, reasons)
     for name, counter in NVLINK if nvlinks else ():
         kind = getattr(nv, counter)
         counts = [b.get((name,), "nvmlDeviceGetNvLinkErrorCounter", n, kind) for n in nvlinks]
@@ -175,6 +196,8 @@ def read_memory(b: Batch, nv: ModuleType) -> None:
         values = (memory.free, memory.used, getattr(memory, "reserved", None), memory.total)
         for name, value in zip(FB, values, strict=True):
             b.put(name, None if value is None else value // _MIB)
+        if values[2] is not None and memory.total > values[2]:  # DCGM: used / (total - reserved)
+            b.put(FB_USED_PERCENT, memory.used / (memory.total - values[2]))
 
 
 def read_utilization(b: Batch) -> None:
@@ -212,3 +235,90 @@ def read_processes(b: Batch, since: int, *, sm: bool) -> tuple[tuple[ProcessUsag
         for pid in sorted(memory.keys() | shares.keys())
     )
     return processes, since
+
+
+def read_nvlink_bandwidth(
+    b: Batch,
+    nv: ModuleType,
+    nvlinks: tuple[int, ...],
+    now: float,
+    last: dict[int, tuple[float, float]],
+) -> None:
+    """NVLink data rate per link and in total, MB/s, tx + rx (DCGM_FI_DEV_NVLINK_BANDWIDTH_L*).
+
+    NVML counts data per link in KiB (``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` with the
+    link as scope, what ``nvidia-smi nvlink -gt d`` shows); the rate is the change over the
+    time since the previous collect, so the first collect has none.
+
+    Args:
+        b: The entity's batch.
+        nv: The pynvml module, for its constants.
+        nvlinks: Active links; empty: nothing to read.
+        now: This collect's time, seconds.
+        last: Link to (time, KiB) of the previous collect; updated here.
+    """
+    tx = getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None)
+    rx = getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None)
+    if not nvlinks or tx is None or rx is None:
+        return
+    names = (*(f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{n}" for n in nvlinks), NVLINK_TOTAL)
+    fvs = b.get(names, "nvmlDeviceGetFieldValues", [(f, n) for n in nvlinks for f in (tx, rx)])
+    if not fvs:
+        return
+    total, complete = 0.0, True
+    for i, link in enumerate(nvlinks):
+        pair = fvs[2 * i : 2 * i + 2]
+        if any(fv.nvmlReturn != nv.NVML_SUCCESS for fv in pair):
+            complete = False
+            continue
+        kib = sum(float(getattr(fv.value, _FV_ATTRS[int(fv.valueType)])) for fv in pair)
+        previous, last[link] = last.get(link), (now, kib)
+        if previous is None or now <= previous[0] or kib < previous[1]:
+            complete = False  # first collect, or the counter was reset
+            continue
+        rate = (kib - previous[1]) * _KIB / 1e6 / (now - previous[0])
+        b.put(f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{link}", rate)
+        total += rate
+    if complete:
+        b.put(NVLINK_TOTAL, total)
+
+
+def read_static(call: Callable[..., Any], nv: ModuleType, handle: object) -> dict[str, str]:
+    """The label fields of a counters file, read once at start-up; absent ones are left out.
+
+    Args:
+        call: The source's start-up chokepoint (answers None when a detail is unknown).
+        nv: The pynvml module, for its constants.
+        handle: The GPU's handle.
+
+    Returns:
+        DCGM field name to its string (nvidia-smi -q: "Product Brand", "Serial Number",
+        "VBIOS Version", "Inforom Version").
+    """
+
+    def text(value: object) -> str | None:
+        if value is None:
+            return None
+        out = value.decode() if isinstance(value, bytes) else str(value)
+        return out.strip() or None
+
+    brand = call("nvmlDeviceGetBrand", handle)
+    reads = {
+        "DCGM_FI_DEV_BRAND": BRANDS[brand]
+        if isinstance(brand, int) and 0 <= brand < len(BRANDS)
+        else None,
+        "DCGM_FI_DEV_SERIAL": text(call("nvmlDeviceGetSerial", handle)),
+        "DCGM_FI_DEV_VBIOS_VERSION": text(call("nvmlDeviceGetVbiosVersion", handle)),
+        "DCGM_FI_DEV_INFOROM_IMAGE_VER": text(call("nvmlDeviceGetInforomImageVersion", handle)),
+    }
+    for name, obj in (
+        ("OEM", "NVML_INFOROM_OEM"),
+        ("ECC", "NVML_INFOROM_ECC"),
+        ("POWER", "NVML_INFOROM_POWER"),
+    ):
+        which = getattr(nv, obj, None)
+        if which is not None:
+            reads[f"DCGM_FI_DEV_{name}_INFOROM_VER"] = text(
+                call("nvmlDeviceGetInforomVersion", handle, which)
+            )
+    return {k: v for k, v in reads.items() if v}

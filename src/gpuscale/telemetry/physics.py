@@ -61,7 +61,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_US = 1e6  # DCGM violation counters are in microseconds
+_NS = 1e9  # DCGM violation counters are in nanoseconds
 IDLE_BUSY = 0.01  # below this busy share the driver drops to the idle clock
 POWER_JITTER = 0.01  # relative standard deviation of dynamic power, step to step
 SBE_RATE_PER_S = 1e-7  # correctable ECC errors per GPU-second (rare, as in healthy fleets)
@@ -75,7 +75,15 @@ _SBE = (f"{_P}ECC_SBE_VOL_TOTAL", f"{_P}ECC_SBE_AGG_TOTAL")
 _DBE = (f"{_P}ECC_DBE_VOL_TOTAL", f"{_P}ECC_DBE_AGG_TOTAL")
 # State kept per GPU: every DCGM counter (most stay 0 in a healthy fleet) plus two gauges
 # that faults set. Rates that NVML reports under counter names are computed in fields().
-_STATE = (*(f.name for f in DCGM_FIELDS.values() if f.type == "counter"), _XID, _REMAP_FAILURE)
+_STATE = (
+    *(
+        f.name
+        for f in DCGM_FIELDS.values()
+        if f.type == "counter" and f.field_id and "BANDWIDTH_L" not in f.name  # rates: sim.py
+    ),
+    _XID,
+    _REMAP_FAILURE,
+)
 
 
 class FleetPhysics:
@@ -251,9 +259,9 @@ class FleetPhysics:
         self.busy = busy
         c, live = self._counters, alive.astype(float)
         c[_ENERGY] += (p_free * (dt - t_held) + p_held * t_held) * 1e3 * live  # mJ
-        c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _US * live
-        c[_THERMAL_V] += t_held * _US * live
-        c[_IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _US * live
+        c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _NS * live
+        c[_THERMAL_V] += t_held * _NS * live
+        c[_IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _NS * live
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
         ws_arr = np.asarray(ws, dtype=float)
@@ -298,7 +306,7 @@ class FleetPhysics:
 
         Returns:
             DCGM field name to a float array of length ``n``, in the catalogue's units
-            (``%``, ratios 0 to 1, MiB, W, mJ, C, MHz, us, KB/s, MB/s, B/s). NaN where the
+            (``%``, ratios 0 to 1, MiB, W, mJ, C, MHz, ns, KB/s, MB/s, B/s). NaN where the
             GPU cannot report the field: a lost GPU, or a field its model lacks.
         """
         b, m, lv = self.busy, self.mix, self._levels

@@ -21,7 +21,7 @@ from gpuscale.ids import GpuUuid
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor, XidEvent
 from gpuscale.telemetry.faults import Fault, validate
 from gpuscale.telemetry.loads import LoadProfile, sine
-from gpuscale.telemetry.physics import XID_FELL_OFF_BUS, FleetPhysics, gpu_model
+from gpuscale.telemetry.physics import XID_FELL_OFF_BUS, FleetPhysics, GpuModel, gpu_model
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,37 @@ LOST_ERROR = "XID 79: GPU has fallen off the bus"
 # shares of the framebuffer (a served LLM, roughly).
 RESIDENT_SHARE = 0.45
 WORKING_SHARE_AT_FULL_LOAD = 0.40
+_D = "DCGM_FI_DEV_"
+# Clock-event reason bits (DCGM_CLOCKS_EVENT_REASON_*) raised by the violation counter
+# that grew over the step: idle, software power cap, software thermal slowdown.
+_REASON_OF_VIOLATION: tuple[tuple[str, int], ...] = (
+    (f"{_D}LOW_UTIL_VIOLATION", 0x1),
+    (f"{_D}POWER_VIOLATION", 0x4),
+    (f"{_D}THERMAL_VIOLATION", 0x20),
+)
+DERIVED = (
+    f"{_D}POWER_MGMT_LIMIT",
+    f"{_D}FB_USED_PERCENT",
+    f"{_D}CLOCKS_EVENT_REASONS",
+    *(f"{_D}NVLINK_BANDWIDTH_L{link}" for link in range(18)),
+)
+"""Fields this source adds to the physics' own (see ``_add_derived``)."""
+P2P_OK, P2P_NOT_SUPPORTED = 0, 5  # nvmlGpuP2PStatus_t over NVLink
+P2P_DOMAIN = 8  # GPUs per NVLink baseboard (HGX H100/A100): P2P status is reported within it
+
+
+def _static_attributes(spec: GpuModel, driver: str, serial: str) -> dict[str, str]:
+    """The label fields NVML reports for this model, with plausible version strings."""
+    return {
+        "DCGM_FI_NVML_VERSION": f"12.{driver}",
+        f"{_D}BRAND": "Tesla" if spec.short == "V100" else "NVIDIA",
+        f"{_D}SERIAL": serial,
+        f"{_D}OEM_INFOROM_VER": "1.1",
+        f"{_D}ECC_INFOROM_VER": "7.0" if spec.hbm else "6.0",
+        f"{_D}POWER_INFOROM_VER": "N/A",
+        f"{_D}INFOROM_IMAGE_VER": f"G{spec.memory_bytes >> 30:03d}.0200.00.05",
+        f"{_D}VBIOS_VERSION": "96.00.74.00.01",
+    }
 
 
 class SimSource:
@@ -80,20 +111,36 @@ class SimSource:
             specs, seed=seed, resident_bytes=RESIDENT_SHARE * memory, start_s=self._start
         )
         rng = np.random.default_rng([seed, 0x5EED])
-        self._devices = [
-            GpuInfo(
+        self._devices = []
+        for i, spec in enumerate(specs):
+            uid = GpuUuid(f"GPU-{uuid.UUID(bytes=rng.bytes(16), version=4)}")
+            serial = str(rng.integers(1_320_000_000_000, 1_660_000_000_000))
+            attributes = _static_attributes(spec, driver_version, serial)
+            # NVLink peer-to-peer within the GPU's 8-GPU baseboard (HGX), both ends with NVLink.
+            for j in range(i - i % P2P_DOMAIN, min(i - i % P2P_DOMAIN + P2P_DOMAIN, gpus)):
+                peer = specs[j]
+                if j != i:
+                    linked = spec.nvlink_links > 0 and peer.nvlink_links > 0
+                    attributes[f"DCGM_EXP_P2P_STATUS:{j}"] = str(
+                        P2P_OK if linked else P2P_NOT_SUPPORTED
+                    )
+            info = GpuInfo(
                 index=i,
-                uuid=GpuUuid(f"GPU-{uuid.UUID(bytes=rng.bytes(16), version=4)}"),
+                uuid=uid,
                 model=spec.name,
                 pci_bus_id=f"00000000:{i + 1:02X}:00.0",
                 device=f"nvidia{i}",
                 vendor="nvidia",
                 driver_version=driver_version,
-                serial=str(rng.integers(1_320_000_000_000, 1_660_000_000_000)),
+                serial=serial,
                 memory_total_bytes=spec.memory_bytes,
+                attributes=tuple(attributes.items()),
             )
-            for i, spec in enumerate(specs)
-        ]
+            self._devices.append(info)
+        self._tdp = np.array([s.tdp_w for s in specs])
+        self._links = np.array([float(s.nvlink_links) for s in specs])
+        self._max_links = max(s.nvlink_links for s in specs)
+        self._violations: dict[str, np.ndarray] | None = None
         self._pending: list[tuple[float, Fault, bool]] = []  # (due, fault, ends it)
         for fault in faults:
             self.inject(fault)
@@ -146,6 +193,7 @@ class SimSource:
         self._physics.time_s = now - dt
         self._physics.step(dt, load, self._working_full * load)
         fields = self._physics.fields()
+        self._add_derived(fields)
         events: dict[int, list[XidEvent]] = {}
         for gpu, at, xid in self._physics.drain_xid_events():
             events.setdefault(gpu, []).append(XidEvent(timestamp=at, xid=xid))
@@ -160,6 +208,30 @@ class SimSource:
                 values = {k: v for k, v in zip(names, row, strict=True) if not math.isnan(v)}
                 samples.append(DeviceSample(info, values, xid_events=xids))
         return Snapshot(timestamp=now, hostname=self._hostname, devices=tuple(samples))
+
+    def _add_derived(self, fields: dict[str, np.ndarray]) -> None:
+        """Fields DCGM computes from others: limit, FB share, clock-event reasons, NVLink links.
+
+        Each follows its inputs: NaN (absent) wherever an input is NaN.
+        """
+        fields[f"{_D}POWER_MGMT_LIMIT"] = np.where(
+            np.isnan(fields[f"{_D}POWER_USAGE"]), np.nan, self._tdp
+        )
+        usable = fields[f"{_D}FB_TOTAL"] - fields[f"{_D}FB_RESERVED"]
+        fields[f"{_D}FB_USED_PERCENT"] = fields[f"{_D}FB_USED"] / usable  # DCGM: 0.0-1.0
+        previous = self._violations
+        self._violations = {k: fields[k].copy() for k, _ in _REASON_OF_VIOLATION}
+        reasons = np.zeros(len(self._devices))
+        for key, bit in _REASON_OF_VIOLATION:
+            now = fields[key]
+            grew = now > previous[key] if previous is not None else np.zeros_like(now, bool)
+            reasons += np.where(grew, bit, 0)
+        fields[f"{_D}CLOCKS_EVENT_REASONS"] = np.where(np.isnan(usable), np.nan, reasons)
+        total = fields[f"{_D}NVLINK_BANDWIDTH_TOTAL"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_link = np.rint(total / self._links)  # traffic spreads evenly over the links
+        for link in range(self._max_links):
+            fields[f"{_D}NVLINK_BANDWIDTH_L{link}"] = np.where(link < self._links, per_link, np.nan)
 
     def _fire_due(self, now: float) -> None:
         while self._pending and self._pending[0][0] <= now:

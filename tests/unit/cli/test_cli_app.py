@@ -92,7 +92,7 @@ def test_help_keeps_hyphenated_examples_whole(capsys, monkeypatch):
 def test_boolean_flags_are_shown_and_taken_as_flags(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     _, out, _ = run_main(capsys, "exporter", "--help")
-    assert "-k, --kubernetes  " in out
+    assert "-k, --kubernetes / --no-kubernetes" in out
     assert "<bool>" not in out
     exporter = command_tree().commands["exporter"]
     assert exporter.make_context("exporter", ["--kubernetes"]).params["kubernetes"] is True

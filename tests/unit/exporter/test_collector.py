@@ -1,6 +1,7 @@
 from collections import Counter
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.exposition import parse
 
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.exposition import render
@@ -66,16 +67,28 @@ def test_only_enabled_counters_are_exported(source):
     assert "DCGM_FI_DRIVER_VERSION" not in samples["DCGM_FI_DEV_POWER_USAGE"][0].labels
 
 
-def test_xid_window_counts_are_labelled_by_code_and_window(source):
+XID_ROW = "DCGM_EXP_XID_ERRORS_COUNT, counter, reported XIDs during last window"
+
+
+def test_xid_window_counts_are_labelled_by_code_and_window_with_a_zero_series_per_gpu(source):
     snapshot = source.sample()
     key = snapshot.devices[1].info.key
-    families = SnapshotFamilies(default_counters(), xid_window_ms=60_000)
-    samples = _parse(render(families.build(snapshot, {key: Counter({79: 1, 48: 2})})))
+    families = SnapshotFamilies(parse_counters(XID_ROW), xid_window_ms=60_000)
+    text = render(families.build(snapshot, {key: Counter({79: 1, 48: 2})})).decode()
     got = {
-        (s.labels["gpu"], s.labels["xid"], s.labels["window_size_in_ms"]): s.value
-        for s in samples["DCGM_EXP_XID_ERRORS_COUNT"]
+        (dict(pairs)["gpu"], dict(pairs).get("xid"), dict(pairs)["window_size_in_ms"]): value
+        for pairs, value in parse(text)["DCGM_EXP_XID_ERRORS_COUNT"].samples
     }
-    assert got == {("1", "48", "60000"): 2.0, ("1", "79", "60000"): 1.0}
+    # GPU 0 had none: one 0 series without an xid label, as dcgm-exporter writes it.
+    assert got == {("0", None, "60000"): 0.0, ("1", "48", "60000"): 2.0, ("1", "79", "60000"): 1.0}
+    # Typed and described by the counters file's row, not by our catalogue.
+    assert "# TYPE DCGM_EXP_XID_ERRORS_COUNT counter" in text
+    assert "# HELP DCGM_EXP_XID_ERRORS_COUNT reported XIDs during last window" in text
+
+
+def test_xid_count_is_absent_unless_listed(source):
+    text = render(SnapshotFamilies(default_counters()).build(source.sample(), {})).decode()
+    assert "DCGM_EXP_XID_ERRORS_COUNT" not in text
 
 
 def test_mig_instances_get_gpu_i_labels():

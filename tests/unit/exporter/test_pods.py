@@ -191,6 +191,20 @@ def test_list_maps_every_id_form_to_its_container(server, kubelet, make_mapper):
     assert mapper.last_success is not None
 
 
+def test_lookup_all_gives_every_holder_of_a_shared_gpu_with_its_replica(
+    server, kubelet, make_mapper
+):
+    kubelet.pods = node_pods()
+    mapper = make_mapper()
+    mapper.refresh()
+    assert mapper.lookup_all(GPU_SHARED, 4) == (
+        PodRef("alpha", "shared", "c", vgpu="0"),
+        PodRef("zeta", "shared", "c", vgpu="1"),
+    )
+    assert mapper.lookup_all(GPU_A, 0) == (PodRef("train-0", "ml", "trainer"),)
+    assert mapper.lookup_all("GPU-nobody", 7) == ()
+
+
 def test_default_resource_names_ignore_other_resources(server, kubelet, make_mapper):
     kubelet.pods = node_pods()
     mapper = make_mapper()

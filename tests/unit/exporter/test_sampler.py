@@ -1,8 +1,9 @@
 from prometheus_client.parser import text_string_to_metric_families
+from support.exposition import parse
 
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.sampler import Sampler
-from gpuscale.fields import default_counters
+from gpuscale.fields import default_counters, parse_counters
 from gpuscale.telemetry.base import XidEvent
 
 
@@ -132,15 +133,51 @@ def test_failed_fields_and_lost_gpu_are_counted_once(source, clock):
     assert up == {"0": 1.0, "1": 0.0}
 
 
+EXP_ROWS = """DCGM_FI_DEV_GPU_UTIL, gauge, util
+DCGM_EXP_XID_ERRORS_COUNT, counter, reported XIDs during last window
+DCGM_EXP_CLOCK_EVENTS_COUNT, counter, reported clock events
+"""
+
+
+def _exp_sampler(source, clock, **kw):
+    families = SnapshotFamilies(parse_counters(EXP_ROWS), clock_window_ms=10_000)
+    return Sampler(source, families, monotonic=clock, timeout_s=10.0, **kw)
+
+
+def _counts(body: bytes, name: str, label: str) -> dict[tuple[str, str | None], float]:
+    family = parse(body.decode())[name]
+    return {(dict(p)["gpu"], dict(p).get(label)): v for p, v in family.samples}
+
+
 def test_xid_events_counted_in_window_then_expire(source, clock):
     source._clock = clock
-    sampler = _sampler(source, clock, xid_window_ms=10_000)
+    sampler = _exp_sampler(source, clock, xid_window_ms=10_000)
     source.xids[0] = [XidEvent(clock.now, 79)]
     sampler.collect_once()
-    assert _named(sampler.exposition(), "DCGM_EXP_XID_ERRORS_COUNT") == [1.0]
+    got = _counts(sampler.exposition(), "DCGM_EXP_XID_ERRORS_COUNT", "xid")
+    assert got == {("0", "79"): 1.0, ("1", None): 0.0}
     clock.advance(11.0)
     sampler.collect_once()
-    assert _named(sampler.exposition(), "DCGM_EXP_XID_ERRORS_COUNT") == []
+    got = _counts(sampler.exposition(), "DCGM_EXP_XID_ERRORS_COUNT", "xid")
+    assert got == {("0", None): 0.0, ("1", None): 0.0}
+
+
+def test_clock_events_count_collects_with_each_reason_bit_in_the_window(source, clock):
+    source._clock = clock
+    sampler = _exp_sampler(source, clock)
+    source.values[0]["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = 0x4 | 0x40  # power cap, hw thermal
+    source.values[1]["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = 0x1  # idle
+    sampler.collect_once()
+    clock.advance(5.0)
+    source.values[0]["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = 0x4
+    sampler.collect_once()
+    got = _counts(sampler.exposition(), "DCGM_EXP_CLOCK_EVENTS_COUNT", "clock_event")
+    assert got == {("0", "power_cap"): 2.0, ("0", "hw_thermal"): 1.0, ("1", "gpu_idle"): 2.0}
+    clock.advance(6.0)  # the first collect leaves the 10 s window
+    source.values[0]["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = 0
+    sampler.collect_once()
+    got = _counts(sampler.exposition(), "DCGM_EXP_CLOCK_EVENTS_COUNT", "clock_event")
+    assert got == {("0", "power_cap"): 1.0, ("1", "gpu_idle"): 2.0}
 
 
 def test_gzip_body_is_one_stream_equal_to_the_plain_body(source, clock):
@@ -156,3 +193,16 @@ def test_gzip_body_is_one_stream_equal_to_the_plain_body(source, clock):
         assert one_member.unused_data == b""
         assert text == sampler.exposition()
         assert b"gpuscale_exporter_collects_total" in text
+
+
+def test_replaced_families_are_served_from_the_next_collect(source, clock):
+    source._clock = clock
+    sampler = _sampler(source, clock)
+    sampler.collect_once()
+    assert "DCGM_EXP_CLOCK_EVENTS_COUNT" not in parse(sampler.exposition().decode())
+    sampler.replace_families(SnapshotFamilies(parse_counters(EXP_ROWS)))
+    source.values[0]["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = 0x1
+    sampler.collect_once()
+    got = _counts(sampler.exposition(), "DCGM_EXP_CLOCK_EVENTS_COUNT", "clock_event")
+    assert got == {("0", "gpu_idle"): 1.0, ("1", None): 0.0}
+    assert "DCGM_FI_DEV_POWER_USAGE" not in parse(sampler.exposition().decode())  # not listed

@@ -63,11 +63,6 @@ def test_accepts_every_dcgm_exporter_type(type_):
         ("# c\n\nDCGM_FI_DEV_GPU_UTIL, gaugee, x", 3, "unknown type 'gaugee'"),
         ("DCGM_FI_DEV_GPU_UTIL gauge x", 1, "malformed row"),
         ("DCGM_FI_DEV_GPU_UTIL, , x", 1, "malformed row"),
-        (
-            "DCGM_FI_DEV_GPU_UTIL, gauge, a\nDCGM_FI_DEV_GPU_UTIL, gauge, b",
-            2,
-            "already listed on line 1",
-        ),
     ],
 )
 def test_bad_rows_name_file_and_line(text, line, fragment):
@@ -133,3 +128,31 @@ def test_any_subset_round_trips_through_the_file_format(names):
     parsed = parse_counters(text)
     assert [c.name for c in parsed] == names
     assert [c.help for c in parsed] == [DCGM_FIELDS[n].help for n in names]
+
+
+def test_a_repeated_row_keeps_the_first_as_dcgm_exporter_serves_it(caplog):
+    counters = parse_counters("DCGM_FI_DEV_GPU_UTIL, gauge, a\nDCGM_FI_DEV_GPU_UTIL, gauge, b", "x")
+    assert [(c.name, c.help) for c in counters] == [("DCGM_FI_DEV_GPU_UTIL", "a")]
+    assert "x:2: DCGM_FI_DEV_GPU_UTIL is already listed on line 1" in caplog.text
+
+
+def test_legacy_names_resolve_to_their_field_and_keep_their_name():
+    sm, throttle = parse_counters(
+        "dcgm_sm_clock, gauge, SM clock\nDCGM_FI_DEV_CLOCK_THROTTLE_REASONS, gauge, why"
+    )
+    assert (sm.name, sm.field.name, sm.field.field_id) == (
+        "dcgm_sm_clock",
+        "DCGM_FI_DEV_SM_CLOCK",
+        100,
+    )
+    assert (throttle.field.name, throttle.field.field_id) == (
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        112,
+    )
+
+
+def test_built_in_default_is_dcgm_exporters_file_with_its_help_texts():
+    counters = {c.name: c for c in default_counters()}
+    assert counters["DCGM_FI_DEV_SM_CLOCK"].help == "SM clock frequency (in MHz)."
+    assert "DCGM_EXP_XID_ERRORS_COUNT" not in counters  # commented out upstream
+    assert counters["DCGM_FI_DRIVER_VERSION"].type == "label"

@@ -118,7 +118,7 @@ def test_thermal_throttling_and_stragglers_are_judged_on_rates():
     later = metrics(
         5,
         **{
-            health.THERMAL: {"p0": 6e6},
+            health.THERMAL: {"p0": 6e9},  # ns, as DCGM reports it
             health.DONE: {"p0": 30.0, "p1": 30.0, "p2": 30.0, "p3": 2.0, "p4": 30.0},
         },
     )

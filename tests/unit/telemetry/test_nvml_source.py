@@ -47,14 +47,19 @@ EXPECTED = {
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 4.0,
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1.0,
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
-    "DCGM_FI_DEV_POWER_VIOLATION": 5000.0,  # 5 ms in ns -> us
-    "DCGM_FI_DEV_THERMAL_VIOLATION": 2.0,
+    "DCGM_FI_DEV_POWER_VIOLATION": 5_000_000.0,  # ns, as NVML and DCGM both report it
+    "DCGM_FI_DEV_THERMAL_VIOLATION": 2000.0,
     "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0.0,
-    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": 7.0,
-    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": 9000.0,
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": 7000.0,
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": 9_000_000.0,
     "DCGM_FI_DEV_RELIABILITY_VIOLATION": 0.0,
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0,  # 700000 mW
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 4.0,  # the bitmask, unchanged
+    "DCGM_FI_DEV_FB_USED_PERCENT": 20480 / (81920 - 512),  # used / (total - reserved)
     "DCGM_FI_PROF_PCIE_TX_BYTES": 1000.0 * 1024,  # KB/s -> B/s
     "DCGM_FI_PROF_PCIE_RX_BYTES": 2000.0 * 1024,
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": 1000.0,  # KB/s, as NVML samples it
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": 2000.0,
 }
 
 # Which fields each getter feeds, written from the DCGM and NVML docs.
@@ -82,10 +87,17 @@ GETTER_FIELDS = {
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     ),
     "nvmlDeviceGetViolationStatus": tuple(k for k in EXPECTED if k.endswith("_VIOLATION")),
-    "nvmlDeviceGetPcieThroughput": ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+    "nvmlDeviceGetPcieThroughput": (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+    ),
+    "nvmlDeviceGetPowerManagementLimit": ("DCGM_FI_DEV_POWER_MGMT_LIMIT",),
+    "nvmlDeviceGetCurrentClocksEventReasons": ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",),
 }
 assert set().union(*GETTER_FIELDS.values()) | {
-    f"DCGM_FI_DEV_FB_{k}" for k in ("TOTAL", "USED", "FREE", "RESERVED")
+    f"DCGM_FI_DEV_FB_{k}" for k in ("TOTAL", "USED", "FREE", "RESERVED", "USED_PERCENT")
 } == set(EXPECTED)
 
 

@@ -18,12 +18,13 @@ from gpuscale.telemetry.activity import (
 )
 from gpuscale.telemetry.loads import ActivityMix
 from gpuscale.telemetry.physics import GPU_MODELS, MIB, FleetPhysics, GpuModel, gpu_model
+from gpuscale.telemetry.sim import DERIVED
 
 H100 = GPU_MODELS["H100"]
 REPORTED = {
     name
     for name, f in DCGM_FIELDS.items()
-    if f.type != "label" and name != "DCGM_EXP_XID_ERRORS_COUNT"
+    if f.type != "label" and f.field_id and name not in DERIVED  # DERIVED: sim.py adds them
 }
 
 
@@ -122,8 +123,8 @@ def test_thermal_fault_throttles_only_the_faulty_gpu_and_clears():
     assert clock[1] < H100.max_sm_clock_mhz
     assert fleet.capacity_factor[1] < 1.0
     assert violation[1] > first["DCGM_FI_DEV_THERMAL_VIOLATION"][1] > 0
-    # Held at the trip point, the last 60 s were all throttled (microseconds).
-    assert violation[1] - first["DCGM_FI_DEV_THERMAL_VIOLATION"][1] == pytest.approx(60e6, rel=0.01)
+    # Held at the trip point, the last 60 s were all throttled (nanoseconds, as DCGM).
+    assert violation[1] - first["DCGM_FI_DEV_THERMAL_VIOLATION"][1] == pytest.approx(60e9, rel=0.01)
     for other in (0, 2):
         assert temp[other] < H100.slowdown_temp_c
         assert clock[other] == H100.max_sm_clock_mhz
@@ -141,7 +142,7 @@ def test_power_limit_lowers_clock_and_counts_power_violation():
     f = fleet.fields()
     assert f["DCGM_FI_DEV_POWER_USAGE"][0] == pytest.approx(H100.tdp_w)
     assert H100.base_sm_clock_mhz <= f["DCGM_FI_DEV_SM_CLOCK"][0] < H100.max_sm_clock_mhz
-    assert f["DCGM_FI_DEV_POWER_VIOLATION"][0] == pytest.approx(10e6)
+    assert f["DCGM_FI_DEV_POWER_VIOLATION"][0] == pytest.approx(10e9)
     assert f["DCGM_FI_DEV_POWER_USAGE"][1] < H100.tdp_w
     assert f["DCGM_FI_DEV_POWER_VIOLATION"][1] == 0
 
@@ -264,7 +265,7 @@ def test_idle_gpu_drops_to_idle_clock_and_counts_low_utilisation():
     fleet.step(30.0, np.array([0.0, 0.8]))
     f = fleet.fields()
     assert f["DCGM_FI_DEV_SM_CLOCK"].tolist() == [H100.idle_sm_clock_mhz, H100.max_sm_clock_mhz]
-    assert f["DCGM_FI_DEV_LOW_UTIL_VIOLATION"].tolist() == [30e6, 0.0]
+    assert f["DCGM_FI_DEV_LOW_UTIL_VIOLATION"].tolist() == [30e9, 0.0]
     assert fleet.capacity_factor.tolist() == [1.0, 1.0]  # an idle GPU can still serve at full clock
 
 

@@ -227,3 +227,30 @@ def test_thermal_fault_with_a_duration_cools_down_again():
 def test_faults_the_exporter_cannot_inject_are_config_errors(fault, message):
     with pytest.raises(ConfigError, match=message):
         source(FakeClock(), gpus=2, faults=[fault])
+
+
+def test_derived_fields_follow_their_inputs():
+    clock = iter(range(1000, 2000, 30))
+    src = SimSource(2, ("H100", "L4"), load=constant(0.0), clock=lambda: float(next(clock)))
+    src.sample()
+    h100, l4 = (d.values for d in src.sample().devices)
+    assert h100["DCGM_FI_DEV_POWER_MGMT_LIMIT"] == 700.0  # the H100 SXM datasheet TDP
+    used = h100["DCGM_FI_DEV_FB_USED"]
+    usable = h100["DCGM_FI_DEV_FB_TOTAL"] - h100["DCGM_FI_DEV_FB_RESERVED"]
+    assert h100["DCGM_FI_DEV_FB_USED_PERCENT"] == pytest.approx(used / usable)
+    assert 0 < h100["DCGM_FI_DEV_FB_USED_PERCENT"] < 1
+    # Idle for the whole step: the low-utilisation violation grew, so the idle bit is set.
+    assert int(h100["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]) & 0x1
+    # 18 NVLink 4 links on H100 SXM, none on L4: per-link fields only where links exist.
+    links = [k for k in h100 if k.startswith("DCGM_FI_DEV_NVLINK_BANDWIDTH_L")]
+    assert len(links) == 18
+    assert not [k for k in l4 if k.startswith("DCGM_FI_DEV_NVLINK_BANDWIDTH_L")]
+
+
+def test_static_label_fields_and_nvlink_p2p_status():
+    src = SimSource(3, ("H100", "H100", "L4"), clock=lambda: 1000.0)
+    first = dict(src.devices()[0].attributes)
+    assert first["DCGM_FI_DEV_SERIAL"] == src.devices()[0].serial
+    assert first["DCGM_FI_DEV_VBIOS_VERSION"]
+    # NVLink P2P needs NVLink at both ends: OK (0) to the other H100, NotSupported (5) to L4.
+    assert (first["DCGM_EXP_P2P_STATUS:1"], first["DCGM_EXP_P2P_STATUS:2"]) == ("0", "5")
