@@ -3,20 +3,18 @@ KubeActuator over it, and the real in-process MetricStore as the metrics source.
 
 import logging
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-import numpy as np
 import pytest
+from support.control import FAST
 from support.kubeapi import KubeApiDouble, ManualClock
 
 from gpuscale.control.config import load
 from gpuscale.control.controller import Controller
-from gpuscale.control.kubernetes import KubeActuator, RetryPolicy
+from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore
-
-FAST = RetryPolicy(attempts=2, base_s=0.01, max_s=0.02, total_s=2.0, timeout_s=5.0)
 
 
 @pytest.fixture
@@ -47,15 +45,6 @@ def store() -> MetricStore:
     return MetricStore()
 
 
-def feed(store: MetricStore, t: float, metric: str, per_pod: Mapping[str, float], **extra) -> None:
-    """One scrape of a per-GPU metric, one GPU per pod, as the exporter labels it."""
-    labels = [
-        {"pod": pod, "namespace": "default", "UUID": f"GPU-{i:04d}", "Hostname": "node-a", **extra}
-        for i, pod in enumerate(per_pod)
-    ]
-    store.ingest(t, metric, labels, np.array(list(per_pod.values()), dtype=float))
-
-
 @pytest.fixture
 def make_controller(tmp_path, kact, kclock, store) -> Callable[..., Controller]:
     def make(targets_yaml: str, *, source=None, dry_run: bool = False, actuator=None) -> Controller:
@@ -74,21 +63,6 @@ def make_controller(tmp_path, kact, kclock, store) -> Callable[..., Controller]:
         )
 
     return make
-
-
-def pod_names(api: KubeApiDouble, name: str = "web") -> list[str]:
-    return sorted(
-        p["metadata"]["name"] for p in api.pods() if p["metadata"]["name"].startswith(name)
-    )
-
-
-def replicas(api: KubeApiDouble, name: str = "web") -> int:
-    return int(api.get("apps/v1", "deployments", name, "default")["spec"]["replicas"])
-
-
-def events(api: KubeApiDouble, reason: str | None = None) -> list[dict]:
-    found = api.store.list(api.store.resource("v1", "events"), "default")
-    return [e for e in found if reason is None or e.get("reason") == reason]
 
 
 @pytest.fixture

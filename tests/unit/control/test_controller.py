@@ -3,7 +3,7 @@
 import json
 import threading
 
-from conftest import events, feed, pod_names, replicas
+from support.control import events, feed, pod_names, replicas
 from support.servers import free_port
 
 from gpuscale.metrics.prometheus import PrometheusSource

@@ -3,7 +3,7 @@ holder acts; a standby takes over once the holder's lease expires."""
 
 import threading
 
-from conftest import FAST, feed, pod_names, replicas
+from support.control import FAST, feed, pod_names, replicas
 
 from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.lease import LeaseElector

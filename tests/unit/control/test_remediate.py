@@ -1,6 +1,6 @@
 """Remediation: a pod on a sick GPU is deleted, one per sync, never below minReplicas."""
 
-from conftest import events, feed, pod_names
+from support.control import events, feed, pod_names
 
 from gpuscale.control import remediate
 from gpuscale.metrics.store import MetricStore
