@@ -241,9 +241,9 @@ class AlertConfig(_Settings):
 
     Attributes:
         exporter_job: Regular expression of the scrape jobs of GPU exporters.
-        violation_unit: What one count of DCGM's ``*_VIOLATION`` counters is:
-            ``us`` (gpuscale's catalogue, DCGM's field documentation) or ``ns`` (the
-            unit newer dcgm-exporter counters files state).
+        violation_unit: What one count of DCGM's ``*_VIOLATION`` counters is: ``ns``
+            (what DCGM reports and dcgm-exporter 4.x and gpuscale's exporter serve) or
+            ``us`` (for exporters that scaled the counters to microseconds).
         runbook_url: Base URL of the runbooks; each alert links ``URL#alertname`` in lower case.
         labels: Extra labels put on every alert (a team, a route).
         interval: Evaluation interval of every group; None keeps Prometheus's global one.
@@ -253,7 +253,7 @@ class AlertConfig(_Settings):
     """
 
     exporter_job: str = "dcgm-exporter|gpuscale-exporter"
-    violation_unit: Literal["us", "ns"] = "us"
+    violation_unit: Literal["us", "ns"] = "ns"
     runbook_url: str = "https://github.com/gpuscale/gpuscale/blob/main/docs/alerts.md"
     labels: dict[str, str] = {}
     interval: Duration | None = None

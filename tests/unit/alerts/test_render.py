@@ -116,10 +116,10 @@ def test_cli_writes_the_operator_resource_to_the_out_file(tmp_path):
     assert f"wrote {out}" in result.stderr
 
 
-def test_violation_counters_in_nanoseconds_divide_by_1e9(tmp_path):
+def test_violation_counters_default_to_nanoseconds_and_microseconds_divide_by_1e6(tmp_path):
     default = {a.alert: a.expr for a in alerts_of(build_catalogue())}
-    ns = parse_config("violation_unit: ns\n", tmp_path / "s.yml")
-    changed = {a.alert: a.expr for a in alerts_of(build_catalogue(ns))}
-    assert "[5m]) / 1e6 > 0.05" in default["GpuThermalThrottling"]
-    assert "[5m]) / 1e9 > 0.05" in changed["GpuThermalThrottling"]
-    assert "[10m]) / 1e9 > 0.5" in changed["GpuPowerCapped"]
+    us = parse_config("violation_unit: us\n", tmp_path / "s.yml")
+    changed = {a.alert: a.expr for a in alerts_of(build_catalogue(us))}
+    assert "[5m]) / 1e9 > 0.05" in default["GpuThermalThrottling"]
+    assert "[5m]) / 1e6 > 0.05" in changed["GpuThermalThrottling"]
+    assert "[10m]) / 1e6 > 0.5" in changed["GpuPowerCapped"]
