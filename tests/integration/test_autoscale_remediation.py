@@ -92,7 +92,8 @@ def run(tmp_path, stack: ExitStack) -> None:
         "--no-leader-elect",
     )
     stack.callback(ctl.stop)
-    query = f'DCGM_EXP_XID_ERRORS_COUNT{{xid="79",pod="{victim}"}} > 0'
+    # XID 79 takes the GPU off the bus: its fields vanish and gpuscale_gpu_up says 0
+    query = f'gpuscale_gpu_up{{pod="{victim}"}} == 0'
     seen = wait_until(lambda: prom.query(query), FAULT_AT_S + 30)
     names = lambda: {p["metadata"]["name"] for p in api.pods()}  # noqa: E731
     gone = wait_until(lambda: victim not in names(), 30)
@@ -102,14 +103,14 @@ def run(tmp_path, stack: ExitStack) -> None:
     [deleted] = [e for e in events if e["reason"] == "UnhealthyGPUPodDeleted"]
     assert deleted["involvedObject"]["name"] == "llm"
     assert uuid in deleted["message"]
-    assert "XID 79" in deleted["message"]
+    assert "gpuscale_gpu_up == 0" in deleted["message"]
     assert victim in deleted["message"]
     # The double's controller replaces it: llm is back to 3 pods, on healthy GPUs.
     wait_until(lambda: len([n for n in names() if n.startswith("llm-")]) == 3, 10)
 
     # small's sick GPU holds one of its 2 pods with minReplicas 2: it is kept, and
     # the controller says why, for as long as we watch (three more syncs).
-    wait_until(lambda: prom.query(f'DCGM_EXP_XID_ERRORS_COUNT{{xid="79",pod="{spared}"}}'), 10)
+    wait_until(lambda: prom.query(f'gpuscale_gpu_up{{pod="{spared}"}} == 0'), 10)
     blocked = lambda: [  # noqa: E731
         d
         for d in ctl.decisions("default/Deployment/small")

@@ -10,6 +10,11 @@ dcgm-exporter's ``pod``/``namespace`` labels:
 * ``DCGM_EXP_XID_ERRORS_COUNT{xid=...} > 0`` for an XID after which the GPU's work
   is lost or wrong (``REMEDIATE_XIDS``), within the exporter's window
   (``--xid-count-window-size``, 5 min by default): "recent";
+* ``DCGM_FI_DEV_XID_ERRORS``, the last XID (in dcgm-exporter's default counters,
+  where the count family above is off), when it is one of those XIDs and became
+  so within ``XID_RECENT_S``: the GPU's value then differs from (or had none) that
+  window ago. Compared per GPU UUID, so the pod that replaces a deleted one on the
+  same GPU is not deleted for the same old XID;
 * ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0``: a double-bit ECC error since the driver
   loaded.
 
@@ -29,6 +34,9 @@ from gpuscale.scaling.policy import TargetStatus
 
 GPU_UP = "gpuscale_gpu_up"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+XID_LAST = "DCGM_FI_DEV_XID_ERRORS"
+XID_RECENT_S = 300.0
+"""How recent a last-XID change must be to count: dcgm-exporter's default XID count window."""
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 
 REMEDIATE_XIDS = FATAL_XIDS - {92}
@@ -90,6 +98,7 @@ def find(source: MetricsSource, namespace: str, at: float) -> list[Finding]:
             found.append(
                 Finding(res.labels["pod"], gpu, node, "xid", f"XID {xid} x{count:g}{within}")
             )
+    found.extend(_recent_last_xids(source, ns, at))
     for res in source.instant(Signal(DBE, ns), at):
         count = res.points[-1][1] if res.points else 0.0
         if count > 0 and res.labels.get("pod"):
@@ -98,6 +107,22 @@ def find(source: MetricsSource, namespace: str, at: float) -> list[Finding]:
                 Finding(res.labels["pod"], gpu, node, "dbe", f"{count:g} double-bit ECC errors")
             )
     return sorted(found, key=lambda f: (f.pod, f.kind))
+
+
+def _recent_last_xids(source: MetricsSource, ns: dict[str, str], at: float) -> list[Finding]:
+    """Pods whose GPU's last XID turned fatal within ``XID_RECENT_S`` (per GPU UUID)."""
+    before: dict[str, float] = {}
+    for res in source.instant(Signal(XID_LAST, ns), at - XID_RECENT_S):
+        if res.points:
+            before[_gpu(dict(res.labels))[0]] = res.points[-1][1]
+    found: list[Finding] = []
+    for res in source.instant(Signal(XID_LAST, ns), at):
+        value = res.points[-1][1] if res.points else 0.0
+        gpu, node = _gpu(dict(res.labels))
+        fatal = value.is_integer() and int(value) in REMEDIATE_XIDS
+        if fatal and res.labels.get("pod") and before.get(gpu) != value:
+            found.append(Finding(res.labels["pod"], gpu, node, "xid", f"last XID {int(value)}"))
+    return found
 
 
 def choose(

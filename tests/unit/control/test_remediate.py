@@ -32,6 +32,18 @@ def test_find_reads_gpu_up_fatal_xids_and_dbe_with_their_gpu():
     assert remediate.find(store, "other-namespace", 10.0) == []
 
 
+def test_a_last_xid_counts_when_it_turned_fatal_within_the_window_on_that_gpu():
+    store = MetricStore()
+    # at 0 s GPU-0000 (pod a) last saw XID 13; GPU-0001 (pod b) already had XID 79
+    feed(store, 0.0, "DCGM_FI_DEV_XID_ERRORS", {"a": 13.0, "b": 79.0})
+    feed(store, 350.0, "DCGM_FI_DEV_XID_ERRORS", {"a": 79.0, "b": 79.0})
+    found = remediate.find(store, "default", 350.0)
+    assert [(f.pod, f.gpu, f.evidence) for f in found] == [("a", "GPU-0000", "last XID 79")]
+    # older than the window on both GPUs: nothing is recent any more
+    feed(store, 700.0, "DCGM_FI_DEV_XID_ERRORS", {"a": 79.0, "b": 79.0})
+    assert remediate.find(store, "default", 700.0) == []
+
+
 def test_xid_92_is_not_grounds_for_deletion():
     assert 92 not in remediate.REMEDIATE_XIDS
     assert {48, 63, 64, 74, 79, 94, 95} == set(remediate.REMEDIATE_XIDS)
