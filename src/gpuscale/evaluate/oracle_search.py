@@ -19,8 +19,13 @@ and bounded (``max_simulations`` runs, the ceiling run included):
 1. ``x = 0``.
 2. If it misses the target: the ceiling, every GPU the node pool holds asked for
    at the start (from the scenario's own initial replicas and nodes). If it
-   misses the target, the goal is just below it (``CEILING_SLACK``;
-   ``met_target`` is False).
+   misses the target (the serving model caps attainment below it: exponential
+   service times with the SLO at 4 x their mean cap it at 1 - e^-4), the goal is
+   the ceiling itself, less one request's share of the run (``ceiling_goal``):
+   attainment counts requests, and the fluid queue only approaches the ceiling
+   (any queueing at all costs a fraction of a request), so a plan within one
+   request of an unlimited fleet is as good as one can be. ``met_target`` is
+   False.
 3. When the pool grows by new nodes, ``x = 0`` again with nodes asked for only
    when pods wait for them (``node_lead_s = 0``); if that meets the goal more
    cheaply (or alone meets it), the rest of the search plans that way.
@@ -85,8 +90,8 @@ SLACK_PER_MARGIN_S = 60.0
 BISECT_TOLERANCE = 0.002
 """The search stops bisecting the margin when the bracket is this narrow."""
 
-CEILING_SLACK = 0.002
-"""When the ceiling is below the target, the search aims this far below the ceiling."""
+CEILING_REQUESTS = 1.0
+"""When the ceiling is below the target, the search aims this many requests' share below it."""
 
 LOCAL_STEP = 0.05
 """Share of the estimate each local round adds to the seconds around a missed step."""
@@ -129,8 +134,8 @@ class OracleSearch:
         attainment: The chosen plan's attainment (by the search's ``score``), 0 to 1.
         gpu_hours: The chosen plan's GPU-hours (by the search's ``cost``).
         target: The attainment asked for.
-        goal: The attainment aimed for: ``target``, or ``ceiling - CEILING_SLACK``
-            when the ceiling is below the target.
+        goal: The attainment aimed for: ``target``, or ``ceiling_goal`` when the
+            ceiling is below the target.
         ceiling: Attainment of the whole node pool asked for at the start; None when
             the first plan met the target (it is run only when that one did not).
         trials: Every oracle run, in the order made.
@@ -198,6 +203,20 @@ def ceiling_run(scenario: Scenario) -> RunResult:
     """
     fleet = fleet_replicas(scenario)
     return simulate(scenario, StaticPolicy(fleet, name="ceiling", interval_s=1.0))
+
+
+def ceiling_goal(ceiling: float, requests: float) -> float:
+    """The goal when the ceiling is below the target: the ceiling less ``CEILING_REQUESTS``.
+
+    Args:
+        ceiling: Attainment of the ceiling run, 0 to 1.
+        requests: Requests that arrived in the ceiling run (a share of one of them is
+            the finest difference attainment can show).
+
+    Returns:
+        Attainment, 0 to 1.
+    """
+    return ceiling - CEILING_REQUESTS / max(requests, 1.0)
 
 
 def _knob(x: float) -> tuple[float, float]:
@@ -287,10 +306,11 @@ def search_oracle(
     budget = max_simulations
     met = hits(0.0)
     if not met:  # the estimate misses: can the node pool meet the target at all?
-        ceiling = rate(ceiling_run(scenario))
+        full = ceiling_run(scenario)
+        ceiling = rate(full)
         budget -= 1
         if ceiling < target:
-            goal = ceiling - CEILING_SLACK
+            goal = ceiling_goal(ceiling, full.requests)
             logger.warning(
                 "%s: the ceiling %.4f is below the target %.4f; aiming for %.4f",
                 name, ceiling, target, goal,
