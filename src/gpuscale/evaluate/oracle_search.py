@@ -16,6 +16,9 @@ and each release drains pods whose long requests are retried. Then one knob
 and ``slack_s = SLACK_PER_MARGIN_S x max(x, 0)``. The search is deterministic
 and bounded (``max_simulations`` runs, the ceiling run included):
 
+Plans are whole nodes (``FILL_NODES``), and a plan that rounds to one already
+run is not run again.
+
 1. ``x = 0``.
 2. If it misses the target: the ceiling, every GPU the node pool holds asked for
    at the start (from the scenario's own initial replicas and nodes). If it
@@ -34,7 +37,8 @@ and bounded (``max_simulations`` runs, the ceiling run included):
    ``LOCAL_STEP`` of the estimate over the scored steps that missed the goal in
    the last run and the ``LOCAL_BEFORE_S`` seconds before them
    (``missed_seconds``), until the goal is met or a round gains less than
-   ``LOCAL_PROGRESS``. Then, if still short, double ``x`` from ``FIRST_STEP`` on
+   ``LOCAL_PROGRESS``; a round that meets it is bisected down to the least share
+   of its raise that still does (``LOCAL_REFINE``). Then, if still short, double ``x`` from ``FIRST_STEP`` on
    the raised plan until the goal is met, and bisect between miss and hit.
 5. The answer is the cheapest run (GPU-hours, by the search's ``cost``) that met
    the goal, or, when none did, the run with the highest attainment.
@@ -99,8 +103,14 @@ LOCAL_STEP = 0.05
 LOCAL_PROGRESS = 1e-4
 """A local round that gains less attainment than this ends the local rounds."""
 
+FILL_NODES = True
+"""Plan whole nodes (``OracleConfig.fill_nodes``): the harness pays for a node's every GPU."""
+
 LOCAL_ROUNDS = 8
 """Most local rounds before the search falls back to scaling the whole plan."""
+
+LOCAL_REFINE = 0.125
+"""A local round that meets the goal is bisected down to this share of its raise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +284,7 @@ def search_oracle(
     trials: list[OracleTrial] = []
     last: list[RunResult] = []
     node_lead = [base.node_lead_s]
+    seen: dict[tuple[bytes, float, float], RunResult] = {}
 
     def hits(x: float, *, boosted: bool = False) -> bool:
         margin, slack = _knob(x)
@@ -285,8 +296,14 @@ def search_oracle(
             max_replicas=fleet,
             hold_s=hold,
             node_lead_s=node_lead[0],
+            fill_nodes=FILL_NODES,
         )
-        result = simulate(scenario, OraclePolicy.from_config(plan, config, name))
+        policy = OraclePolicy.from_config(plan, config, name)
+        # Margins a node rounds to the same plan decide alike: run each plan once.
+        key = (policy.planned.tobytes(), slack, node_lead[0])
+        result = seen.get(key)
+        if result is None:
+            result = seen[key] = simulate(scenario, policy)
         raised = int(np.count_nonzero(boost))
         trial = OracleTrial(margin, slack, rate(result), price(result), raised, node_lead[0])
         trials.append(trial)
@@ -332,12 +349,19 @@ def search_oracle(
         missed = missed_seconds(last[0], goal, warmup_s, estimate.size)
         if not missed.any() or boost[missed].min() >= LOCAL_MAX:
             break
+        previous = boost.copy()
         boost[missed] = np.minimum(boost[missed] + LOCAL_STEP, LOCAL_MAX)
         plan = np.ceil(estimate * (1.0 + boost) - 1e-9).astype(np.int64).tolist()
         rounds += 1
         before = trials[-1].attainment
         if hits(0.0, boosted=True):
-            lo = hi = 0.0  # met: no global margin is tried
+            lo = hi = 0.0  # met: no global margin is tried; bisect this round's raise
+            low, high = 0.0, 1.0
+            while len(trials) < budget and high - low > LOCAL_REFINE:
+                share = (low + high) / 2.0
+                raised = previous + share * (boost - previous)
+                plan = np.ceil(estimate * (1.0 + raised) - 1e-9).astype(np.int64).tolist()
+                low, high = (low, share) if hits(0.0, boosted=True) else (share, high)
         elif trials[-1].attainment < before + LOCAL_PROGRESS:
             break  # raising the plan where it missed does not help: scale all of it
     x = FIRST_STEP  # otherwise scale the whole (locally raised) plan
