@@ -38,7 +38,8 @@ run is not run again.
    the last run and the ``LOCAL_BEFORE_S`` seconds before them
    (``missed_seconds``), until the goal is met or a round gains less than
    ``LOCAL_PROGRESS``; a round that meets it is bisected down to the least share
-   of its raise that still does (``LOCAL_REFINE``). Then, if still short, double ``x`` from ``FIRST_STEP`` on
+   of its raise, and of the seconds it raised before each miss, that still does
+   (``LOCAL_REFINE``). Then, if still short, double ``x`` from ``FIRST_STEP`` on
    the raised plan until the goal is met, and bisect between miss and hit.
 5. The answer is the cheapest run (GPU-hours, by the search's ``cost``) that met
    the goal, or, when none did, the run with the highest attainment.
@@ -62,6 +63,7 @@ import numpy as np
 from gpuscale.errors import require
 from gpuscale.evaluate import fleet
 from gpuscale.evaluate.oracle_plan import (
+    LOCAL_BEFORE_S,
     LOCAL_MAX,
     MAX_MARGIN,
     cold_starts_for,
@@ -349,7 +351,7 @@ def search_oracle(
         missed = missed_seconds(last[0], goal, warmup_s, estimate.size)
         if not missed.any() or boost[missed].min() >= LOCAL_MAX:
             break
-        previous = boost.copy()
+        previous, missed_run = boost.copy(), last[0]
         boost[missed] = np.minimum(boost[missed] + LOCAL_STEP, LOCAL_MAX)
         plan = np.ceil(estimate * (1.0 + boost) - 1e-9).astype(np.int64).tolist()
         rounds += 1
@@ -358,8 +360,12 @@ def search_oracle(
             lo = hi = 0.0  # met: no global margin is tried; bisect this round's raise
             low, high = 0.0, 1.0
             while len(trials) < budget and high - low > LOCAL_REFINE:
-                share = (low + high) / 2.0
-                raised = previous + share * (boost - previous)
+                share = (low + high) / 2.0  # of the raise, and of the seconds before a miss
+                near = missed_seconds(
+                    missed_run, goal, warmup_s, estimate.size, share * LOCAL_BEFORE_S
+                )
+                raised = previous.copy()
+                raised[near] = np.minimum(previous[near] + share * LOCAL_STEP, LOCAL_MAX)
                 plan = np.ceil(estimate * (1.0 + raised) - 1e-9).astype(np.int64).tolist()
                 low, high = (low, share) if hits(0.0, boosted=True) else (share, high)
         elif trials[-1].attainment < before + LOCAL_PROGRESS:

@@ -180,7 +180,8 @@ def bound_problems(
     ours_low = cost_at_target(*zip(*oracle_trials, strict=True), target - tolerance)
     for name, curve in curves.items():
         costs, attained = zip(*curve, strict=True)
-        levels = [(target, hours)] + ([(target - tolerance, ours_low)] if tolerance > 0 else [])
+        at_target = hours if got >= target else None  # a plan that misses has no cost there
+        levels = [(target, at_target)] + ([(target - tolerance, ours_low)] if tolerance > 0 else [])
         for level, ours in levels:
             theirs = cost_at_target(costs, attained, level)
             if theirs is not None and (ours is None or theirs < ours):
