@@ -210,7 +210,7 @@ def test_oracle_meets_the_target_on_every_generator_and_shared_trace(name):
     sweep = swept(name)
     assert sweep.oracle.slo_attainment is not None
     assert sweep.oracle.slo_attainment >= sweep.target, sweep.oracle.trials
-    assert len(sweep.oracle.trials) <= MAX_SIMULATIONS  # the ceiling run, when made, among them
+    assert len(sweep.oracle.trials) <= MAX_SIMULATIONS  # one fewer when the ceiling ran
 
 
 @pytest.mark.parametrize("name", list(CASES))
