@@ -4,7 +4,7 @@ For each shared trace and seed it prepares the evaluation as ``gpuscale evaluate
 does, searches the oracle's margin (``evaluate.oracle_search.search_oracle``),
 scored as ``gpuscale evaluate`` scores it (``scoring.score_run``: attainment and
 node GPU-hours from the default warm-up on), and prints the chosen plan's
-attainment, the goal it aimed for (the target, or just under the ceiling when the
+attainment, the goal it aimed for (the target, or the ceiling less one request when the
 serving model caps attainment below it), the ceiling, GPU-hours, the margin and
 the seconds the search took. Run:
 

@@ -82,12 +82,18 @@ def node_hold_s(base: OracleConfig) -> float:
     return max(base.hold_s, base.node_keep_s + base.node_lead_s + base.lead_s)
 
 
-def missed_seconds(result: RunResult, goal: float, warmup_s: float, length: int) -> np.ndarray:
+def missed_seconds(
+    result: RunResult,
+    goal: float,
+    warmup_s: float,
+    length: int,
+    before_s: float = LOCAL_BEFORE_S,
+) -> np.ndarray:
     """Seconds of the plan to raise: those before and in each scored step that missed ``goal``.
 
     A step misses when the requests served within the SLO in it fall short of
     ``goal`` times the requests that arrived in it; the queue behind it built up
-    earlier, so the ``LOCAL_BEFORE_S`` seconds before the step are raised with it.
+    earlier, so the ``before_s`` seconds before the step are raised with it.
 
     Returns:
         One flag per second of the plan (``length`` seconds).
@@ -101,5 +107,5 @@ def missed_seconds(result: RunResult, goal: float, warmup_s: float, length: int)
     arrived = np.asarray(tl.demand_rps, dtype=np.float64) * (ends - starts)
     short = (starts >= warmup_s) & (np.asarray(tl.within_slo) < goal * arrived)
     for start, end in zip(starts[short], ends[short], strict=True):
-        flags[max(0, int(start) - LOCAL_BEFORE_S) : max(0, math.ceil(end))] = True
+        flags[max(0, int(start - before_s)) : max(0, math.ceil(end))] = True
     return flags

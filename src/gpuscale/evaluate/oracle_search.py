@@ -16,11 +16,19 @@ and each release drains pods whose long requests are retried. Then one knob
 and ``slack_s = SLACK_PER_MARGIN_S x max(x, 0)``. The search is deterministic
 and bounded (``max_simulations`` runs, the ceiling run included):
 
+Plans are whole nodes (``FILL_NODES``), and a plan that rounds to one already
+run is not run again.
+
 1. ``x = 0``.
 2. If it misses the target: the ceiling, every GPU the node pool holds asked for
    at the start (from the scenario's own initial replicas and nodes). If it
-   misses the target, the goal is just below it (``CEILING_SLACK``;
-   ``met_target`` is False).
+   misses the target (the serving model caps attainment below it: exponential
+   service times with the SLO at 4 x their mean cap it at 1 - e^-4), the goal is
+   the ceiling itself, less one request's share of the run (``ceiling_goal``):
+   attainment counts requests, and the fluid queue only approaches the ceiling
+   (any queueing at all costs a fraction of a request), so a plan within one
+   request of an unlimited fleet is as good as one can be. ``met_target`` is
+   False.
 3. When the pool grows by new nodes, ``x = 0`` again with nodes asked for only
    when pods wait for them (``node_lead_s = 0``); if that meets the goal more
    cheaply (or alone meets it), the rest of the search plans that way.
@@ -29,9 +37,14 @@ and bounded (``max_simulations`` runs, the ceiling run included):
    ``LOCAL_STEP`` of the estimate over the scored steps that missed the goal in
    the last run and the ``LOCAL_BEFORE_S`` seconds before them
    (``missed_seconds``), until the goal is met or a round gains less than
-   ``LOCAL_PROGRESS``. Then, if still short, double ``x`` from ``FIRST_STEP`` on
+   ``LOCAL_PROGRESS``; a round that meets it is bisected down to the least share
+   of its raise, and of the seconds it raised before each miss, that still does
+   (``LOCAL_REFINE``). Then, if still short, double ``x`` from ``FIRST_STEP`` on
    the raised plan until the goal is met, and bisect between miss and hit.
-5. The answer is the cheapest run (GPU-hours, by the search's ``cost``) that met
+5. When the cheapest plan that met the goal asks for new nodes ahead, bisect how
+   far ahead (its ``node_lead_s`` down towards 0, to ``NODE_LEAD_REFINE_S``): a
+   node that joins a little later costs less and may still meet the goal.
+6. The answer is the cheapest run (GPU-hours, by the search's ``cost``) that met
    the goal, or, when none did, the run with the highest attainment.
 
 ``gpuscale evaluate`` runs one search per seed (``evaluate.sweep``), scored with
@@ -53,6 +66,7 @@ import numpy as np
 from gpuscale.errors import require
 from gpuscale.evaluate import fleet
 from gpuscale.evaluate.oracle_plan import (
+    LOCAL_BEFORE_S,
     LOCAL_MAX,
     MAX_MARGIN,
     cold_starts_for,
@@ -85,8 +99,8 @@ SLACK_PER_MARGIN_S = 60.0
 BISECT_TOLERANCE = 0.002
 """The search stops bisecting the margin when the bracket is this narrow."""
 
-CEILING_SLACK = 0.002
-"""When the ceiling is below the target, the search aims this far below the ceiling."""
+CEILING_REQUESTS = 1.0
+"""When the ceiling is below the target, the search aims this many requests' share below it."""
 
 LOCAL_STEP = 0.05
 """Share of the estimate each local round adds to the seconds around a missed step."""
@@ -94,8 +108,17 @@ LOCAL_STEP = 0.05
 LOCAL_PROGRESS = 1e-4
 """A local round that gains less attainment than this ends the local rounds."""
 
+FILL_NODES = True
+"""Plan whole nodes (``OracleConfig.fill_nodes``): the harness pays for a node's every GPU."""
+
 LOCAL_ROUNDS = 8
 """Most local rounds before the search falls back to scaling the whole plan."""
+
+NODE_LEAD_REFINE_S = 25.0
+"""The cheapest plan's node lead is bisected down to a bracket this narrow, seconds."""
+
+LOCAL_REFINE = 0.125
+"""A local round that meets the goal is bisected down to this share of its raise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +152,8 @@ class OracleSearch:
         attainment: The chosen plan's attainment (by the search's ``score``), 0 to 1.
         gpu_hours: The chosen plan's GPU-hours (by the search's ``cost``).
         target: The attainment asked for.
-        goal: The attainment aimed for: ``target``, or ``ceiling - CEILING_SLACK``
-            when the ceiling is below the target.
+        goal: The attainment aimed for: ``target``, or ``ceiling_goal`` when the
+            ceiling is below the target.
         ceiling: Attainment of the whole node pool asked for at the start; None when
             the first plan met the target (it is run only when that one did not).
         trials: Every oracle run, in the order made.
@@ -200,6 +223,20 @@ def ceiling_run(scenario: Scenario) -> RunResult:
     return simulate(scenario, StaticPolicy(fleet, name="ceiling", interval_s=1.0))
 
 
+def ceiling_goal(ceiling: float, requests: float) -> float:
+    """The goal when the ceiling is below the target: the ceiling less ``CEILING_REQUESTS``.
+
+    Args:
+        ceiling: Attainment of the ceiling run, 0 to 1.
+        requests: Requests that arrived in the ceiling run (a share of one of them is
+            the finest difference attainment can show).
+
+    Returns:
+        Attainment, 0 to 1.
+    """
+    return ceiling - CEILING_REQUESTS / max(requests, 1.0)
+
+
 def _knob(x: float) -> tuple[float, float]:
     return x, round(SLACK_PER_MARGIN_S * max(x, 0.0), 1)
 
@@ -255,6 +292,7 @@ def search_oracle(
     trials: list[OracleTrial] = []
     last: list[RunResult] = []
     node_lead = [base.node_lead_s]
+    seen: dict[tuple[bytes, float, float], RunResult] = {}
 
     def hits(x: float, *, boosted: bool = False) -> bool:
         margin, slack = _knob(x)
@@ -266,8 +304,14 @@ def search_oracle(
             max_replicas=fleet,
             hold_s=hold,
             node_lead_s=node_lead[0],
+            fill_nodes=FILL_NODES,
         )
-        result = simulate(scenario, OraclePolicy.from_config(plan, config, name))
+        policy = OraclePolicy.from_config(plan, config, name)
+        # Margins a node rounds to the same plan decide alike: run each plan once.
+        key = (policy.planned.tobytes(), slack, node_lead[0])
+        result = seen.get(key)
+        if result is None:
+            result = seen[key] = simulate(scenario, policy)
         raised = int(np.count_nonzero(boost))
         trial = OracleTrial(margin, slack, rate(result), price(result), raised, node_lead[0])
         trials.append(trial)
@@ -287,10 +331,11 @@ def search_oracle(
     budget = max_simulations
     met = hits(0.0)
     if not met:  # the estimate misses: can the node pool meet the target at all?
-        ceiling = rate(ceiling_run(scenario))
+        full = ceiling_run(scenario)
+        ceiling = rate(full)
         budget -= 1
         if ceiling < target:
-            goal = ceiling - CEILING_SLACK
+            goal = ceiling_goal(ceiling, full.requests)
             logger.warning(
                 "%s: the ceiling %.4f is below the target %.4f; aiming for %.4f",
                 name, ceiling, target, goal,
@@ -312,12 +357,23 @@ def search_oracle(
         missed = missed_seconds(last[0], goal, warmup_s, estimate.size)
         if not missed.any() or boost[missed].min() >= LOCAL_MAX:
             break
+        previous, missed_run = boost.copy(), last[0]
         boost[missed] = np.minimum(boost[missed] + LOCAL_STEP, LOCAL_MAX)
         plan = np.ceil(estimate * (1.0 + boost) - 1e-9).astype(np.int64).tolist()
         rounds += 1
         before = trials[-1].attainment
         if hits(0.0, boosted=True):
-            lo = hi = 0.0  # met: no global margin is tried
+            lo = hi = 0.0  # met: no global margin is tried; bisect this round's raise
+            low, high = 0.0, 1.0
+            while len(trials) < budget and high - low > LOCAL_REFINE:
+                share = (low + high) / 2.0  # of the raise, and of the seconds before a miss
+                near = missed_seconds(
+                    missed_run, goal, warmup_s, estimate.size, share * LOCAL_BEFORE_S
+                )
+                raised = previous.copy()
+                raised[near] = np.minimum(previous[near] + share * LOCAL_STEP, LOCAL_MAX)
+                plan = np.ceil(estimate * (1.0 + raised) - 1e-9).astype(np.int64).tolist()
+                low, high = (low, share) if hits(0.0, boosted=True) else (share, high)
         elif trials[-1].attainment < before + LOCAL_PROGRESS:
             break  # raising the plan where it missed does not help: scale all of it
     x = FIRST_STEP  # otherwise scale the whole (locally raised) plan
@@ -332,6 +388,13 @@ def search_oracle(
             hi = mid
         else:
             lo = mid
+    passing = [run for run in list(runs.values()) + local if run[2].attainment >= goal]
+    best = min(passing, key=lambda run: (run[2].gpu_hours, run[2].margin), default=None)
+    if best is not None and best[0].node_lead_s > 0:  # ask for new nodes later while it meets
+        plan, low, high = best[3], 0.0, best[0].node_lead_s
+        while len(trials) < budget and high - low > NODE_LEAD_REFINE_S:
+            node_lead[0] = mid = round((low + high) / 2.0, 1)
+            low, high = (low, mid) if hits(best[0].margin, boosted=True) else (mid, high)
     every = list(runs.values()) + local
     passing = [run for run in every if run[2].attainment >= goal]
     if passing:

@@ -55,6 +55,7 @@ class OracleConfig:
     margin: float = field(default=0.0, metadata={"unit": "fraction of the requirement"})
     slack_s: float = field(default=0.0, metadata={"unit": "s"})
     cold_starts_s: tuple[float, ...] = field(default=(), metadata={"unit": "s per pod"})
+    fill_nodes: bool = field(default=False, metadata={"unit": "flag"})
 
 
 class OraclePolicy:
@@ -81,6 +82,9 @@ class OraclePolicy:
         cold_starts_s: Cold start of each pod in creation order (pod uid - 1), as the
             cluster will draw them (``sim.coldstart.pod_cold_starts``); a pod past the
             end, or every pod when empty, is planned with ``lead_s``.
+        fill_nodes: Round each second's planned replicas up to whole nodes
+            (``node_size``): where a node's GPUs are paid for while it is up, the
+            replicas that fill it cost nothing more and serve.
         name: Policy name in results.
     """
 
@@ -99,6 +103,7 @@ class OraclePolicy:
         margin: float = 0.0,
         slack_s: float = 0.0,
         cold_starts_s: Sequence[float] = (),
+        fill_nodes: bool = False,
         name: str = "oracle",
     ) -> None:
         required = tuple(int(r) for r in required_per_s)
@@ -132,6 +137,8 @@ class OraclePolicy:
             "give each pod's cold start in seconds >= 0",
         )
         planned = np.ceil(np.asarray(required, dtype=float) * (1.0 + margin) - 1e-9)
+        if fill_nodes and node_size > 1:
+            planned = np.ceil(planned / node_size) * node_size
         if max_replicas is None:
             max_replicas = max(1, min_replicas, int(planned.max()))
         check_bounds("OraclePolicy", min_replicas, max_replicas)
@@ -178,8 +185,14 @@ class OraclePolicy:
             margin=config.margin,
             slack_s=config.slack_s,
             cold_starts_s=config.cold_starts_s,
+            fill_nodes=config.fill_nodes,
             name=name,
         )
+
+    @property
+    def planned(self) -> np.ndarray:
+        """Replicas planned for each second: the requirement with margin and node filling."""
+        return self._planned.copy()
 
     def _window_max(self, now: float, horizons: np.ndarray) -> np.ndarray:
         """Most replicas planned over ``[now - slack_s, now + h + slack_s)`` for each ``h``.

@@ -1,90 +1,273 @@
 """The searched hindsight oracle meets its target, and no baseline beats it on cost.
 
-Each scenario is short and small (20 minutes, a few dozen GPUs) so every generator
-runs over several seeds in seconds; bench/bench_oracle.py runs the shared traces.
-While the serving model caps attainment below the target, the search aims just
-under the ceiling (what the whole node pool, asked for at the start, attains);
-``goal`` is that aim, and the tests hold the oracle to it. The curve test scores
-as ``gpuscale evaluate`` does (node GPU-hours from the warm-up on) and holds the
-oracle below static's replica sweep and HPA's target sweep at the goal.
+Every generator and every shared trace runs on a short slice (``DURATION_S``)
+through the sweep ``gpuscale evaluate`` runs (``evaluate.sweep.execute``: the
+ceiling, the oracle's search and each baseline's knob sweep, all scored by
+``scoring.score_run``, node GPU-hours and attainment from the warm-up on). The
+warm-up is the harness's default for a full run (600 s), so, as in every README
+figure, the start-up transient (nodes provisioning under a queue built before
+any policy could act) is not scored.
+
+The target is 0.99, or, where the serving model caps attainment below it (the
+generators draw exponential service times with the SLO at 4 x their mean, so no
+fleet beats 1 - e^-4 = 0.9817), the ceiling less one request's share of the run
+(``oracle_search.ceiling_goal``). The tests fail if the oracle's attainment falls
+below that target, or if a baseline's curve reaches the oracle's attainment with
+fewer GPU-hours (see ``matched_tolerance`` for the one tolerance and where it
+comes from).
 """
 
 import dataclasses
+import functools
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from gpuscale.evaluate import registry
 from gpuscale.evaluate.oracle_search import (
-    CEILING_SLACK,
     DEFAULT_TARGET,
     MAX_SIMULATIONS,
     OracleSearch,
     attainment,
+    ceiling_goal,
     search_oracle,
 )
-from gpuscale.evaluate.runner import EvaluationRequest, PreparedEvaluation, build_policy, run_one
-from gpuscale.evaluate.scoring import score_run
-from gpuscale.evaluate.sweep import default_warmup_s
+from gpuscale.evaluate.runner import EvaluationRequest, PreparedEvaluation
+from gpuscale.evaluate.scoring import RunScore
+from gpuscale.evaluate.stats import cost_at_target
+from gpuscale.evaluate.sweep import CEILING, SEARCHED, SweepRequest, execute
 from gpuscale.scaling.static import StaticPolicy
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import simulate
-from gpuscale.sim.outcome import RunResult
+from gpuscale.sim.traces import AZURE_FILES, GENTD26_QPS_FILE
 
-GENERATORS = ("diurnal", "bursty", "flash-crowd", "ramp")
-SCALE = {"diurnal": 2.0, "bursty": 1.0, "flash-crowd": 1.0, "ramp": 1.0}
+TRACES = Path(
+    os.environ.get("GPUSCALE_TRACES_DIR", Path(__file__).parents[3] / ".." / "shared" / "traces")
+)
+FILES = {**AZURE_FILES, "gentd26": GENTD26_QPS_FILE}
+
+DURATION_S = 1800
+"""A short slice: 20 scored minutes after the warm-up (the flash crowd starts at 600 s)."""
+
+WARMUP_S = 600.0
+"""The harness's warm-up for a full run (``sweep.DEFAULT_WARMUP_S``)."""
+
+KNOB_VALUES = 4
+"""Points of each baseline's knob sweep besides its fair value."""
 
 
-def prepared(trace: str, seed: int) -> PreparedEvaluation:
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One scenario: a trace at a scale, a seed, a node size."""
+
+    trace: str
+    scale: float
+    seed: int
+    gpus_per_node: int = 8
+
+
+CASES = {
+    "diurnal": Case("diurnal", 2.0, 1, 16),
+    "bursty": Case("bursty", 1.0, 3),
+    "flash-crowd": Case("flash-crowd", 1.0, 3, 16),
+    "ramp": Case("ramp", 1.0, 9, 16),
+    "azure-conv": Case("azure-conv", 20.0, 0),
+    "azure-code": Case("azure-code", 20.0, 1),
+    "gentd26": Case("gentd26", 0.13, 2),
+}
+"""Every generator (at the scales that make a fleet of a few nodes) and every shared trace."""
+
+
+def request(case: Case) -> EvaluationRequest:
     return EvaluationRequest(
-        trace,
-        scale=SCALE[trace],
-        duration_s=1200,
-        seed=seed,
-        cluster=ClusterConfig(gpus_per_node=16),
-    ).prepare()
+        case.trace,
+        scale=case.scale,
+        duration_s=DURATION_S,
+        seed=case.seed,
+        traces_dir=TRACES if case.trace in FILES else None,
+        cluster=ClusterConfig(gpus_per_node=case.gpus_per_node),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """One scenario's sweep: the ceiling, the oracle's search and every baseline's curve."""
+
+    ceiling: RunScore
+    oracle: RunScore
+    curves: dict[str, list[tuple[float, float]]]
+
+    @property
+    def target(self) -> float:
+        """0.99, or the ceiling less one request's share where the model caps it lower."""
+        at = self.ceiling.slo_attainment
+        assert at is not None
+        return DEFAULT_TARGET if at >= DEFAULT_TARGET else ceiling_goal(at, self.ceiling.requests)
+
+    @property
+    def scored_requests(self) -> float:
+        """Requests the attainments are shares of, about: the scored span's share of the run.
+
+        Arrivals are not spread evenly and the last drop timeout is not judged either,
+        so this may count more than were scored: the tolerance it gives is, if
+        anything, narrower than one standard error (fewer baseline points matched).
+        """
+        return self.ceiling.requests * (DURATION_S - WARMUP_S) / DURATION_S
+
+
+@functools.cache
+def swept(name: str) -> Sweep:
+    case = CASES[name]
+    if case.trace in FILES and not (TRACES / FILES[case.trace]).is_file():
+        pytest.skip(f"{FILES[case.trace]} absent from {TRACES}")
+    plan = SweepRequest(request(case), seeds=1, knob_values=KNOB_VALUES, warmup_s=WARMUP_S)
+    specs = plan.prepare().specs()
+    scores = [(s, execute(s, progress=lambda _f: None)) for s in specs]
+    (ceiling,) = [score for spec, score in scores if spec.policy == CEILING]
+    (oracle,) = [score for spec, score in scores if spec.policy == SEARCHED]
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for spec, score in scores:
+        if spec.policy not in (CEILING, SEARCHED):
+            assert score.slo_attainment is not None
+            curves.setdefault(spec.policy, []).append((score.gpu_hours, score.slo_attainment))
+    return Sweep(ceiling, oracle, curves)
+
+
+def matched_tolerance(target: float, requests: float) -> float:
+    """Attainment within which a baseline counts as matching the oracle's.
+
+    Each comparison is paired: the oracle and the baselines run the same arrivals
+    and cold starts on one seed, so no sampling error separates their figures, and
+    the oracle's attainment is held to the target exactly. But attainment is a
+    share of ``requests`` requests, and over that many a fleet that meets the SLO
+    with probability ``target`` shows a share with standard error
+    ``sqrt(target (1 - target) / requests)``: two attainments closer than that
+    cannot be told apart by measuring them. So a baseline that comes within one
+    standard error below the target has matched it, and must not do so with fewer
+    GPU-hours than the oracle's cheapest plan reaching the same attainment.
+
+    Returns:
+        The standard error, as a share (0 to 1).
+    """
+    return math.sqrt(target * (1.0 - target) / requests)
+
+
+def bound_problems(
+    oracle: tuple[float, float],
+    oracle_trials: list[tuple[float, float]],
+    target: float,
+    tolerance: float,
+    curves: dict[str, list[tuple[float, float]]],
+) -> list[str]:
+    """What is wrong with an oracle as the reference: a missed target, or a cheaper match.
+
+    Args:
+        oracle: The chosen plan's (GPU-hours, attainment).
+        oracle_trials: Every plan its search ran, (GPU-hours, attainment).
+        target: The attainment it must reach.
+        tolerance: ``matched_tolerance``.
+        curves: Each baseline's knob sweep, (GPU-hours, attainment) points.
+
+    Returns:
+        One line per problem; empty when the oracle is sound.
+    """
+    hours, got = oracle
+    problems = []
+    if got < target:
+        problems.append(f"oracle attains {got:.5f} < target {target:.5f}")
+    ours_low = cost_at_target(*zip(*oracle_trials, strict=True), target - tolerance)
+    for name, curve in curves.items():
+        costs, attained = zip(*curve, strict=True)
+        at_target = hours if got >= target else None  # a plan that misses has no cost there
+        levels = [(target, at_target)] + ([(target - tolerance, ours_low)] if tolerance > 0 else [])
+        for level, ours in levels:
+            theirs = cost_at_target(costs, attained, level)
+            if theirs is not None and (ours is None or theirs < ours):
+                mine = "no plan" if ours is None else f"{ours:.3f} GPU-h"
+                problems.append(
+                    f"{name}: {theirs:.3f} GPU-h at {level:.5f} beats the oracle's {mine} there"
+                )
+    return problems
+
+
+def problems_of(name: str) -> list[str]:
+    sweep = swept(name)
+    oracle = sweep.oracle
+    assert oracle.slo_attainment is not None
+    return bound_problems(
+        (oracle.gpu_hours, oracle.slo_attainment),
+        list(oracle.trials),
+        sweep.target,
+        matched_tolerance(sweep.target, sweep.scored_requests),
+        sweep.curves,
+    )
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_oracle_meets_the_target_on_every_generator_and_shared_trace(name):
+    sweep = swept(name)
+    assert sweep.oracle.slo_attainment is not None
+    assert sweep.oracle.slo_attainment >= sweep.target, sweep.oracle.trials
+    assert len(sweep.oracle.trials) <= MAX_SIMULATIONS  # one fewer when the ceiling ran
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_no_baseline_curve_matches_the_oracle_with_fewer_gpu_hours(name):
+    sweep = swept(name)
+    assert set(sweep.curves) >= {"static", "hpa", "keda", "kpa"}
+    assert all(len(curve) >= 3 for curve in sweep.curves.values())
+    assert problems_of(name) == []
+
+
+def test_the_generators_target_is_the_exponential_ceiling():
+    sweep = swept("bursty")
+    # Exponential service with the SLO at 4 x its mean: P(S <= 4 mean) = 1 - e^-4.
+    assert sweep.ceiling.slo_attainment == pytest.approx(1.0 - math.exp(-4.0), abs=1e-6)
+    assert sweep.target == sweep.ceiling.slo_attainment - 1.0 / sweep.ceiling.requests
+
+
+def test_an_under_provisioned_oracle_fails_the_bound_check():
+    sweep = swept("ramp")
+    prepared = request(CASES["ramp"]).prepare()
+    lone = simulate(prepared.scenario, StaticPolicy(1, name="oracle"))
+    lone_h = lone.gpu_seconds / 3600.0
+    problems = bound_problems(
+        (lone_h, attainment(lone)), [(lone_h, attainment(lone))], sweep.target, 0.0, sweep.curves
+    )
+    assert problems[0].startswith("oracle attains")
+    assert any(p.startswith("static:") for p in problems)
+
+
+def test_a_baseline_matching_within_the_tolerance_for_fewer_gpu_hours_fails_the_check():
+    trials = [(8.0, 0.985), (10.0, 0.99)]
+    assert bound_problems((10.0, 0.99), trials, 0.99, 0.0, {"hpa": [(9.0, 0.99)]}) == [
+        "hpa: 9.000 GPU-h at 0.99000 beats the oracle's 10.000 GPU-h there"
+    ]
+    # 0.9885 is within 0.002 of the target: matched, and cheaper than the oracle's 9.2 there
+    # (its trials interpolated at 0.988); within 0.001 it is not matched.
+    problems = bound_problems((10.0, 0.99), trials, 0.99, 0.002, {"kpa": [(9.0, 0.9885)]})
+    assert problems == ["kpa: 9.000 GPU-h at 0.98800 beats the oracle's 9.200 GPU-h there"]
+    assert bound_problems((10.0, 0.99), trials, 0.99, 0.001, {"kpa": [(9.0, 0.9885)]}) == []
+
+
+def test_matched_tolerance_is_the_binomial_standard_error():
+    assert matched_tolerance(0.99, 10_000) == pytest.approx(0.000995, rel=1e-3)
+    assert matched_tolerance(0.99, 40_000) == pytest.approx(matched_tolerance(0.99, 10_000) / 2)
 
 
 def searched(p: PreparedEvaluation, target: float = DEFAULT_TARGET) -> OracleSearch:
     return search_oracle(p.scenario, p.required.tolist(), p.configs["oracle"], target=target)
 
 
-def bound_problems(
-    oracle_attainment: float,
-    oracle_gpu_hours: float,
-    goal: float,
-    baselines: dict[str, tuple[float, float]],
-) -> list[str]:
-    """What is wrong with an oracle as the reference: missed goal, or a cheaper equal."""
-    problems = []
-    if oracle_attainment < goal:
-        problems.append(f"oracle attains {oracle_attainment:.4f} < goal {goal:.4f}")
-    for name, (att, gpu_hours) in baselines.items():
-        if att >= oracle_attainment and gpu_hours < oracle_gpu_hours:
-            problems.append(
-                f"{name}: {gpu_hours:.3f} GPU-h at {att:.4f} beats the oracle's "
-                f"{oracle_gpu_hours:.3f} GPU-h at {oracle_attainment:.4f}"
-            )
-    return problems
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("trace", GENERATORS)
-def test_searched_oracle_meets_its_goal_on_every_generator(trace, seed):
-    search = searched(prepared(trace, seed))
-    if search.ceiling is None:  # run only when no plan met the target
-        assert search.goal == DEFAULT_TARGET
-        assert search.met_target
-    else:
-        assert search.goal == min(DEFAULT_TARGET, search.ceiling - CEILING_SLACK)
-    assert search.attainment >= search.goal, [(t.margin, t.attainment) for t in search.trials]
-    assert search.met_target == (search.attainment >= DEFAULT_TARGET)
-    assert len(search.trials) + 1 <= MAX_SIMULATIONS
-    assert search.attainment == attainment(search.result)
+def short(trace: str, seed: int) -> PreparedEvaluation:
+    cluster = ClusterConfig(gpus_per_node=16)
+    return EvaluationRequest(trace, duration_s=1200, seed=seed, cluster=cluster).prepare()
 
 
 def test_search_below_the_ceiling_meets_the_target_and_a_cheaper_margin_misses_it():
-    p = prepared("flash-crowd", 1)
-    search = searched(p, target=0.975)
+    search = searched(short("flash-crowd", 1), target=0.975)
     assert search.goal == 0.975
     assert search.met_target
     chosen = search.config.margin
@@ -94,112 +277,12 @@ def test_search_below_the_ceiling_meets_the_target_and_a_cheaper_margin_misses_i
     assert all(t.gpu_hours >= search.gpu_hours for t in search.trials if t.attainment >= 0.975)
 
 
-def test_search_is_deterministic():
-    p = prepared("bursty", 4)
-    assert searched(p).trials == searched(p).trials
-
-
-@pytest.mark.parametrize(("trace", "seed"), [("bursty", 3), ("flash-crowd", 3), ("ramp", 5)])
-def test_no_baseline_reaches_the_oracle_attainment_with_fewer_gpu_hours(trace, seed):
-    p = prepared(trace, seed)
+def test_search_under_a_capped_ceiling_aims_one_request_below_it():
+    p = short("bursty", 4)
     search = searched(p)
-    baselines = {}
-    for name in p.policies:
-        if name == "oracle":
-            continue
-        run = run_one(p, name)
-        baselines[name] = (attainment(run), run.gpu_seconds / 3600.0)
-    assert len(baselines) >= 4
-    assert bound_problems(search.attainment, search.gpu_hours, search.goal, baselines) == []
-
-
-def test_a_one_replica_oracle_fails_the_bound_check():
-    p = prepared("flash-crowd", 3)
-    search = searched(p)
-    lone = simulate(p.scenario, StaticPolicy(1, name="oracle"))
-    baselines = {"static": (search.attainment, search.gpu_hours)}
-    problems = bound_problems(attainment(lone), lone.gpu_seconds / 3600.0, search.goal, baselines)
-    assert problems
-    assert problems[0].startswith("oracle attains")
-
-
-def test_a_baseline_as_good_for_fewer_gpu_hours_fails_the_bound_check():
-    problems = bound_problems(0.98, 10.0, 0.97, {"hpa": (0.98, 9.9), "kpa": (0.979, 5.0)})
-    assert problems == ["hpa: 9.900 GPU-h at 0.9800 beats the oracle's 10.000 GPU-h at 0.9800"]
-
-
-def node_scored(
-    p: PreparedEvaluation, target: float = DEFAULT_TARGET
-) -> tuple[OracleSearch, float]:
-    """The search scored as ``gpuscale evaluate`` scores it: from the warm-up, node GPU-hours."""
-    warmup = default_warmup_s(float(p.scenario.workload.duration_s))
-
-    def rate(result: RunResult) -> float:
-        got = score_run(result, p.scenario.seed, None, warmup).slo_attainment
-        return 1.0 if got is None else got
-
-    def cost(result: RunResult) -> float:
-        return score_run(result, p.scenario.seed, None, warmup).gpu_hours
-
-    search = search_oracle(
-        p.scenario,
-        p.required.tolist(),
-        p.configs["oracle"],
-        target=target,
-        score=rate,
-        cost=cost,
-        warmup_s=warmup,
-    )
-    return search, warmup
-
-
-def cost_at(curve: list[tuple[float, float]], target: float) -> float | None:
-    """GPU-hours where a (GPU-hours, attainment) curve first reaches ``target``, interpolated."""
-    points = sorted(curve)
-    for i, (h1, a1) in enumerate(points):
-        if a1 >= target:
-            if i == 0:
-                return h1
-            h0, a0 = points[i - 1]
-            return h0 + (h1 - h0) * (target - a0) / (a1 - a0)
-    return None
-
-
-def baseline_curves(p: PreparedEvaluation, warmup: float) -> dict[str, list[tuple[float, float]]]:
-    """Static's replica sweep and HPA's target sweep, each point scored as the harness does."""
-    curves: dict[str, list[tuple[float, float]]] = {}
-    for name in ("static", "hpa"):
-        knob = registry.get(name).knob
-        assert knob is not None
-        fair = p.configs[name]
-        points = []
-        for value in knob.values(float(getattr(fair, knob.field)), 8):
-            config = dataclasses.replace(fair, **{knob.field: value})
-            run = simulate(p.scenario, build_policy(name, config, p.required))
-            s = score_run(run, p.scenario.seed, value, warmup)
-            assert s.slo_attainment is not None
-            points.append((s.gpu_hours, s.slo_attainment))
-        curves[name] = points
-    return curves
-
-
-@pytest.mark.parametrize(
-    ("trace", "scale", "seed", "gpus_per_node"),
-    [("azure-conv", 20.0, 0, 8), ("bursty", 1.0, 3, 8), ("ramp", 1.0, 9, 16)],
-)
-def test_no_baseline_curve_reaches_the_target_with_fewer_node_gpu_hours(
-    trace, scale, seed, gpus_per_node
-):
-    cluster = ClusterConfig(gpus_per_node=gpus_per_node)
-    p = EvaluationRequest(trace, scale=scale, duration_s=1800, seed=seed, cluster=cluster).prepare()
-    search, warmup = node_scored(p)
-    assert search.met_goal, [(t.margin, t.attainment, t.gpu_hours) for t in search.trials]
-    for name, curve in baseline_curves(p, warmup).items():
-        theirs = cost_at(curve, search.goal)
-        assert theirs is None or theirs >= search.gpu_hours, (name, theirs, search.gpu_hours, curve)
-
-
-def test_cost_at_interpolates_where_a_curve_first_reaches_the_target():
-    assert cost_at([(10.0, 0.98), (20.0, 1.0)], 0.99) == pytest.approx(15.0)
-    assert cost_at([(10.0, 0.995), (20.0, 1.0)], 0.99) == 10.0
-    assert cost_at([(10.0, 0.5)], 0.99) is None
+    assert search.ceiling is not None
+    assert search.ceiling < DEFAULT_TARGET
+    assert search.goal == ceiling_goal(search.ceiling, search.result.requests)
+    assert search.met_goal
+    assert not search.met_target
+    assert searched(dataclasses.replace(p)).trials == search.trials  # deterministic

@@ -250,3 +250,16 @@ def test_nothing_is_released_within_hold_s_of_the_end_of_the_requirement():
     assert policy.decide(at(235.0, desired=6), {}).replicas == 6  # 235 + 5 + 60 >= 300: kept
     early = OraclePolicy([6] * 200 + [1] * 200, lead_s=10.0, interval_s=5.0, hold_s=60.0)
     assert early.decide(at(235.0, desired=6), {}).replicas == 1  # far from the end: released
+
+
+def test_fill_nodes_plans_whole_nodes_and_nothing_else_changes():
+    required = [0, 1, 4, 5, 9, 3]
+    filled = OraclePolicy(required, 3.0, node_size=4, fill_nodes=True, margin=0.1)
+    plain = OraclePolicy(required, 3.0, node_size=4, margin=0.1)
+    assert plain.planned.tolist() == [0, 2, 5, 6, 10, 4]  # ceil(r x 1.1)
+    assert filled.planned.tolist() == [0, 4, 8, 8, 12, 4]  # each up to whole nodes of 4
+    assert filled.max_replicas == 12
+    one = OraclePolicy(required, 3.0, node_size=1, fill_nodes=True)
+    assert one.planned.tolist() == required
+    config = OracleConfig(lead_s=3.0, node_size=4, fill_nodes=True)
+    assert OraclePolicy.from_config(required, config).planned.tolist() == [0, 4, 4, 8, 12, 4]
