@@ -42,7 +42,13 @@ from gpuscale.sim.faults import FaultInjector, SimFault
 from gpuscale.sim.fluid import residual_arrival_scv
 from gpuscale.sim.latency import LATENCY_EDGES_S
 from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
-from gpuscale.sim.queue_model import QUEUE_MODELS, QueueModel, arrived_requests, build_queue
+from gpuscale.sim.queue_model import (
+    QUEUE_MODELS,
+    QueueModel,
+    arrivals_per_second,
+    arrived_requests,
+    build_queue,
+)
 from gpuscale.sim.scrape import Telemetry
 from gpuscale.sim.series import IN_FLIGHT, QUEUE, SeriesWriter
 from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, service_scv
@@ -355,7 +361,7 @@ class _Run:
             util = np.where(alloc > 0, total(busy) / alloc, 0.0)
         timeline = Timeline(
             time_s=np.arange(rows, dtype=float) * rec,
-            demand_rps=arr / secs,
+            demand_rps=total(arrivals_per_second(self.queue, wl)) / secs,
             capacity_rps=total(cap) / secs / per_req,
             desired_replicas=desired[last].astype(float),
             ready_replicas=total(ready_n) / secs,

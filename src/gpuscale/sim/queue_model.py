@@ -22,11 +22,13 @@ import logging
 from collections.abc import Mapping
 from typing import Literal, Protocol
 
+import numpy as np
+
 from gpuscale.errors import require
 from gpuscale.sim.fluid import FluidQueue
 from gpuscale.sim.latency import LatencyRecords, centred_mean
 from gpuscale.sim.requests import RequestQueue, RequestRecords
-from gpuscale.sim.workload import Workload
+from gpuscale.sim.workload import FloatArray, Workload
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +202,24 @@ def build_queue(
     if chosen == "requests":
         return RequestQueue(workload, timeout_s=timeout_s, seed=seed, service_scv=service_scv)
     return FluidQueue(timeout_s=timeout_s, service_scv=service_scv, arrival_scv=arrival_scv)
+
+
+def arrivals_per_second(queue: ServingQueue, workload: Workload) -> FloatArray:
+    """Requests that arrived in each second of the run, as the queue saw them.
+
+    Scoring divides the requests served within the SLO by these, so they must be the
+    queue's own: the per-request queue's whole draws, not the workload's expected
+    (fractional) counts, else a quiet scored window with no draw scores 0 of 0.3.
+
+    Returns:
+        One count per second of the workload.
+    """
+    records = queue.records
+    if isinstance(records, RequestRecords):
+        seconds = np.floor(records.arrival_s).astype(np.int64)
+        n = workload.duration_s
+        return np.bincount(np.clip(seconds, 0, n - 1), minlength=n)[:n].astype(np.float64)
+    return np.asarray(workload.arrivals, dtype=np.float64)
 
 
 def arrived_requests(queue: ServingQueue, workload: Workload) -> float:

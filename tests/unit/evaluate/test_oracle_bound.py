@@ -75,7 +75,9 @@ CASES = {
     "ramp": Case("ramp", 1.0, 9, 16),
     "azure-conv": Case("azure-conv", 20.0, 0),
     "azure-code": Case("azure-code", 20.0, 1),
-    "gentd26": Case("gentd26", 0.13, 2),
+    # the trace is quiet in its first half hour: x0.13 gives about 10 requests (no fleet
+    # to plan), x20 about 1,600 on a few replicas
+    "gentd26": Case("gentd26", 20.0, 2),
 }
 """Every generator (at the scales that make a fleet of a few nodes) and every shared trace."""
 
@@ -223,8 +225,12 @@ def test_no_baseline_curve_matches_the_oracle_with_fewer_gpu_hours(name):
 
 def test_the_generators_target_is_the_exponential_ceiling():
     sweep = swept("bursty")
-    # Exponential service with the SLO at 4 x its mean: P(S <= 4 mean) = 1 - e^-4.
-    assert sweep.ceiling.slo_attainment == pytest.approx(1.0 - math.exp(-4.0), abs=1e-6)
+    # Exponential service with the SLO at 4 x its mean: P(S <= 4 mean) = 1 - e^-4. The
+    # per-request queue draws each service time, so the share is a binomial sample of it:
+    # within 4 standard errors (a false failure about once in 16,000 seeds).
+    p = 1.0 - math.exp(-4.0)
+    se = math.sqrt(p * (1.0 - p) / sweep.scored_requests)
+    assert sweep.ceiling.slo_attainment == pytest.approx(p, abs=4.0 * se)
     assert sweep.target == sweep.ceiling.slo_attainment - 1.0 / sweep.ceiling.requests
 
 
