@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
@@ -36,12 +37,17 @@ from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Ser
 from gpuscale.scaling.predictive import (
     PredictiveConfig,
     agree,
+    cold_start_s,
     demand_or_hold,
+    last_scale_in,
     plan,
     settle,
 )
 
 logger = logging.getLogger(__name__)
+
+SATURATED_SHARE = 0.01
+"""Queued requests above this share of those in service: the pods are saturated."""
 
 TTFT = "ttft"
 """Key of the optional TTFT series in ``Observation.series``."""
@@ -53,18 +59,27 @@ class HybridConfig(PredictiveConfig):
 
     Attributes:
         sm_metric: Per-pod SM activity series (a ratio, 0 to 1).
-        sm_target: SM activity per healthy Ready replica to provision for.
+        sm_target: Mean SM activity of the healthy Ready replicas above which they are
+            saturated and the need is their summed activity over this target. A guard,
+            not a level: an LLM server's SMs are about a third active with one sequence
+            decoding and about 0.85 at a full batch, so a lower target would hold a
+            fleet far above its load.
         ttft_metric: Workload-level TTFT series (seconds, e.g. a p95 recording rule); None
             when the server exports none.
         ttft_slo_s: The TTFT objective.
         health: When a Ready pod is not counted as capacity.
+        backlog_metric: The queued part of the demand (one of ``metrics``); None counts
+            the queue in full.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
-    sm_target: float = field(default=0.7, metadata={"unit": "SM active ratio per replica"})
+    sm_target: float = field(default=0.9, metadata={"unit": "SM active ratio per replica"})
     ttft_metric: str | None = field(default=None, metadata={"unit": ""})
     ttft_slo_s: float = field(default=2.0, metadata={"unit": "s"})
     health: HealthConfig = field(default_factory=HealthConfig, metadata={"unit": ""})
+    backlog_metric: str | None = field(
+        default="gpuscale_serving_queue_requests", metadata={"unit": ""}
+    )
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -89,7 +104,11 @@ def reactive_need(
     healthy = [p.name for p in observation.target.pods if p.ready and p.name not in sick]
     sm = observation.pod_metrics.get(health.SM, {})
     busy = [sm[name] for name in healthy if name in sm and not math.isnan(sm[name])]
-    by_sm = math.ceil(sum(busy) / cfg.sm_target - 1e-9) if busy else 0
+    # SM activity is a saturation signal, not a level: an LLM server's SMs stay about
+    # a third active with one sequence decoding, so sum / target would hold a fleet far
+    # above its load. It raises the need only while the pods run hotter than the target.
+    hot = bool(busy) and sum(busy) > cfg.sm_target * len(busy)
+    by_sm = math.ceil(sum(busy) / cfg.sm_target - 1e-9) if hot else 0
     note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
     need = max(by_demand, by_sm)
     ttft = observation.latest(TTFT) if cfg.ttft_metric is not None else None
@@ -98,6 +117,65 @@ def reactive_need(
         note += f", TTFT {ttft:.2f} s > {cfg.ttft_slo_s:g} s -> {by_ttft}"
         need = max(need, by_ttft)
     return need, note
+
+
+def backlog_weight(
+    observation: Observation, points: Series, health_state: Mapping[str, Any], horizon_s: float
+) -> float:
+    """How much of a queued request the need counts: the share of a cold start serving it takes.
+
+    A backlog is cleared over time: the new replicas arrive one cold start
+    (``horizon_s``) from now and then drain the queue, so each queued request needs
+    a slot for one service time out of that horizon. The service time is Little's
+    law on the fleet: requests in flight over the completion rate, both observed
+    (the pods' completion counters since the last decision).
+
+    Returns:
+        The weight, 0 to 1; 1 when the completion rate is not known yet.
+    """
+    old = health_state.get("pods", {})
+    last_at = health_state.get("at")
+    done = observation.pod_metrics.get(health.DONE, {})
+    if last_at is None or not points or horizon_s <= 0:
+        return 1.0
+    elapsed = float(observation.now) - float(last_at)
+    finished = 0.0
+    for pod in observation.target.pods:
+        before = old.get(pod.name, {}).get(health.DONE)
+        now_done = done.get(pod.name)
+        if pod.ready and before is not None and now_done is not None and now_done >= before:
+            finished += now_done - float(before)
+    if elapsed <= 0 or finished <= 0:
+        return 1.0
+    in_service = points[-1][1]
+    return min(max(in_service / (finished / elapsed) / horizon_s, 0.0), 1.0)
+
+
+def last_saturated(in_service: Series, backlog: Series | None) -> float | None:
+    """The newest time at which requests were queued beyond ``SATURATED_SHARE``.
+
+    Returns:
+        Seconds, or None when the queue stayed (nearly) empty.
+    """
+    if not backlog:
+        return None
+    serving = dict(in_service)
+    for t, q in reversed(backlog):
+        if q > SATURATED_SHARE * serving.get(t, 0.0) and q > 0:
+            return float(t)
+    return None
+
+
+def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Series:
+    """The demand with its queued part counted at ``weight``.
+
+    Returns:
+        (time, value) points of ``total`` less ``1 - weight`` of the backlog at each time.
+    """
+    if not backlog or weight >= 1.0:
+        return total
+    queued = dict(backlog)
+    return tuple((t, v - (1.0 - weight) * queued.get(t, 0.0)) for t, v in total)
 
 
 class HybridPolicy:
@@ -135,16 +213,30 @@ class HybridPolicy:
         if isinstance(points, Decision):
             return points
         now, current = float(observation.now), observation.target.desired
-        sick, health_state = health.assess(observation, state.get("health", {}), cfg.health)
-        planned, why, parts = plan(observation, points, state, cfg)
-        need, seen = reactive_need(observation, points, sick, cfg)
+        old_health = state.get("health", {})
+        sick, health_state = health.assess(observation, old_health, cfg.health)
+        now_points, since = points, None
+        if cfg.backlog_metric is not None:
+            # The forecast learns the load the pods serve, not a queue that grows only
+            # while they are short; the reactive need counts the queue at its weight.
+            cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
+            backlog = observation.series.get(cfg.backlog_metric)
+            points = weigh_backlog(now_points, backlog, 0.0)
+            weight = backlog_weight(observation, points, old_health, cold)
+            now_points = weigh_backlog(now_points, backlog, weight)
+            since = last_saturated(points, backlog)
+        planned, why, parts = plan(observation, points, state, cfg, unsaturated_since=since)
+        need, seen = reactive_need(observation, now_points, sick, cfg)
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
         proposal, up, agreed = agree(proposal, current, points, now, cfg, started)
+        # Requests queued now: the pods are short, whatever the served load says.
+        up = up or (since is not None and since >= float(points[-1][0]))
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
         new_state = {**parts, "recs": recs, "started_at": started}
+        new_state["last_in"] = last_scale_in(state, now, current, replicas)
         new_state.update(health=health_state, sick=dict(sick))
         return Decision(replicas, reason, new_state)
