@@ -16,8 +16,8 @@ reaction's floor. The reactive need reads signals that track capacity, never
 Health (``scaling.health``): a Ready pod whose GPU fell off the bus, had a
 fatal XID or a double-bit ECC error, is throttled or straggles is not capacity;
 one replica is added for each such pod so that the healthy count meets the
-need (the ``Decision`` cannot name a pod to delete, so the sick pod itself is
-only reported, in the reason and in the state's ``sick``). Scale-in follows
+need, and the pod is named in ``Decision.delete`` (``replace``) so that it is
+replaced by a new pod. Scale-in follows
 ``predictive``: only when observed load agrees, never while it rises, after the
 stabilisation window, and in bounded steps; scale-out is fast but bounded.
 """
@@ -68,6 +68,9 @@ class HybridConfig(PredictiveConfig):
             when the server exports none.
         ttft_slo_s: The TTFT objective.
         health: When a Ready pod is not counted as capacity.
+        replace_sick: Name sick pods in ``Decision.delete`` so they are replaced.
+        replace_after_s: A throttled or straggling pod is replaced only when it has
+            been so this long, seconds.
         backlog_metric: The queued part of the demand (one of ``metrics``); None counts
             the queue in full.
     """
@@ -77,6 +80,8 @@ class HybridConfig(PredictiveConfig):
     ttft_metric: str | None = field(default=None, metadata={"unit": ""})
     ttft_slo_s: float = field(default=2.0, metadata={"unit": "s"})
     health: HealthConfig = field(default_factory=HealthConfig, metadata={"unit": ""})
+    replace_sick: bool = field(default=True, metadata={"unit": ""})
+    replace_after_s: float = field(default=120.0, metadata={"unit": "s"})
     backlog_metric: str | None = field(
         default="gpuscale_serving_queue_requests", metadata={"unit": ""}
     )
@@ -178,6 +183,31 @@ def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Serie
     return tuple((t, v - (1.0 - weight) * queued.get(t, 0.0)) for t, v in total)
 
 
+def replace(
+    sick: Mapping[str, str], cfg: HybridConfig, state: State, now: float
+) -> tuple[str, ...]:
+    """The sick pods to delete now, so that their replacements land on other GPUs.
+
+    A pod judged ``lost``, ``xid`` or ``dbe`` is deleted once (its GPU is broken until
+    repaired); a throttled pod or a straggler only when it stays so for
+    ``replace_after_s``, since heat and slow neighbours often pass.
+
+    Returns:
+        Pod names, sorted.
+    """
+    if not cfg.replace_sick:
+        return ()
+    seen: Mapping[str, Any] = state.get("sick_since", {})
+    out = []
+    for name, why in sick.items():
+        since = float(seen.get(name, now))
+        if why in ("throttled", "straggler") and now - since < cfg.replace_after_s:
+            continue
+        if name not in state.get("replaced", ()):
+            out.append(name)
+    return tuple(sorted(out))
+
+
 class HybridPolicy:
     """``max(predictive plan, reactive need)`` on healthy capacity, as a pure ``ScalingPolicy``.
 
@@ -239,4 +269,9 @@ class HybridPolicy:
         new_state = {**parts, "recs": recs, "started_at": started}
         new_state["last_in"] = last_scale_in(state, now, current, replicas)
         new_state.update(health=health_state, sick=dict(sick))
-        return Decision(replicas, reason, new_state)
+        seen = state.get("sick_since", {})
+        new_state["sick_since"] = {n: float(seen.get(n, now)) for n in sick}
+        delete = replace(sick, cfg, state, now)
+        done = [n for n in state.get("replaced", []) if n in sick]
+        new_state["replaced"] = sorted({*done, *delete})
+        return Decision(replicas, reason, new_state, delete=delete)

@@ -258,3 +258,33 @@ def test_property_deterministic_and_state_round_trips(path):
         before = json.dumps(state, sort_keys=True)
         HybridPolicy(cfg).decide(obs, state)
         assert json.dumps(state, sort_keys=True) == before  # the input state is not mutated
+
+
+def test_a_broken_gpus_pod_is_named_for_deletion_once():
+    policy, target = HybridPolicy(FLAT), TargetStatus(4, ready_pods(4))
+    m = metrics(4, **{health.XID: {"p1": 79.0}})
+    d1 = policy.decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
+    d2 = policy.decide(observe(615.0, target, [5.0] * 41, m), d1.state)
+    assert d1.delete == ("p1",)
+    assert d2.delete == ()  # asked once; the pod is terminating or already replaced
+    assert json.loads(json.dumps(d2.state)) == d2.state
+
+
+def test_a_throttled_pod_is_replaced_only_when_it_stays_throttled():
+    cfg = HybridConfig(per_replica=10.0, replace_after_s=30.0)
+    policy, target = HybridPolicy(cfg), TargetStatus(4, ready_pods(4))
+    state, deletes = LONG_AGO, []
+    for i in range(5):  # p0 in thermal violation the whole time
+        m = metrics(4, **{health.THERMAL: {"p0": i * 15e6}})
+        d = policy.decide(observe(600.0 + 15 * i, target, [5.0] * 41, m), state)
+        state, deletes = d.state, [*deletes, d.delete]
+    assert deletes[:3] == [(), (), ()]  # throttled from the second decision, 30 s to wait
+    assert deletes[3] == ("p0",)
+
+
+def test_replacement_can_be_turned_off():
+    cfg = HybridConfig(per_replica=10.0, replace_sick=False)
+    m = metrics(4, **{health.XID: {"p1": 79.0}})
+    d = HybridPolicy(cfg).decide(observe(600.0, TargetStatus(4, ready_pods(4)), [5.0] * 41, m), {})
+    assert d.state["sick"] == {"p1": "xid 79"}
+    assert d.delete == ()
