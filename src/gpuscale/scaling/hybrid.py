@@ -46,6 +46,9 @@ from gpuscale.scaling.predictive import (
 
 logger = logging.getLogger(__name__)
 
+GROWTH_S = 60.0
+"""The queue's growth rate is read over this many seconds."""
+
 SATURATED_SHARE = 0.01
 """Queued requests above this share of those in service: the pods are saturated."""
 
@@ -124,25 +127,21 @@ def reactive_need(
     return need, note
 
 
-def backlog_weight(
-    observation: Observation, points: Series, health_state: Mapping[str, Any], horizon_s: float
-) -> float:
-    """How much of a queued request the need counts: the share of a cold start serving it takes.
+def service_time_s(
+    observation: Observation, in_service: float, health_state: Mapping[str, Any]
+) -> float | None:
+    """The fleet's mean service time by Little's law: in flight over the completion rate.
 
-    A backlog is cleared over time: the new replicas arrive one cold start
-    (``horizon_s``) from now and then drain the queue, so each queued request needs
-    a slot for one service time out of that horizon. The service time is Little's
-    law on the fleet: requests in flight over the completion rate, both observed
-    (the pods' completion counters since the last decision).
+    The completions are the Ready pods' counters since the last decision.
 
     Returns:
-        The weight, 0 to 1; 1 when the completion rate is not known yet.
+        Seconds, or None when no completion has been seen yet.
     """
     old = health_state.get("pods", {})
     last_at = health_state.get("at")
     done = observation.pod_metrics.get(health.DONE, {})
-    if last_at is None or not points or horizon_s <= 0:
-        return 1.0
+    if last_at is None:
+        return None
     elapsed = float(observation.now) - float(last_at)
     finished = 0.0
     for pod in observation.target.pods:
@@ -151,9 +150,57 @@ def backlog_weight(
         if pod.ready and before is not None and now_done is not None and now_done >= before:
             finished += now_done - float(before)
     if elapsed <= 0 or finished <= 0:
-        return 1.0
-    in_service = points[-1][1]
-    return min(max(in_service / (finished / elapsed) / horizon_s, 0.0), 1.0)
+        return None
+    return max(in_service, 0.0) / (finished / elapsed)
+
+
+def queue_growth(backlog: Series, now: float) -> float:
+    """How fast the queue grew over the last ``GROWTH_S``, requests per second (>= 0).
+
+    Returns:
+        The rise from the window's first point to its last over their time apart.
+    """
+    recent = [(t, q) for t, q in backlog if t > now - GROWTH_S]
+    if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
+        return 0.0
+    return max((recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0]), 0.0)
+
+
+def backlog_demand(
+    observation: Observation,
+    total: Series,
+    backlog: Series | None,
+    health_state: Mapping[str, Any],
+    horizon_s: float,
+) -> tuple[Series, str]:
+    """The demand the reactive need sees: in service, the queue's share, and its growth.
+
+    While requests queue, those in flight are bounded by the Ready pods and hide how
+    much more arrives. Two terms, both in requests in flight, restore it:
+
+    * the backlog: each queued request needs a slot for one service time out of the
+      cold start (``horizon_s``) before new replicas arrive to drain it, so it counts
+      at ``service time / horizon_s`` (at most 1);
+    * the excess arrivals: the queue's growth rate times the service time (Little's
+      law on what the pods cannot take).
+
+    The service time is ``service_time_s``; unknown, the queue counts in full.
+
+    Returns:
+        The demand points (the newest with both terms) and a note.
+    """
+    points = weigh_backlog(total, backlog, 0.0)
+    if not backlog or not points:
+        return total, ""
+    service = service_time_s(observation, points[-1][1], health_state)
+    if service is None or horizon_s <= 0:
+        return total, ""
+    weight = min(service / horizon_s, 1.0)
+    growth = queue_growth(backlog, float(observation.now)) * service
+    weighed = weigh_backlog(total, backlog, weight)
+    t, v = weighed[-1]
+    note = f", queue x{weight:.2f} + growth {growth:.1f}" if backlog[-1][1] > 0 else ""
+    return (*weighed[:-1], (t, v + growth)), note
 
 
 def last_saturated(in_service: Series, backlog: Series | None) -> float | None:
@@ -245,18 +292,18 @@ class HybridPolicy:
         now, current = float(observation.now), observation.target.desired
         old_health = state.get("health", {})
         sick, health_state = health.assess(observation, old_health, cfg.health)
-        now_points, since = points, None
+        now_points, since, queued = points, None, ""
         if cfg.backlog_metric is not None:
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.
             cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
             backlog = observation.series.get(cfg.backlog_metric)
             points = weigh_backlog(now_points, backlog, 0.0)
-            weight = backlog_weight(observation, points, old_health, cold)
-            now_points = weigh_backlog(now_points, backlog, weight)
+            now_points, queued = backlog_demand(observation, now_points, backlog, old_health, cold)
             since = last_saturated(points, backlog)
         planned, why, parts = plan(observation, points, state, cfg, unsaturated_since=since)
         need, seen = reactive_need(observation, now_points, sick, cfg)
+        seen += queued
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
         proposal, up, agreed = agree(proposal, current, points, now, cfg, started)

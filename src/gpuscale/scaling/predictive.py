@@ -90,7 +90,7 @@ class PredictiveConfig:
     fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
     scale_in_window_s: float = field(default=300.0, metadata={"unit": "s"})
     rise_window_s: float = field(default=120.0, metadata={"unit": "s"})
-    stabilization_window_s: float = field(default=300.0, metadata={"unit": "s"})
+    stabilization_window_s: float = field(default=120.0, metadata={"unit": "s"})
     scale_up_pods: int = field(default=8, metadata={"unit": "replicas"})
     scale_up_percent: float = field(default=100.0, metadata={"unit": "%"})
     scale_down_percent: float = field(default=5.0, metadata={"unit": "%"})
