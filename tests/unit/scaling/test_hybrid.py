@@ -87,11 +87,17 @@ def test_queued_requests_count_at_the_share_of_a_cold_start_a_service_takes():
     o1 = Observation(o1.now, o1.target, o1.pod_metrics, {**o1.series, QUEUE: queue0})
     d1 = policy.decide(o1, LONG_AGO)
     later = metrics(10, **{health.DONE: {f"p{i}": 20.0 for i in range(10)}})
-    queue = tuple((600.0 - STEP_S * (40 - i), 0.0 if i < 40 else 400.0) for i in range(41))
+    # The queue has held 400 for the last minute: no growth.
+    queue = tuple((600.0 - STEP_S * (40 - i), 0.0 if i < 36 else 400.0) for i in range(41))
     o2 = observe(600.0, target, [100.0] * 41, later)
     o2 = Observation(o2.now, o2.target, o2.pod_metrics, {**o2.series, QUEUE: queue})
     d2 = policy.decide(o2, d1.state)
     assert "demand 150.00 -> 15" in d2.reason
+    # Growing by 2 requests per second over the last minute: 2 x 7.5 s = 15 more in flight.
+    rising_q = tuple((t, 400.0 - 2.0 * (600.0 - t) if t > 540.0 else 0.0) for t, _ in queue)
+    o3 = Observation(o2.now, o2.target, o2.pod_metrics, {**o2.series, QUEUE: rising_q})
+    d3 = policy.decide(o3, d1.state)
+    assert "demand 165.00 -> 17" in d3.reason
 
 
 def test_a_starting_pod_is_not_capacity():
