@@ -5,21 +5,24 @@ on every rise; taking the larger of the two keeps the forecast's lead and the
 reaction's floor. The reactive need reads signals that track capacity, never
 ``DCGM_FI_DEV_GPU_UTIL`` (near 100 % as soon as one sequence decodes):
 
-* demand: requests in flight plus queued (the predictive policy's demand), over
-  ``per_replica``;
-* SM activity: the summed ``DCGM_FI_PROF_SM_ACTIVE`` of the healthy Ready pods
-  over ``sm_target``, the busy GPU-equivalents at the target (a pod still
-  loading its model has no sample and is not counted);
+* demand: requests in flight, plus the queue at the share of a cold start a
+  service takes and the queue's growth times the service time
+  (``backlog_demand``), over ``per_replica``;
+* SM activity, as a saturation guard: while the mean ``DCGM_FI_PROF_SM_ACTIVE``
+  of the healthy Ready pods is above ``sm_target``, their sum over it (a pod
+  still loading its model has no sample and is not counted);
 * TTFT, when ``ttft_metric`` names a workload-level series: above
   ``ttft_slo_s``, the healthy Ready count times TTFT over its SLO.
 
-Health (``scaling.health``): a Ready pod whose GPU fell off the bus, had a
-fatal XID or a double-bit ECC error, is throttled or straggles is not capacity;
-one replica is added for each such pod so that the healthy count meets the
-need, and the pod is named in ``Decision.delete`` (``replace``) so that it is
-replaced by a new pod. Scale-in follows
-``predictive``: only when observed load agrees, never while it rises, after the
-stabilisation window, and in bounded steps; scale-out is fast but bounded.
+The forecast learns the requests in flight, fitted only since the queue last
+held requests (while it does, in flight is bounded by the pods). Health
+(``scaling.health``): a Ready pod whose GPU fell off the bus, had a fatal XID or
+a double-bit ECC error, is throttled or straggles is not capacity; one replica
+is added for each such pod so that the healthy count meets the need, and the
+pod is named in ``Decision.delete`` (``replace``) so that it is replaced by a
+new pod. Scale-in follows ``predictive`` (only when observed load agrees, never
+while it rises, after the stabilisation window, in small steps a cool-down
+apart) and never happens while requests queue; scale-out is fast but bounded.
 """
 
 import logging
