@@ -44,6 +44,7 @@ from gpuscale.scaling.predictive import (
     demand_or_hold,
     last_scale_in,
     plan,
+    recent_view,
     settle,
 )
 
@@ -289,6 +290,7 @@ class HybridPolicy:
             The desired replicas, the reason with every input, and the new state.
         """
         cfg = self.config
+        observation = recent_view(observation, state, self.history_s)
         points = demand_or_hold(self.name, observation, self._keys, state, cfg)
         if isinstance(points, Decision):
             return points

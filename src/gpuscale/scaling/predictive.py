@@ -26,6 +26,8 @@ Demand is the summed ``metrics`` (requests in flight plus queued, by default);
 Prometheus, queried at each decision, like HPA's.
 """
 
+import bisect
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -320,6 +322,28 @@ def last_scale_in(
     return None if last is None else float(last)
 
 
+def recent_view(observation: Observation, state: State, history_s: float) -> Observation:
+    """The observation with each series cut to what a decision reads.
+
+    That is the last ``history_s``, and every point the forecaster has not ingested
+    yet (all of them on a first decision). A caller may pass a day of points; the
+    decision then costs what the window costs, not the day.
+
+    Returns:
+        The same observation with shorter series (itself when nothing is cut).
+    """
+    seen = state.get("forecast", {}).get("last_t")
+    since = float(observation.now) - history_s
+    if seen is None:
+        return observation
+    since = min(since, float(seen))
+    cut = {}
+    for key, points in observation.series.items():
+        i = bisect.bisect_right(points, since, key=lambda p: p[0])
+        cut[key] = points[i:] if i else points
+    return dataclasses.replace(observation, series=cut)
+
+
 def demand_or_hold(
     name: str,
     observation: Observation,
@@ -373,6 +397,7 @@ class PredictivePolicy:
             The desired replicas, the reason with the forecast, and the new state.
         """
         cfg = self.config
+        observation = recent_view(observation, state, self.history_s)
         points = demand_or_hold(self.name, observation, self._keys, state, cfg)
         if isinstance(points, Decision):
             return points

@@ -294,3 +294,14 @@ def test_replacement_can_be_turned_off():
     d = HybridPolicy(cfg).decide(observe(600.0, TargetStatus(4, ready_pods(4)), [5.0] * 41, m), {})
     assert d.state["sick"] == {"p1": "xid 79"}
     assert d.delete == ()
+
+
+def test_a_day_of_points_decides_as_its_window_does():
+    # After a first decision, the points the forecaster has seen and those older than
+    # the window change nothing: a caller may pass a day and pay for the window only.
+    policy, target = HybridPolicy(FLAT), TargetStatus(4, ready_pods(4))
+    day = [5.0 + (i % 7) for i in range(5761)]
+    first = policy.decide(observe(86385.0, target, day[:-1], metrics(4)), LONG_AGO)
+    whole = policy.decide(observe(86400.0, target, day, metrics(4)), first.state)
+    window = policy.decide(observe(86400.0, target, day[-41:], metrics(4)), first.state)
+    assert whole == window
