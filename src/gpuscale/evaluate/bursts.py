@@ -10,9 +10,10 @@ same for every policy: the onsets depend only on the trace and seed.
   times the median of the ``BASE_S`` before it, when the row before it was not;
   onsets closer than ``BASE_S`` to the previous one belong to the same burst.
 * Recovery is the time from the onset to the start of the first ``HOLD_S`` from
-  which the share of arrivals served within the SLO is at least the target
-  again; 0 when the SLO was never missed; the time to the end of the judged span
-  when it never recovers (a lower bound, flagged as such by the caller).
+  which the share of arrivals served within the SLO is back to the target, or to
+  the share of the ``BASE_S`` before the onset when that was lower (a trace whose
+  ceiling is below the target); 0 when the SLO was never missed; the time to the
+  end of the judged span when it never recovers (a lower bound).
 """
 
 import numpy as np
@@ -65,6 +66,10 @@ def recovery_s(timeline: Timeline, row: int, target: float, end_s: float) -> flo
     within = np.asarray(timeline.within_slo, dtype=np.float64)
     hold = max(round(HOLD_S / step), 1)
     last = int(np.searchsorted(t, end_s))
+    back = max(row - max(round(BASE_S / step), 1), 0)
+    due_before = float(arrived[back:row].sum())
+    if due_before > 0:  # never ask for more than the run gave before the burst
+        target = min(target, float(within[back:row].sum()) / due_before)
     for j in range(row, max(last - hold + 1, row)):
         got, due = float(within[j : j + hold].sum()), float(arrived[j : j + hold].sum())
         if due <= 0 or got / due >= target:

@@ -53,3 +53,11 @@ def test_onsets_of_one_burst_are_merged():
     rate = [10.0] * 60 + [40.0] * 3 + [10.0] * gap + [40.0] * 3 + [10.0] * 60
     assert len(onsets(timeline(rate, [1.0] * len(rate)), 0.0, 1e9)) == 1
     assert HOLD_S >= 10.0  # a hold of at least one row
+
+
+def test_recovery_is_judged_against_the_share_before_the_burst_when_lower():
+    # 97 % within the SLO before the burst (a ceiling below the 0.99 target): back to
+    # 97 % counts as recovered.
+    rate = [10.0] * 60 + [40.0] * 60
+    share = [0.97] * 60 + [0.5] * 3 + [0.97] * 57
+    assert recovery_s(timeline(rate, share), 60, 0.99, 1200.0) == 30.0
