@@ -42,6 +42,7 @@ from gpuscale.scaling.predictive import (
     agree,
     cold_start_s,
     demand_or_hold,
+    horizon_s,
     last_scale_in,
     plan,
     recent_view,
@@ -304,7 +305,9 @@ class HybridPolicy:
             cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
             backlog = observation.series.get(cfg.backlog_metric)
             points = weigh_backlog(now_points, backlog, 0.0)
-            now_points, queued = backlog_demand(observation, now_points, backlog, old_health, cold)
+            # The queue is drained by replicas beyond the current ones: they may need a node.
+            reach = horizon_s(cold, current + 1, cfg)
+            now_points, queued = backlog_demand(observation, now_points, backlog, old_health, reach)
             since = last_saturated(points, backlog)
         planned, why, parts = plan(observation, points, state, cfg, unsaturated_since=since)
         need, seen = reactive_need(observation, now_points, sick, cfg)

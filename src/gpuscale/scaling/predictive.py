@@ -177,6 +177,22 @@ def rising(points: Series, now: float, window_s: float) -> bool:
     return slope > 0 and recent[-1][1] > mean_v
 
 
+def horizon_s(cold_s: float, replicas: int, cfg: PredictiveConfig) -> float:
+    """How far ahead ``replicas`` must be asked for: the cold start, plus a node's wait.
+
+    The node's provisioning counts when the replicas exceed ``fast_capacity``. A
+    measured cold start already holds a node's wait when pods waited for one, so the
+    provisioning is added only while the cold start is shorter than it.
+
+    Returns:
+        Seconds.
+    """
+    grows = cfg.fast_capacity is not None and replicas > cfg.fast_capacity
+    if grows and cold_s < cfg.node_provision_s:
+        return cold_s + cfg.node_provision_s
+    return cold_s
+
+
 def plan(
     observation: Observation,
     points: Series,
@@ -209,11 +225,9 @@ def plan(
     horizon = cold
     f = fc.forecast(fstate, points, now, horizon, fcfg)
     need = math.ceil(f.upper / cfg.per_replica - 1e-9)
-    # A measured start already holds the wait for a node whenever one was needed.
-    measured = bool(cold_state["samples"])
-    grows = cfg.fast_capacity is not None and need > cfg.fast_capacity
-    if grows and cfg.node_provision_s > 0 and not measured:
-        horizon = cold + cfg.node_provision_s
+    longer = horizon_s(cold, need, cfg)
+    if longer > horizon:
+        horizon = longer
         f = fc.forecast(fstate, points, now, horizon, fcfg)
         need = max(need, math.ceil(f.upper / cfg.per_replica - 1e-9))
     why = (
