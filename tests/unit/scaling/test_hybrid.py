@@ -266,6 +266,33 @@ def test_property_deterministic_and_state_round_trips(path):
         assert json.dumps(state, sort_keys=True) == before  # the input state is not mutated
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 300.0, allow_nan=False), min_size=2, max_size=40),
+    st.lists(st.floats(0.0, 50.0, allow_nan=False), min_size=40, max_size=40),
+)
+def test_property_no_scale_in_while_requests_queue_or_within_the_cooldown(demand, queued):
+    cfg = HybridConfig(
+        per_replica=10.0, stabilization_window_s=0.0, scale_in_window_s=0.0, max_replicas=60
+    )
+    policy, state, current, last_in = HybridPolicy(cfg), dict(LONG_AGO), 60, None
+    history = [demand[0]] * 40
+    for i, v in enumerate(demand):
+        history = [*history[1:], v]
+        now = 600.0 + STEP_S * i
+        obs = observe(now, TargetStatus(current, ready_pods(current)), history, metrics(current))
+        times = [t for t, _ in obs.series[IN_FLIGHT]]
+        queue = tuple(zip(times, [*queued[i + 1 :], *queued[: i + 1]], strict=True))
+        obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
+        d = policy.decide(obs, state)
+        backlog = queue[-1][1] > 0.01 * history[-1] and queue[-1][1] > 0
+        if backlog or (last_in is not None and now - last_in < cfg.scale_in_cooldown_s):
+            assert d.replicas >= current, d.reason
+        if d.replicas < current:
+            last_in = now
+        state, current = json.loads(json.dumps(d.state)), d.replicas
+
+
 def test_a_broken_gpus_pod_is_named_for_deletion_once():
     policy, target = HybridPolicy(FLAT), TargetStatus(4, ready_pods(4))
     m = metrics(4, **{health.XID: {"p1": 79.0}})
