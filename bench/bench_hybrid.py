@@ -134,11 +134,23 @@ def verdict(doc: dict[str, Any]) -> str:
         return f"{head}: no hybrid run"
     if any(doc["trace"].startswith(u) for u in UNPREDICTABLE):
         beaten = dominated_by(doc)
-        return (
-            f"{head}: dominated by {', '.join(beaten)}: MISSED"
+        text = f"{head}: " + (
+            f"dominated by {', '.join(beaten)}: MISSED"
             if beaten
-            else (f"{head}: no baseline dominates hybrid: met")
+            else "no baseline dominates hybrid: met"
         )
+        mine = hybrid["gpu_hours_at_target"]
+        cheaper = [
+            f"{b} {doc['policies'][b]['gpu_hours_at_target']:.1f}"
+            for b in BASELINES
+            if b in doc["policies"]
+            and doc["policies"][b]["gpu_hours_at_target"] is not None
+            and (mine is None or doc["policies"][b]["gpu_hours_at_target"] < mine)
+        ]
+        if cheaper:
+            at = "never reaches" if mine is None else f"{mine:.1f}"
+            text += f"; cheaper at the target than hybrid ({at}): {', '.join(cheaper)}"
+        return text
     at, ratio = hybrid["gpu_hours_at_target"], hybrid["x_oracle_at_target"]
     hpa_hours, how = hpa_reference(doc)
     if at is None:
