@@ -265,7 +265,7 @@ def _predictive(f: FairInputs) -> PredictiveConfig:
 def _hybrid(f: FairInputs) -> HybridConfig:
     p = _predictive(f)
     fields = {k.name: getattr(p, k.name) for k in dataclasses.fields(PredictiveConfig)}
-    return HybridConfig(**fields, sm_target=f.target_utilization)
+    return HybridConfig(**fields)
 
 
 def _build_predictive(c: PredictiveConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
@@ -277,7 +277,7 @@ def _build_hybrid(c: HybridConfig, _required: Sequence[int], name: str) -> Scali
 
 
 _PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", *_BOUNDS)
-_PLAN_KNOB = Knob("per_replica", "requests per replica", 0.4, 1.4)
+_PLAN_KNOB = Knob("per_replica", "requests per replica", 0.6, 1.4)
 register(
     PolicySpec(
         "predictive",

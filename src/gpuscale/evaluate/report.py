@@ -33,13 +33,17 @@ COLUMNS = (
     "dropped",
     "in flight",
     "scale events",
+    "kWh",
+    "burst recovery s",
 )
 """Table columns, in order. ``GPU-h @ target`` is read off the policy's knob sweep at
 the target attainment and ``x oracle`` compares it with the oracle's (without a target,
 ``x oracle`` compares ``GPU-h``); ``GPU-h`` onwards are the fair parameters' means over
 seeds (the oracle's: its searched plan on each seed), with the half-width of the 95 %
 interval after ``±``. GPU-hours count what the caption says (node GPUs until scale-down,
-or the pods' GPUs), from the warm-up on."""
+or the pods' GPUs), from the warm-up on. ``kWh`` is the simulated power of the Ready
+nodes' GPUs from the warm-up on; ``burst recovery s`` the mean time from a burst's onset
+to the target attainment held again (``evaluate.bursts``; ``-`` without a burst)."""
 
 GPU_HOURS_BASIS = {
     "node": "node GPUs until scale-down",
@@ -119,6 +123,8 @@ def _row(name: str, s: PolicySummary, at_target: str, ratio: str) -> list[str]:
         f"{s.dropped_requests:.0f}",
         f"{s.in_flight_requests:.0f}",
         str(s.scale_events),
+        _plus_minus(s.energy_kwh, s.energy_kwh_ci95, ".0f"),
+        _plus_minus(s.burst_recovery_s, s.burst_recovery_s_ci95, ".0f"),
     ]
 
 

@@ -61,6 +61,13 @@ class PolicySummary:
             not scored.
         gpu_hours_per_seed: ``gpu_hours`` of each seed, in seed order.
         slo_attainment_per_seed: ``slo_attainment`` of each seed, in seed order.
+        energy_kwh: Energy of the GPUs on Ready nodes from the warm-up on, from the
+            simulated power (idle GPUs included), kWh, mean over seeds; None when not
+            recorded.
+        energy_kwh_ci95: Its 95 % interval.
+        burst_recovery_s: Mean time from a burst's onset to the SLO held again
+            (``evaluate.bursts``), seconds, mean over seeds; None without bursts.
+        burst_recovery_s_ci95: Its 95 % interval.
     """
 
     gpu_hours: float
@@ -88,6 +95,10 @@ class PolicySummary:
     allocated_gpu_hours: float | None = None
     gpu_hours_per_seed: tuple[float, ...] = ()
     slo_attainment_per_seed: tuple[float | None, ...] = ()
+    energy_kwh: float | None = None
+    energy_kwh_ci95: Interval = (None, None)
+    burst_recovery_s: float | None = None
+    burst_recovery_s_ci95: Interval = (None, None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuscale.evaluate import policies as registry
+from gpuscale.evaluate.bursts import mean_recovery_s
 from gpuscale.evaluate.results import CurvePoint, Evaluation, PolicySummary, histogram_quantile
 from gpuscale.evaluate.stats import Estimate, cost_at_target, mean_ci
 from gpuscale.sim.outcome import RunResult
@@ -70,6 +71,10 @@ class RunScore:
         result: The whole run, when asked for (the report's timelines).
         trials: For the searched oracle, each plan it simulated as (GPU-hours,
             attainment), scored as above; empty otherwise.
+        energy_kwh: Energy of the Ready nodes' GPUs from the warm-up on (the device
+            physics' power, idle GPUs included), kWh; None when not recorded.
+        recovery_s: Mean time from a burst's onset to the SLO held again
+            (``evaluate.bursts``), seconds; None when the run has no burst.
     """
 
     policy: str
@@ -90,6 +95,8 @@ class RunScore:
     allocated_gpu_hours: float = 0.0
     nodes_counted: bool = False
     trials: tuple[tuple[float, float], ...] = ()
+    energy_kwh: float | None = None
+    recovery_s: float | None = None
 
 
 def _after(total: float, per_row: np.ndarray, lengths: np.ndarray, scored: np.ndarray) -> float:
@@ -107,6 +114,7 @@ def score_run(
     *,
     keep: bool = False,
     cooldown_s: float = 0.0,
+    target: float = 0.99,
 ) -> RunScore:
     """Score one run, skipping the timeline rows that start before ``warmup_s``.
 
@@ -139,6 +147,9 @@ def score_run(
     else:
         attainment = result.within_slo / result.requests if result.requests > 0 else None
     gpu_s = float(result.gpu_seconds)
+    power = np.asarray(getattr(tl, "power_w", ()), dtype=np.float64)  # absent: not recorded
+    energy = float((power * lengths)[scored].sum()) / 3.6e6 if power.size == starts.size else None
+    recovery = mean_recovery_s(tl, warmup_s, scored_end, target) if counted else None
     return RunScore(
         policy=result.policy,
         seed=seed,
@@ -157,6 +168,8 @@ def score_run(
         result=result if keep else None,
         allocated_gpu_hours=allocated / 3600.0,
         nodes_counted=nodes_counted,
+        energy_kwh=energy,
+        recovery_s=recovery,
     )
 
 
@@ -280,6 +293,8 @@ def evaluation_from_sweep(
         searched = any(s.trials for s in fair)
         hours = mean_ci([s.gpu_hours for s in fair])
         attainment = _estimate([s.slo_attainment for s in fair])
+        energy = _estimate([s.energy_kwh for s in fair])
+        recovery = _estimate([s.recovery_s for s in fair])
         reach = at_target[name]
         per_seed = _all_known(reach.per_seed)
         ratio: float | None = None
@@ -323,6 +338,10 @@ def evaluation_from_sweep(
             allocated_gpu_hours=float(np.mean([s.allocated_gpu_hours for s in fair])),
             gpu_hours_per_seed=tuple(s.gpu_hours for s in fair),
             slo_attainment_per_seed=tuple(s.slo_attainment for s in fair),
+            energy_kwh=None if energy is None else energy.mean,
+            energy_kwh_ci95=_interval(energy),
+            burst_recovery_s=None if recovery is None else recovery.mean,
+            burst_recovery_s_ci95=_interval(recovery),
         )
     kept = [s.result for _, s in runs if s.result is not None]
     sc = base.scenario

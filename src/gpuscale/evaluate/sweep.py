@@ -91,6 +91,7 @@ class RunSpec:
         keep: Whether to return the whole ``RunResult`` (for the report's timelines).
         search_target: For the oracle, the attainment its search must reach; None
             runs ``config`` as it is.
+        target: The attainment the sweep compares at (burst recovery is judged on it).
     """
 
     request: EvaluationRequest
@@ -102,6 +103,7 @@ class RunSpec:
     max_nodes: int
     keep: bool = False
     search_target: float | None = None
+    target: float = DEFAULT_TARGET
 
     @property
     def key(self) -> str:
@@ -155,7 +157,9 @@ def _searched(
     cooldown = prepared.scenario.timeout_s
 
     def scored(result: RunResult) -> RunScore:
-        return score_run(result, spec.seed, None, spec.warmup_s, cooldown_s=cooldown)
+        return score_run(
+            result, spec.seed, None, spec.warmup_s, cooldown_s=cooldown, target=spec.target
+        )
 
     def attainment(result: RunResult) -> float:
         got = scored(result).slo_attainment
@@ -189,6 +193,7 @@ def _searched(
         spec.warmup_s,
         keep=spec.keep,
         cooldown_s=cooldown,
+        target=spec.target,
     )
     trials = tuple((t.gpu_hours, t.attainment) for t in found.trials)
     progress(1.0)
@@ -221,6 +226,7 @@ def execute(spec: RunSpec, *, progress: Callable[[float], None]) -> RunScore:
         spec.warmup_s,
         keep=spec.keep,
         cooldown_s=prepared.scenario.timeout_s,
+        target=spec.target,
     )
 
 
@@ -326,7 +332,9 @@ class SweepPlan:
         out = []
         target = self.request.target_attainment
         for seed in self.seeds:
-            out.append(RunSpec(req, seed, CEILING, None, None, self.warmup_s, max_nodes))
+            out.append(
+                RunSpec(req, seed, CEILING, None, None, self.warmup_s, max_nodes, target=target)
+            )
             for name, points in self.points.items():
                 fair = self.fair_value(name)
                 search = target if name == SEARCHED else None
@@ -334,7 +342,16 @@ class SweepPlan:
                     keep = seed == req.seed and value == fair
                     out.append(
                         RunSpec(
-                            req, seed, name, config, value, self.warmup_s, max_nodes, keep, search
+                            req,
+                            seed,
+                            name,
+                            config,
+                            value,
+                            self.warmup_s,
+                            max_nodes,
+                            keep,
+                            search,
+                            target,
                         )
                     )
         return out

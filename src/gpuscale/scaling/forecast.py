@@ -53,6 +53,9 @@ class ForecastConfig:
         trend_window_s: Window of the fallback line, seconds.
         quantile: The upper bound's quantile, 0.5 to 1.
         min_sigma_ratio: Floor of the error deviation, as a share of the recent mean.
+        max_rise_ratio: The fallback line may rise (or fall) at most this share of the
+            window's mean between now and the horizon: a start-up backlog or a burst's
+            edge is a steep line that must not be extrapolated without bound.
     """
 
     bucket_s: float = field(default=300.0, metadata={"unit": "s"})
@@ -62,6 +65,7 @@ class ForecastConfig:
     trend_window_s: float = field(default=600.0, metadata={"unit": "s"})
     quantile: float = field(default=0.9, metadata={"unit": "ratio"})
     min_sigma_ratio: float = field(default=0.05, metadata={"unit": "ratio"})
+    max_rise_ratio: float = field(default=0.5, metadata={"unit": "ratio"})
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, fix: str) -> None:
@@ -75,6 +79,7 @@ class ForecastConfig:
         check(self.trend_window_s > 0, "trend_window_s", "use > 0 s")
         check(0.5 <= self.quantile < 1, "quantile", "use 0.5 to 1 (e.g. 0.9)")
         check(self.min_sigma_ratio >= 0, "min_sigma_ratio", "use 0 or more")
+        check(self.max_rise_ratio >= 0, "max_rise_ratio", "use 0 or more")
 
     @property
     def period(self) -> int:
@@ -97,6 +102,14 @@ class Forecast:
     upper: float
     model: Model
     horizon_s: float
+
+
+ANCHOR_S = 60.0
+"""The fallback line starts from the mean of this many seconds of the newest points."""
+
+
+MIN_LINE_POINTS = 8
+"""Fewer points than this give the fallback no slope (two minutes at a 15 s step)."""
 
 
 def _z(quantile: float) -> float:
@@ -257,14 +270,23 @@ def trend_forecast(points: Series, now: float, horizon_s: float, cfg: ForecastCo
     n = len(recent)
     mean_v = sum(v for _, v in recent) / n
     floor = cfg.min_sigma_ratio * abs(mean_v)
-    if n < 3:
-        last = recent[-1][1]
-        return Forecast(last, last + _z(cfg.quantile) * floor, "trend", horizon_s)
+    if n < MIN_LINE_POINTS:  # too few points for a slope: the level, and their spread
+        newest = [v for t, v in recent if t > now - ANCHOR_S] or [recent[-1][1]]
+        level = sum(newest) / len(newest)
+        spread = math.sqrt(sum((v - mean_v) ** 2 for _, v in recent) / n)
+        upper = level + _z(cfg.quantile) * max(spread, floor)
+        return Forecast(level, upper, "trend", horizon_s)
     mean_t = sum(t for t, _ in recent) / n
     sxx = sum((t - mean_t) ** 2 for t, _ in recent)
     slope = sum((t - mean_t) * (v - mean_v) for t, v in recent) / sxx if sxx > 0 else 0.0
     x = now + horizon_s
-    point = mean_v + slope * (x - mean_t)
+    # Anchored on the last minute's level, not the line's value at now: a load that
+    # rose and fell inside the window would otherwise keep the line high.
+    last = [(t, v) for t, v in recent if t > now - ANCHOR_S] or recent[-1:]
+    last_t = sum(t for t, _ in last) / len(last)
+    at_now = sum(v for _, v in last) / len(last) + slope * (now - last_t)
+    bound = cfg.max_rise_ratio * abs(mean_v)
+    point = at_now + min(max(slope * horizon_s, -bound), bound)
     sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
     sigma = max(math.sqrt(sse / (n - 2)), floor)
     spread = sigma * math.sqrt(1 + 1 / n + ((x - mean_t) ** 2 / sxx if sxx > 0 else 0.0))

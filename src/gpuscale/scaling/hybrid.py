@@ -5,21 +5,24 @@ on every rise; taking the larger of the two keeps the forecast's lead and the
 reaction's floor. The reactive need reads signals that track capacity, never
 ``DCGM_FI_DEV_GPU_UTIL`` (near 100 % as soon as one sequence decodes):
 
-* demand: requests in flight plus queued (the predictive policy's demand), over
-  ``per_replica``;
-* SM activity: the summed ``DCGM_FI_PROF_SM_ACTIVE`` of the healthy Ready pods
-  over ``sm_target``, the busy GPU-equivalents at the target (a pod still
-  loading its model has no sample and is not counted);
+* demand: requests in flight, plus the queue at the share of a cold start a
+  service takes and the queue's growth times the service time
+  (``backlog_demand``), over ``per_replica``;
+* SM activity, as a saturation guard: while the mean ``DCGM_FI_PROF_SM_ACTIVE``
+  of the healthy Ready pods is above ``sm_target``, their sum over it (a pod
+  still loading its model has no sample and is not counted);
 * TTFT, when ``ttft_metric`` names a workload-level series: above
   ``ttft_slo_s``, the healthy Ready count times TTFT over its SLO.
 
-Health (``scaling.health``): a Ready pod whose GPU fell off the bus, had a
-fatal XID or a double-bit ECC error, is throttled or straggles is not capacity;
-one replica is added for each such pod so that the healthy count meets the
-need (the ``Decision`` cannot name a pod to delete, so the sick pod itself is
-only reported, in the reason and in the state's ``sick``). Scale-in follows
-``predictive``: only when observed load agrees, never while it rises, after the
-stabilisation window, and in bounded steps; scale-out is fast but bounded.
+The forecast learns the requests in flight, fitted only since the queue last
+held requests (while it does, in flight is bounded by the pods). Health
+(``scaling.health``): a Ready pod whose GPU fell off the bus, had a fatal XID or
+a double-bit ECC error, is throttled or straggles is not capacity; one replica
+is added for each such pod so that the healthy count meets the need, and the
+pod is named in ``Decision.delete`` (``replace``) so that it is replaced by a
+new pod. Scale-in follows ``predictive`` (only when observed load agrees, never
+while it rises, after the stabilisation window, in small steps a cool-down
+apart) and never happens while requests queue; scale-out is fast but bounded.
 """
 
 import logging
@@ -27,6 +30,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
@@ -36,12 +40,22 @@ from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Ser
 from gpuscale.scaling.predictive import (
     PredictiveConfig,
     agree,
+    cold_start_s,
     demand_or_hold,
+    horizon_s,
+    last_scale_in,
     plan,
+    recent_view,
     settle,
 )
 
 logger = logging.getLogger(__name__)
+
+GROWTH_S = 60.0
+"""The queue's growth rate is read over this many seconds."""
+
+SATURATED_SHARE = 0.01
+"""Queued requests above this share of those in service: the pods are saturated."""
 
 TTFT = "ttft"
 """Key of the optional TTFT series in ``Observation.series``."""
@@ -53,18 +67,32 @@ class HybridConfig(PredictiveConfig):
 
     Attributes:
         sm_metric: Per-pod SM activity series (a ratio, 0 to 1).
-        sm_target: SM activity per healthy Ready replica to provision for.
+        sm_target: Mean SM activity of the healthy Ready replicas above which they are
+            saturated and the need is their summed activity over this target. A guard,
+            not a level: an LLM server's SMs are about a third active with one sequence
+            decoding and about 0.85 at a full batch, so a lower target would hold a
+            fleet far above its load.
         ttft_metric: Workload-level TTFT series (seconds, e.g. a p95 recording rule); None
             when the server exports none.
         ttft_slo_s: The TTFT objective.
         health: When a Ready pod is not counted as capacity.
+        replace_sick: Name sick pods in ``Decision.delete`` so they are replaced.
+        replace_after_s: A throttled or straggling pod is replaced only when it has
+            been so this long, seconds.
+        backlog_metric: The queued part of the demand (one of ``metrics``); None counts
+            the queue in full.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
-    sm_target: float = field(default=0.7, metadata={"unit": "SM active ratio per replica"})
+    sm_target: float = field(default=0.9, metadata={"unit": "SM active ratio per replica"})
     ttft_metric: str | None = field(default=None, metadata={"unit": ""})
     ttft_slo_s: float = field(default=2.0, metadata={"unit": "s"})
     health: HealthConfig = field(default_factory=HealthConfig, metadata={"unit": ""})
+    replace_sick: bool = field(default=True, metadata={"unit": ""})
+    replace_after_s: float = field(default=120.0, metadata={"unit": "s"})
+    backlog_metric: str | None = field(
+        default="gpuscale_serving_queue_requests", metadata={"unit": ""}
+    )
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -89,7 +117,11 @@ def reactive_need(
     healthy = [p.name for p in observation.target.pods if p.ready and p.name not in sick]
     sm = observation.pod_metrics.get(health.SM, {})
     busy = [sm[name] for name in healthy if name in sm and not math.isnan(sm[name])]
-    by_sm = math.ceil(sum(busy) / cfg.sm_target - 1e-9) if busy else 0
+    # SM activity is a saturation signal, not a level: an LLM server's SMs stay about
+    # a third active with one sequence decoding, so sum / target would hold a fleet far
+    # above its load. It raises the need only while the pods run hotter than the target.
+    hot = bool(busy) and sum(busy) > cfg.sm_target * len(busy)
+    by_sm = math.ceil(sum(busy) / cfg.sm_target - 1e-9) if hot else 0
     note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
     need = max(by_demand, by_sm)
     ttft = observation.latest(TTFT) if cfg.ttft_metric is not None else None
@@ -98,6 +130,134 @@ def reactive_need(
         note += f", TTFT {ttft:.2f} s > {cfg.ttft_slo_s:g} s -> {by_ttft}"
         need = max(need, by_ttft)
     return need, note
+
+
+def service_time_s(
+    observation: Observation, in_service: float, health_state: Mapping[str, Any]
+) -> float | None:
+    """The fleet's mean service time by Little's law: in flight over the completion rate.
+
+    The completions are the Ready pods' counters since the last decision.
+
+    Returns:
+        Seconds, or None when no completion has been seen yet.
+    """
+    old = health_state.get("pods", {})
+    last_at = health_state.get("at")
+    done = observation.pod_metrics.get(health.DONE, {})
+    if last_at is None:
+        return None
+    elapsed = float(observation.now) - float(last_at)
+    finished = 0.0
+    for pod in observation.target.pods:
+        before = old.get(pod.name, {}).get(health.DONE)
+        now_done = done.get(pod.name)
+        if pod.ready and before is not None and now_done is not None and now_done >= before:
+            finished += now_done - float(before)
+    if elapsed <= 0 or finished <= 0:
+        return None
+    return max(in_service, 0.0) / (finished / elapsed)
+
+
+def queue_growth(backlog: Series, now: float) -> float:
+    """How fast the queue grew over the last ``GROWTH_S``, requests per second (>= 0).
+
+    Returns:
+        The rise from the window's first point to its last over their time apart.
+    """
+    recent = [(t, q) for t, q in backlog if t > now - GROWTH_S]
+    if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
+        return 0.0
+    return max((recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0]), 0.0)
+
+
+def backlog_demand(
+    observation: Observation,
+    total: Series,
+    backlog: Series | None,
+    health_state: Mapping[str, Any],
+    horizon_s: float,
+) -> tuple[Series, str]:
+    """The demand the reactive need sees: in service, the queue's share, and its growth.
+
+    While requests queue, those in flight are bounded by the Ready pods and hide how
+    much more arrives. Two terms, both in requests in flight, restore it:
+
+    * the backlog: each queued request needs a slot for one service time out of the
+      cold start (``horizon_s``) before new replicas arrive to drain it, so it counts
+      at ``service time / horizon_s`` (at most 1);
+    * the excess arrivals: the queue's growth rate times the service time (Little's
+      law on what the pods cannot take).
+
+    The service time is ``service_time_s``; unknown, the queue counts in full.
+
+    Returns:
+        The demand points (the newest with both terms) and a note.
+    """
+    points = weigh_backlog(total, backlog, 0.0)
+    if not backlog or not points:
+        return total, ""
+    service = service_time_s(observation, points[-1][1], health_state)
+    if service is None or horizon_s <= 0:
+        return total, ""
+    weight = min(service / horizon_s, 1.0)
+    growth = queue_growth(backlog, float(observation.now)) * service
+    weighed = weigh_backlog(total, backlog, weight)
+    t, v = weighed[-1]
+    note = f", queue x{weight:.2f} + growth {growth:.1f}" if backlog[-1][1] > 0 else ""
+    return (*weighed[:-1], (t, v + growth)), note
+
+
+def last_saturated(in_service: Series, backlog: Series | None) -> float | None:
+    """The newest time at which requests were queued beyond ``SATURATED_SHARE``.
+
+    Returns:
+        Seconds, or None when the queue stayed (nearly) empty.
+    """
+    if not backlog:
+        return None
+    serving = dict(in_service)
+    for t, q in reversed(backlog):
+        if q > SATURATED_SHARE * serving.get(t, 0.0) and q > 0:
+            return float(t)
+    return None
+
+
+def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Series:
+    """The demand with its queued part counted at ``weight``.
+
+    Returns:
+        (time, value) points of ``total`` less ``1 - weight`` of the backlog at each time.
+    """
+    if not backlog or weight >= 1.0:
+        return total
+    queued = dict(backlog)
+    return tuple((t, v - (1.0 - weight) * queued.get(t, 0.0)) for t, v in total)
+
+
+def replace(
+    sick: Mapping[str, str], cfg: HybridConfig, state: State, now: float
+) -> tuple[str, ...]:
+    """The sick pods to delete now, so that their replacements land on other GPUs.
+
+    A pod judged ``lost``, ``xid`` or ``dbe`` is deleted once (its GPU is broken until
+    repaired); a throttled pod or a straggler only when it stays so for
+    ``replace_after_s``, since heat and slow neighbours often pass.
+
+    Returns:
+        Pod names, sorted.
+    """
+    if not cfg.replace_sick:
+        return ()
+    seen: Mapping[str, Any] = state.get("sick_since", {})
+    out = []
+    for name, why in sick.items():
+        since = float(seen.get(name, now))
+        if why in ("throttled", "straggler") and now - since < cfg.replace_after_s:
+            continue
+        if name not in state.get("replaced", ()):
+            out.append(name)
+    return tuple(sorted(out))
 
 
 class HybridPolicy:
@@ -131,20 +291,42 @@ class HybridPolicy:
             The desired replicas, the reason with every input, and the new state.
         """
         cfg = self.config
+        observation = recent_view(observation, state, self.history_s)
         points = demand_or_hold(self.name, observation, self._keys, state, cfg)
         if isinstance(points, Decision):
             return points
         now, current = float(observation.now), observation.target.desired
-        sick, health_state = health.assess(observation, state.get("health", {}), cfg.health)
-        planned, why, parts = plan(observation, points, state, cfg)
-        need, seen = reactive_need(observation, points, sick, cfg)
+        old_health = state.get("health", {})
+        sick, health_state = health.assess(observation, old_health, cfg.health)
+        now_points, since, queued = points, None, ""
+        if cfg.backlog_metric is not None:
+            # The forecast learns the load the pods serve, not a queue that grows only
+            # while they are short; the reactive need counts the queue at its weight.
+            cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
+            backlog = observation.series.get(cfg.backlog_metric)
+            points = weigh_backlog(now_points, backlog, 0.0)
+            # The queue is drained by replicas beyond the current ones: they may need a node.
+            reach = horizon_s(cold, current + 1, cfg)
+            now_points, queued = backlog_demand(observation, now_points, backlog, old_health, reach)
+            since = last_saturated(points, backlog)
+        planned, why, parts = plan(observation, points, state, cfg, unsaturated_since=since)
+        need, seen = reactive_need(observation, now_points, sick, cfg)
+        seen += queued
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
         proposal, up, agreed = agree(proposal, current, points, now, cfg, started)
+        # Requests queued now: the pods are short, whatever the served load says.
+        up = up or (since is not None and since >= float(points[-1][0]))
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
         new_state = {**parts, "recs": recs, "started_at": started}
+        new_state["last_in"] = last_scale_in(state, now, current, replicas)
         new_state.update(health=health_state, sick=dict(sick))
-        return Decision(replicas, reason, new_state)
+        seen = state.get("sick_since", {})
+        new_state["sick_since"] = {n: float(seen.get(n, now)) for n in sick}
+        delete = replace(sick, cfg, state, now)
+        done = [n for n in state.get("replaced", []) if n in sick]
+        new_state["replaced"] = sorted({*done, *delete})
+        return Decision(replicas, reason, new_state, delete=delete)

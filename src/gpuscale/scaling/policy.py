@@ -147,11 +147,16 @@ class Decision:
         replicas: Desired replica count, already within the policy's bounds.
         reason: Short human-readable explanation, logged with every decision.
         state: The policy's memory for its next call.
+        delete: Names of pods to delete now, as ``kubectl delete pod`` would: the
+            workload keeps ``replicas``, so each is replaced by a new pod (a sick
+            replica swapped for a healthy one). Empty for most decisions; a caller
+            that cannot delete pods may ignore it.
     """
 
     replicas: int
     reason: str
     state: State = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
 
 
 class ScalingPolicy(Protocol):

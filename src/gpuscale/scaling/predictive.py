@@ -26,6 +26,8 @@ Demand is the summed ``metrics`` (requests in flight plus queued, by default);
 Prometheus, queried at each decision, like HPA's.
 """
 
+import bisect
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -72,6 +74,9 @@ class PredictiveConfig:
         scale_up_pods: Replicas a scale-out may add per decision (or ``scale_up_percent``).
         scale_up_percent: Percent of the current replicas a scale-out may add.
         scale_down_percent: Percent of the current replicas a scale-in may remove (min 1).
+        scale_in_cooldown_s: No scale-in within this long of the last one: a deleted pod
+            drains for its termination grace, and scale-ins that overlap remove many
+            pods at once.
         min_replicas: Lower bound.
         max_replicas: Upper bound.
     """
@@ -87,10 +92,11 @@ class PredictiveConfig:
     fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
     scale_in_window_s: float = field(default=300.0, metadata={"unit": "s"})
     rise_window_s: float = field(default=120.0, metadata={"unit": "s"})
-    stabilization_window_s: float = field(default=300.0, metadata={"unit": "s"})
+    stabilization_window_s: float = field(default=120.0, metadata={"unit": "s"})
     scale_up_pods: int = field(default=8, metadata={"unit": "replicas"})
     scale_up_percent: float = field(default=100.0, metadata={"unit": "%"})
-    scale_down_percent: float = field(default=10.0, metadata={"unit": "%"})
+    scale_down_percent: float = field(default=5.0, metadata={"unit": "%"})
+    scale_in_cooldown_s: float = field(default=60.0, metadata={"unit": "s"})
     min_replicas: int = field(default=1, metadata={"unit": "replicas"})
     max_replicas: int = field(default=100, metadata={"unit": "replicas"})
 
@@ -108,7 +114,8 @@ class PredictiveConfig:
         check(self.cold_starts_kept >= 1, "cold_starts_kept", "use 1 or more")
         check(self.node_provision_s >= 0, "node_provision_s", "use 0 or more seconds")
         check(self.fast_capacity is None or self.fast_capacity >= 0, "fast_capacity", "use >= 0")
-        for key in ("scale_in_window_s", "rise_window_s", "stabilization_window_s"):
+        windows = ("scale_in_window_s", "rise_window_s", "stabilization_window_s")
+        for key in (*windows, "scale_in_cooldown_s"):
             check(0 <= getattr(self, key) <= 3600, key, "use 0..3600 seconds")
         check(self.scale_up_pods >= 1, "scale_up_pods", "use 1 or more")
         check(self.scale_up_percent > 0, "scale_up_percent", "use a percentage > 0")
@@ -170,8 +177,29 @@ def rising(points: Series, now: float, window_s: float) -> bool:
     return slope > 0 and recent[-1][1] > mean_v
 
 
+def horizon_s(cold_s: float, replicas: int, cfg: PredictiveConfig) -> float:
+    """How far ahead ``replicas`` must be asked for: the cold start, plus a node's wait.
+
+    The node's provisioning counts when the replicas exceed ``fast_capacity``. A
+    measured cold start already holds a node's wait when pods waited for one, so the
+    provisioning is added only while the cold start is shorter than it.
+
+    Returns:
+        Seconds.
+    """
+    grows = cfg.fast_capacity is not None and replicas > cfg.fast_capacity
+    if grows and cold_s < cfg.node_provision_s:
+        return cold_s + cfg.node_provision_s
+    return cold_s
+
+
 def plan(
-    observation: Observation, points: Series, state: Mapping[str, Any], cfg: PredictiveConfig
+    observation: Observation,
+    points: Series,
+    state: Mapping[str, Any],
+    cfg: PredictiveConfig,
+    *,
+    unsaturated_since: float | None = None,
 ) -> tuple[int, str, dict[str, Any]]:
     """Replicas for the forecast's upper bound one horizon ahead.
 
@@ -180,19 +208,27 @@ def plan(
         points: The demand history.
         state: The policy state (``forecast`` and ``cold`` parts are read).
         cfg: Settings.
+        unsaturated_since: When requests were last queued, seconds. While they are, the
+            load served is bounded by the Ready pods, so its rise says how fast pods
+            arrived, not how fast demand grew: the fallback line is fitted only to the
+            points after it. None: every point.
 
     Returns:
         (replicas before bounds, a reason, the new ``forecast`` and ``cold`` parts).
     """
     now = float(observation.now)
     fstate = fc.update(state.get("forecast", {}), points, now, cfg.forecast)
+    fcfg = cfg.forecast
+    if unsaturated_since is not None:
+        points = tuple(p for p in points if p[0] > unsaturated_since)
     cold, cold_state = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
     horizon = cold
-    f = fc.forecast(fstate, points, now, horizon, cfg.forecast)
+    f = fc.forecast(fstate, points, now, horizon, fcfg)
     need = math.ceil(f.upper / cfg.per_replica - 1e-9)
-    if cfg.fast_capacity is not None and need > cfg.fast_capacity and cfg.node_provision_s > 0:
-        horizon = cold + cfg.node_provision_s
-        f = fc.forecast(fstate, points, now, horizon, cfg.forecast)
+    longer = horizon_s(cold, need, cfg)
+    if longer > horizon:
+        horizon = longer
+        f = fc.forecast(fstate, points, now, horizon, fcfg)
         need = max(need, math.ceil(f.upper / cfg.per_replica - 1e-9))
     why = (
         f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
@@ -217,7 +253,8 @@ def settle(
         current: Desired replicas now.
         proposal: Replicas wanted (the observed peak already applied); recorded as
             this decision's recommendation.
-        state: The policy state (``recs``: ``[time_s, replicas]`` recommendations).
+        state: The policy state (``recs``: ``[time_s, replicas]`` recommendations;
+            ``last_in``: time of the last scale-in, seconds).
         cfg: Windows, steps and bounds.
         hold_in: No scale-in this time (the observed load rises). The hold is not
             recorded as a recommendation, so it does not extend the window.
@@ -225,6 +262,8 @@ def settle(
     Returns:
         (replicas, a note, the recommendations to keep).
     """
+    last_in = state.get("last_in")
+    cooling = last_in is not None and now - float(last_in) < cfg.scale_in_cooldown_s
     proposal = clamp(proposal, cfg.min_replicas, cfg.max_replicas)
     cutoff = now - cfg.stabilization_window_s
     recs = [[float(t), float(r)] for t, r in state.get("recs", []) if float(t) > cutoff]
@@ -243,6 +282,8 @@ def settle(
             replicas = max(replicas, current - step)
         if replicas < current and hold_in:
             replicas, note = current, ", no scale-in yet"
+        elif replicas < current and cooling:
+            replicas, note = current, ", scale-in cooling down"
         elif replicas > proposal:
             note = f", stabilised {replicas}"
     return clamp(replicas, cfg.min_replicas, cfg.max_replicas), note, recs
@@ -281,6 +322,42 @@ def agree(
     return proposal, up, ""
 
 
+def last_scale_in(
+    state: Mapping[str, Any], now: float, current: int, replicas: int
+) -> float | None:
+    """When the last scale-in happened: now if this decision scales in, else as before.
+
+    Returns:
+        Seconds, or None before the first scale-in.
+    """
+    if replicas < current:
+        return now
+    last = state.get("last_in")
+    return None if last is None else float(last)
+
+
+def recent_view(observation: Observation, state: State, history_s: float) -> Observation:
+    """The observation with each series cut to what a decision reads.
+
+    That is the last ``history_s``, and every point the forecaster has not ingested
+    yet (all of them on a first decision). A caller may pass a day of points; the
+    decision then costs what the window costs, not the day.
+
+    Returns:
+        The same observation with shorter series (itself when nothing is cut).
+    """
+    seen = state.get("forecast", {}).get("last_t")
+    since = float(observation.now) - history_s
+    if seen is None:
+        return observation
+    since = min(since, float(seen))
+    cut = {}
+    for key, points in observation.series.items():
+        i = bisect.bisect_right(points, since, key=lambda p: p[0])
+        cut[key] = points[i:] if i else points
+    return dataclasses.replace(observation, series=cut)
+
+
 def demand_or_hold(
     name: str,
     observation: Observation,
@@ -309,7 +386,8 @@ class PredictivePolicy:
 
     State keys: ``forecast`` (``scaling.forecast``'s buckets and fitted model),
     ``cold`` (measured cold starts and the pods seen), ``recs`` (recent
-    recommendations as ``[time_s, replicas]``), ``started_at`` (first decision, s).
+    recommendations as ``[time_s, replicas]``), ``started_at`` (first decision, s),
+    ``last_in`` (last scale-in, s, or None).
     """
 
     def __init__(self, config: PredictiveConfig | None = None, name: str = "predictive") -> None:
@@ -333,6 +411,7 @@ class PredictivePolicy:
             The desired replicas, the reason with the forecast, and the new state.
         """
         cfg = self.config
+        observation = recent_view(observation, state, self.history_s)
         points = demand_or_hold(self.name, observation, self._keys, state, cfg)
         if isinstance(points, Decision):
             return points
@@ -343,4 +422,6 @@ class PredictivePolicy:
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
         reason = f"{why}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
-        return Decision(replicas, reason, {**parts, "recs": recs, "started_at": started})
+        new_state = {**parts, "recs": recs, "started_at": started}
+        new_state["last_in"] = last_scale_in(state, now, current, replicas)
+        return Decision(replicas, reason, new_state)

@@ -28,6 +28,7 @@ A crashed pod's restart draws from a second stream and does not shift the first.
 import heapq
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,6 +103,8 @@ class ClusterConfig:
 
 PENDING, STARTING, READY, TERMINATING, GONE = range(5)
 _NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY = range(3)
+NODE_READY = _NODE_READY
+"""``Cluster.node_state`` of a node that has joined and takes pods."""
 
 
 @dataclass(slots=True)
@@ -246,6 +249,17 @@ class Cluster:
     def scale(self, replicas: int, now: float) -> None:
         """Set ``spec.replicas``; the ReplicaSet creates or deletes pods at once."""
         self.desired = max(int(replicas), 0)
+        self._reconcile(now)
+
+    def delete_named(self, names: Sequence[str], now: float) -> None:
+        """Delete the named live pods (``kubectl delete pod``); the ReplicaSet replaces them.
+
+        Names of pods that are gone or already terminating are ignored.
+        """
+        wanted = set(names)
+        for pod in self.live_pods():
+            if pod.name in wanted:
+                self._delete(pod, now)
         self._reconcile(now)
 
     def _new_pod(self, now: float) -> Pod:

@@ -37,7 +37,15 @@ from gpuscale.metrics.signal import MetricsSource
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
 from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
-from gpuscale.sim.cluster import READY, STARTING, TERMINATING, Cluster, ClusterConfig, Pod
+from gpuscale.sim.cluster import (
+    NODE_READY,
+    READY,
+    STARTING,
+    TERMINATING,
+    Cluster,
+    ClusterConfig,
+    Pod,
+)
 from gpuscale.sim.faults import FaultInjector, SimFault
 from gpuscale.sim.fluid import residual_arrival_scv
 from gpuscale.sim.latency import LATENCY_EDGES_S
@@ -182,6 +190,7 @@ class _Run:
         tel_args = (self.cluster, self.physics, self.writer, serving, scenario.workload)
         self.tel = Telemetry(*tel_args, self.slots, scraped=read)
         self._drain_dev: dict[int, np.ndarray] = {}  # pod uid -> its devices, of each pod drained
+        self._power_w = 0.0  # GPUs of the Ready nodes, at the last collect
 
     # ----------------------------------------------------------------- capacity
     def _flush(self) -> None:
@@ -256,6 +265,9 @@ class _Run:
         if collect:
             self.tel.collect(t, self._ready_gpus, self._stopping, self._loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
+            c = self.cluster
+            on = np.repeat(c.node_state == NODE_READY, c.config.gpus_per_node)
+            self._power_w = float(self.physics.power_w[c.slot_phys[on]].sum())
         if scrape:
             self.tel.scrape(t, per_pod, self.queue.waiting)
 
@@ -270,6 +282,8 @@ class _Run:
         obs = self._observe(t)
         decision = self.policy.decide(obs, self.state)
         self.state = dict(decision.state)
+        if decision.delete:  # named pods go first, as pod-deletion-cost -> lowest
+            self.cluster.delete_named(decision.delete, t)
         want = min(max(int(decision.replicas), self.policy.min_replicas), self.policy.max_replicas)
         name, before = self.policy.name, self.cluster.desired
         logger.debug("t=%.0f %s: %d -> %d (%s)", t, name, before, want, decision.reason)
@@ -283,7 +297,7 @@ class _Run:
         n = wl.duration_s
         arrivals, work = wl.arrivals.tolist(), wl.work_s.tolist()
         self.cluster.start(sc.initial_replicas, 0.0)
-        ready_n, held_n, busy, cap, nodes = (np.zeros(n) for _ in range(5))
+        ready_n, held_n, busy, cap, nodes, power = (np.zeros(n) for _ in range(6))
         desired = np.zeros(n)
         next_scrape = next_collect = next_sample = next_decision = 0.0
         collect_s, sample_s = sc.collect_interval_s, self.path.interval_s
@@ -325,12 +339,13 @@ class _Run:
                 cluster.release(drained.pop(0), t + 1.0)
             ready_n[t], held_n[t], cap[t] = len(self.ready), self.n_held, self.capacity
             nodes[t] = cluster.ready_node_gpus  # billed until a node is removed
+            power[t] = self._power_w
             desired[t] = cluster.desired
             if progress is not None and t % tick == 0:
                 progress(t / n)
         if progress is not None:
             progress(1.0)
-        return self._result(ready_n, held_n, busy, cap, desired, nodes)
+        return self._result(ready_n, held_n, busy, cap, desired, nodes, power)
 
     def _result(
         self,
@@ -340,6 +355,7 @@ class _Run:
         cap: np.ndarray,
         desired: np.ndarray,
         nodes: np.ndarray,
+        power: np.ndarray,
     ) -> RunResult:
         sc, wl = self.sc, self.sc.workload
         n, rec = wl.duration_s, int(sc.record_interval_s)
@@ -372,6 +388,7 @@ class _Run:
             completed=summary.row_completed,
             within_slo=summary.row_within_slo,
             node_gpus=total(nodes) / secs,
+            power_w=total(power) / secs,
         )
         result = RunResult(
             policy=self.policy.name,

@@ -33,6 +33,9 @@ class Timeline:
         within_slo: Of those, requests within the SLO (TTFT and TPOT for LLM runs).
         node_gpus: GPUs on Ready nodes, idle or not, until each node is removed
             (empty if not recorded).
+        power_w: Power drawn by the GPUs on Ready nodes, idle ones included, as the
+            device physics reports it at each collect (``DCGM_FI_DEV_POWER_USAGE``),
+            watts, the step's mean (empty if not recorded).
     """
 
     time_s: FloatArray
@@ -47,6 +50,7 @@ class Timeline:
     completed: FloatArray = field(default_factory=lambda: np.zeros(0))
     within_slo: FloatArray = field(default_factory=lambda: np.zeros(0))
     node_gpus: FloatArray = field(default_factory=lambda: np.zeros(0))
+    power_w: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,7 @@ def test_rows_show_ratio_to_oracle_and_percentages():
     # Without a sweep: no GPU-hours at target, x oracle compares the runs' GPU-hours.
     assert rows[0][:6] == ["hpa", "-", "2.00", "2.00", "95.0%", "25.0%"]
     assert rows[1][:4] == ["oracle", "-", "1.00", "1.00"]
-    assert rows[0][-4:] == ["100", "1", "0", "4"]
+    assert rows[0][-6:] == ["100", "1", "0", "4", "-", "-"]  # no power, no burst
 
 
 def test_markdown_table_has_header_and_one_line_per_policy():

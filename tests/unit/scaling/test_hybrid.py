@@ -45,20 +45,68 @@ def metrics(n, sm=0.3, **per_pod):
 
 
 def test_reactive_sm_need_wins_over_a_low_forecast():
-    # Demand says 1 replica; 8 Ready pods each 0.9 SM active need ceil(7.2 / 0.7) = 11.
+    # Demand says 1 replica; 8 Ready pods each 0.95 SM active (above the 0.9 guard)
+    # need ceil(7.6 / 0.9) = 9.
     target = TargetStatus(8, ready_pods(8))
-    d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, metrics(8, sm=0.9)), LONG_AGO)
-    assert d.replicas == 11
-    assert "SM 7.20 -> 11" in d.reason
+    m = metrics(8, sm=0.95)
+    d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
+    assert d.replicas == 9
+    assert "SM 7.60 -> 9" in d.reason
+
+
+def test_sm_below_its_guard_sets_no_level():
+    # An LLM server's SMs read ~0.5 at a light batch: below the guard they do not hold
+    # the fleet up, so the demand (1 replica) drives a scale-in.
+    target = TargetStatus(8, ready_pods(8))
+    d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, metrics(8, sm=0.5)), LONG_AGO)
+    assert "SM 4.00 -> 0" in d.reason
+    assert d.replicas < 8
+
+
+def test_no_scale_in_while_requests_queue():
+    # In flight is bounded by the Ready pods when they are short: a queue blocks scale-in
+    # even when the served load alone would allow it.
+    target = TargetStatus(8, ready_pods(8))
+    demand = [5.0] * 41
+    queue = tuple((600.0 - STEP_S * (40 - i), 50.0) for i in range(41))
+    obs = observe(600.0, target, demand, metrics(8))
+    obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
+    d = HybridPolicy(FLAT).decide(obs, LONG_AGO)
+    assert d.replicas >= 8
+
+
+def test_queued_requests_count_at_the_share_of_a_cold_start_a_service_takes():
+    # 10 pods completed 20 requests each in 15 s with 100 in flight: service time
+    # 100 / (200 / 15) = 7.5 s, an eighth of the 60 s default cold start; 400 queued
+    # count as 50.
+    target = TargetStatus(10, ready_pods(10))
+    first = metrics(10)
+    policy = HybridPolicy(FLAT)
+    queue0 = tuple((585.0 - STEP_S * (40 - i), 0.0) for i in range(41))
+    o1 = observe(585.0, target, [100.0] * 41, first)
+    o1 = Observation(o1.now, o1.target, o1.pod_metrics, {**o1.series, QUEUE: queue0})
+    d1 = policy.decide(o1, LONG_AGO)
+    later = metrics(10, **{health.DONE: {f"p{i}": 20.0 for i in range(10)}})
+    # The queue has held 400 for the last minute: no growth.
+    queue = tuple((600.0 - STEP_S * (40 - i), 0.0 if i < 36 else 400.0) for i in range(41))
+    o2 = observe(600.0, target, [100.0] * 41, later)
+    o2 = Observation(o2.now, o2.target, o2.pod_metrics, {**o2.series, QUEUE: queue})
+    d2 = policy.decide(o2, d1.state)
+    assert "demand 150.00 -> 15" in d2.reason
+    # Growing by 2 requests per second over the last minute: 2 x 7.5 s = 15 more in flight.
+    rising_q = tuple((t, 400.0 - 2.0 * (600.0 - t) if t > 540.0 else 0.0) for t, _ in queue)
+    o3 = Observation(o2.now, o2.target, o2.pod_metrics, {**o2.series, QUEUE: rising_q})
+    d3 = policy.decide(o3, d1.state)
+    assert "demand 165.00 -> 17" in d3.reason
 
 
 def test_a_starting_pod_is_not_capacity():
     pods = (*ready_pods(4), PodStatus("p4", False, 590.0, None))
     target = TargetStatus(5, pods)
-    m = metrics(4, sm=0.7)
+    m = metrics(4, sm=0.95)
     d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
-    assert "SM 2.80 -> 4" in d.reason  # the four Ready pods only
-    assert d.replicas == 4
+    assert "SM 3.80 -> 5" in d.reason  # the four Ready pods only
+    assert d.replicas == 5
 
 
 def test_queue_and_in_flight_drive_the_reactive_need():
@@ -88,15 +136,15 @@ def test_ttft_over_its_slo_adds_replicas():
 )
 def test_a_sick_gpu_is_not_capacity_and_is_replaced(override, why):
     target = TargetStatus(4, ready_pods(4))
-    m = metrics(4, sm=0.35)
+    m = metrics(4, sm=0.95)
     if why == "lost":
         del m[health.SM]["p1"]
     else:
-        m = metrics(4, sm=0.35, **override)
+        m = metrics(4, sm=0.95, **override)
     d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
     assert d.state["sick"] == {"p1": why}
-    assert "SM 1.05 -> 2" in d.reason  # three healthy pods
-    assert d.replicas == 3  # 2 needed + 1 to replace p1
+    assert "SM 2.85 -> 4" in d.reason  # three healthy pods
+    assert d.replicas == 5  # 4 needed + 1 to replace p1
 
 
 def test_quarantine_outlasts_the_event_and_then_ends():
@@ -216,3 +264,71 @@ def test_property_deterministic_and_state_round_trips(path):
         before = json.dumps(state, sort_keys=True)
         HybridPolicy(cfg).decide(obs, state)
         assert json.dumps(state, sort_keys=True) == before  # the input state is not mutated
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 300.0, allow_nan=False), min_size=2, max_size=40),
+    st.lists(st.floats(0.0, 50.0, allow_nan=False), min_size=40, max_size=40),
+)
+def test_property_no_scale_in_while_requests_queue_or_within_the_cooldown(demand, queued):
+    cfg = HybridConfig(
+        per_replica=10.0, stabilization_window_s=0.0, scale_in_window_s=0.0, max_replicas=60
+    )
+    policy, state, current, last_in = HybridPolicy(cfg), dict(LONG_AGO), 60, None
+    history = [demand[0]] * 40
+    for i, v in enumerate(demand):
+        history = [*history[1:], v]
+        now = 600.0 + STEP_S * i
+        obs = observe(now, TargetStatus(current, ready_pods(current)), history, metrics(current))
+        times = [t for t, _ in obs.series[IN_FLIGHT]]
+        queue = tuple(zip(times, [*queued[i + 1 :], *queued[: i + 1]], strict=True))
+        obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
+        d = policy.decide(obs, state)
+        backlog = queue[-1][1] > 0.01 * history[-1] and queue[-1][1] > 0
+        if backlog or (last_in is not None and now - last_in < cfg.scale_in_cooldown_s):
+            assert d.replicas >= current, d.reason
+        if d.replicas < current:
+            last_in = now
+        state, current = json.loads(json.dumps(d.state)), d.replicas
+
+
+def test_a_broken_gpus_pod_is_named_for_deletion_once():
+    policy, target = HybridPolicy(FLAT), TargetStatus(4, ready_pods(4))
+    m = metrics(4, **{health.XID: {"p1": 79.0}})
+    d1 = policy.decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
+    d2 = policy.decide(observe(615.0, target, [5.0] * 41, m), d1.state)
+    assert d1.delete == ("p1",)
+    assert d2.delete == ()  # asked once; the pod is terminating or already replaced
+    assert json.loads(json.dumps(d2.state)) == d2.state
+
+
+def test_a_throttled_pod_is_replaced_only_when_it_stays_throttled():
+    cfg = HybridConfig(per_replica=10.0, replace_after_s=30.0)
+    policy, target = HybridPolicy(cfg), TargetStatus(4, ready_pods(4))
+    state, deletes = LONG_AGO, []
+    for i in range(5):  # p0 in thermal violation the whole time
+        m = metrics(4, **{health.THERMAL: {"p0": i * 15e6}})
+        d = policy.decide(observe(600.0 + 15 * i, target, [5.0] * 41, m), state)
+        state, deletes = d.state, [*deletes, d.delete]
+    assert deletes[:3] == [(), (), ()]  # throttled from the second decision, 30 s to wait
+    assert deletes[3] == ("p0",)
+
+
+def test_replacement_can_be_turned_off():
+    cfg = HybridConfig(per_replica=10.0, replace_sick=False)
+    m = metrics(4, **{health.XID: {"p1": 79.0}})
+    d = HybridPolicy(cfg).decide(observe(600.0, TargetStatus(4, ready_pods(4)), [5.0] * 41, m), {})
+    assert d.state["sick"] == {"p1": "xid 79"}
+    assert d.delete == ()
+
+
+def test_a_day_of_points_decides_as_its_window_does():
+    # After a first decision, the points the forecaster has seen and those older than
+    # the window change nothing: a caller may pass a day and pay for the window only.
+    policy, target = HybridPolicy(FLAT), TargetStatus(4, ready_pods(4))
+    day = [5.0 + (i % 7) for i in range(5761)]
+    first = policy.decide(observe(86385.0, target, day[:-1], metrics(4)), LONG_AGO)
+    whole = policy.decide(observe(86400.0, target, day, metrics(4)), first.state)
+    window = policy.decide(observe(86400.0, target, day[-41:], metrics(4)), first.state)
+    assert whole == window

@@ -13,6 +13,7 @@ from gpuscale.scaling.predictive import (
     PredictiveConfig,
     PredictivePolicy,
     cold_start_s,
+    horizon_s,
     rising,
 )
 
@@ -74,6 +75,27 @@ def test_horizon_adds_node_provisioning_beyond_fast_capacity():
     d = PredictivePolicy(cfg).decide(observe(600.0, 30, demand), LONG_AGO)
     assert "+240 s" in d.reason
     assert d.replicas >= 40  # 30 + 0.5 / 15 s x 240 s
+
+
+def test_a_measured_cold_start_longer_than_a_node_holds_its_wait():
+    cfg = PredictiveConfig(node_provision_s=180.0, fast_capacity=8)
+    assert horizon_s(40.0, 8, cfg) == 40.0  # fits on the always-up nodes
+    assert horizon_s(40.0, 9, cfg) == 220.0  # a warm-node start: add the node
+    assert horizon_s(230.0, 9, cfg) == 230.0  # already waited for a node
+
+
+def test_scale_in_is_spaced_by_its_cooldown():
+    cfg = PredictiveConfig(
+        per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=50.0, scale_in_window_s=0.0
+    )
+    policy = PredictivePolicy(cfg)
+    d1 = policy.decide(observe(600.0, 40, [5.0] * 41), LONG_AGO)
+    d2 = policy.decide(observe(615.0, d1.replicas, [5.0] * 41), d1.state)
+    d3 = policy.decide(observe(660.0, d2.replicas, [5.0] * 41), d2.state)
+    assert d1.replicas == 20  # half of 40 at most
+    assert d2.replicas == 20  # 15 s later: cooling down
+    assert "cooling down" in d2.reason
+    assert d3.replicas == 10  # 60 s after the first
 
 
 def test_scale_in_waits_for_the_observed_peak():
