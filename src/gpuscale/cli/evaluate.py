@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from rich.console import Console
@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from gpuscale.errors import config_error
 from gpuscale.evaluate import policies as registry
+from gpuscale.sim.queue_model import QUEUE_MODELS, QueueModel
 
 if TYPE_CHECKING:
     from gpuscale.evaluate.sweep import SweepRequest
@@ -37,6 +38,16 @@ INTERRUPTED_EXIT = 130
 def _policies(values: list[str] | None) -> tuple[str, ...]:
     # An env var gives one string; split it like the command line would.
     return registry.choose([n for v in (values or []) for n in v.replace(",", " ").split()])
+
+
+def _queue_model(value: str) -> "QueueModel":
+    if value not in QUEUE_MODELS:
+        raise config_error(
+            f"--queue-model {value}",
+            "is not a queue model",
+            f"use one of {', '.join(QUEUE_MODELS)}",
+        )
+    return cast("QueueModel", value)
 
 
 class _ConsoleLogHandler(logging.Handler):
@@ -132,6 +143,14 @@ def evaluate(
     seed: Annotated[
         int, typer.Option(help="Seed shared by every run.", envvar="GPUSCALE_SEED")
     ] = 0,
+    queue_model: Annotated[
+        str,
+        typer.Option(
+            help="Simulated queue: fluid, requests (one request at a time) or auto (requests "
+            "where that is cheap or the fluid is off by more than 0.01; docs/serving-model.md).",
+            envvar="GPUSCALE_QUEUE_MODEL",
+        ),
+    ] = "auto",
     fault: Annotated[
         list[str] | None,
         typer.Option(
@@ -229,6 +248,7 @@ def evaluate(
         faults=tuple(fault or ()),
         traces_dir=traces_dir,
         service_s=service_time,
+        queue_model=_queue_model(queue_model),
     )
     sweep = SweepRequest(
         request,

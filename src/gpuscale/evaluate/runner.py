@@ -55,6 +55,7 @@ from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.faults import SimFault, parse_sim_fault
 from gpuscale.sim.outcome import RunResult
+from gpuscale.sim.queue_model import QueueModel
 from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, required_replicas
 from gpuscale.sim.traces import AZURE_FILES, load_trace
 from gpuscale.sim.workload import Workload
@@ -99,6 +100,8 @@ class EvaluationRequest:
         traces_dir: Directory of the shared trace files.
         service_s: GPU seconds per request for generators and rate files.
         cluster: Cluster template; its node counts are sized to the trace.
+        queue_model: The simulated queue (``Scenario.queue_model``): ``auto``, ``fluid``
+            or ``requests``.
     """
 
     trace: str
@@ -112,6 +115,7 @@ class EvaluationRequest:
     traces_dir: Path | None = None
     service_s: float | None = None
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    queue_model: QueueModel = "auto"
 
     def prepare(self) -> "PreparedEvaluation":
         """Load the trace, check every input and derive each policy's parameters.
@@ -165,6 +169,7 @@ class EvaluationRequest:
             serving=serving,
             cluster=self.cluster,
             scenario_faults=faults,
+            queue_model=self.queue_model,
         )
 
 
@@ -237,6 +242,7 @@ def plan(
     serving: ServingConfig | None = None,
     cluster: ClusterConfig | None = None,
     scenario_faults: Sequence[SimFault] | None = None,
+    queue_model: QueueModel = "auto",
 ) -> PreparedEvaluation:
     """Size the cluster to the workload and derive each policy's parameters.
 
@@ -270,6 +276,7 @@ def plan(
         seed,
         initial_replicas=initial,
         faults=parsed,
+        queue_model=queue_model,
     )
     grows = peak * gpr > initial_nodes * per_node
     cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)

@@ -144,6 +144,7 @@ def test_options_come_from_gpuscale_environment_variables(app, runner, tmp_path)
             "--trace /nonexistent.csv: no such file: /nonexistent.csv; check the path",
         ),
         (["--trace", "data/rates"], "--trace data/rates: no such file: data/rates"),
+        (["--queue-model", "des"], "--queue-model des: is not a queue model; use one of auto"),
     ],
 )
 def test_bad_options_raise_one_line_config_errors(app, runner, tmp_path, args, message):
@@ -353,3 +354,9 @@ def test_a_sweep_writes_the_matched_slo_keys_and_one_bar_per_policy(app, runner,
     assert "warm-up 60 s not scored" in result.output
     assert "seeds 0-2" in result.output
     assert "ceiling " in result.output
+
+
+@pytest.mark.parametrize("model", ["fluid", "requests"])
+def test_queue_model_reaches_the_scenario(model):
+    prepared = EvaluationRequest("ramp", duration_s=120, queue_model=model).prepare()
+    assert prepared.scenario.queue_model == model
