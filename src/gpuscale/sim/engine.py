@@ -108,6 +108,11 @@ class Scenario:
         )
 
 
+def _first_second(x: float) -> int:
+    """The first whole second at or after ``x`` (a large number for inf)."""
+    return math.ceil(x) if x < 1e18 else 1 << 62
+
+
 class _Run:
     """One simulation's state; ``simulate`` is its only user."""
 
@@ -193,16 +198,12 @@ class _Run:
             if uid not in q.drains:
                 c.release(uid, float(t))
 
-    def _refresh_capacity(self, t: int) -> None:
-        self._flush()
+    def _refresh_pods(self) -> None:
+        """The Ready, starting and terminating pods' devices, after the cluster changed."""
         c = self.cluster
-        if c.version != self._cap_version:
-            self._sync_pods(t)
         self.ready = c.ready_pods()
         self.n_held = c.held_count()
         devs = np.array([c.slot_phys[p.slot] for p in self.ready], dtype=np.int64)
-        factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
-        speed = np.array([p.speed for p in self.ready]) * factor * self.model_speed
         self._ready_devs, self._ready_gpus = devs, c.devices(self.ready)
         self._ready_slots = np.array([p.slot for p in self.ready], dtype=np.int64)
         self._ready_uids = np.array([p.uid for p in self.ready], dtype=np.int64)
@@ -213,6 +214,16 @@ class _Run:
             np.repeat([p.due for p in loading], self.gpr),
             np.repeat([p.due - p.created_at for p in loading], self.gpr),
         )
+
+    def _refresh_capacity(self, t: int) -> None:
+        self._flush()
+        c = self.cluster
+        if c.version != self._cap_version:  # the pods changed; else only clocks did
+            self._sync_pods(t)
+            self._refresh_pods()
+        devs = self._ready_devs
+        factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
+        speed = np.array([p.speed for p in self.ready]) * factor * self.model_speed
         total = float(speed.sum())
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
         self._ready_speed = speed
@@ -272,7 +283,8 @@ class _Run:
         tick = max(n // 100, 1)
         queue, cluster = self.queue, self.cluster
         drains, drained = queue.drains, queue.drained
-        for t in range(n):
+        t = 0
+        while t < n:
             if t >= cluster.next_event():
                 cluster.advance(t)
             if t >= self.faults.next_due():
@@ -295,19 +307,33 @@ class _Run:
                 next_decision += self.policy.interval_s
             if self._cap_dirty or cluster.version != self._cap_version:
                 self._refresh_capacity(t)
-            queue.step(t, arrivals[t], work[t], self.servers, self.capacity)
-            occupancy.append(queue.busy / self.servers if self.servers else 0.0)
-            tel.done += queue.last_departures
-            busy[t] = (queue.busy + queue.draining) / self.slots * self.gpr  # busy GPUs
+            # Nothing changes servers or capacity before the next of these falls due (a
+            # threshold x falls due at the first whole second >= x), nor while no pod
+            # drains, so the queue advances over the block in one call.
+            due = [cluster.next_event(), self.faults.next_due(), next_scrape, next_collect]
+            due.append(next_decision)
+            if ring is not None:
+                due.append(next_sample)
+            end = t + 1 if drains else min(n, max(_first_second(min(due)), t + 1))
+            b_list, d_list = queue.advance(t, end, arrivals, work, self.servers, self.capacity)
+            servers, drain_busy = self.servers, queue.draining
+            occupancy.extend([b / servers if servers else 0.0 for b in b_list])
+            done = tel.done
+            for dep in d_list:  # in order, as one addition per second
+                done += dep
+            tel.done = done
+            busy[t:end] = (np.array(b_list) + drain_busy) / self.slots * self.gpr  # busy GPUs
             for uid, d in drains.items():  # a draining pod's GPU is busy too
                 drain_seq[self._drain_dev[uid]] += d.requests
             while drained:  # a drained pod frees its GPU
-                cluster.release(drained.pop(0), t + 1.0)
-            ready_n[t], held_n[t], cap[t] = len(self.ready), self.n_held, self.capacity
-            nodes[t] = cluster.ready_node_gpus  # billed until a node is removed
-            desired[t] = cluster.desired
-            if progress is not None and t % tick == 0:
-                progress(t / n)
+                cluster.release(drained.pop(0), end + 0.0)
+            ready_n[t:end], held_n[t:end], cap[t:end] = len(self.ready), self.n_held, self.capacity
+            nodes[t:end] = cluster.ready_node_gpus  # billed until a node is removed
+            desired[t:end] = cluster.desired
+            if progress is not None:
+                for s in range(t + (-t) % tick, end, tick):
+                    progress(s / n)
+            t = end
         if progress is not None:
             progress(1.0)
         return self._result(ready_n, held_n, busy, cap, desired, nodes)
