@@ -301,7 +301,10 @@ def summarise_latency(
         for s0 in range(lo, hi, _BLOCK):  # blocks that stay in the cache, element by element
             s1 = min(s0 + _BLOCK, hi)
             block = cdf[s0 - lo : s1 - lo]
-            parts = [(w, tuple(c[s0:s1] for c in coef)) for w, coef in coefficients]
+            parts = [
+                (w, (a[s0:s1], b[s0:s1], m_[s0:s1], t_[s0:s1]))
+                for w, (a, b, m_, t_) in coefficients
+            ]
             cut = _underflow_cut(start[s0:s1], [coef for _, coef in parts])
             for weight, (a, b, inv_m, inv_t) in parts:
                 part = _cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut)
