@@ -32,6 +32,13 @@ SCENARIOS: dict[str, dict[str, object]] = {
         "seed": 2,
         "faults": ("gpu-lost@900:duration=600", "thermal@1200:duration=600", "straggler@300"),
     },
+    "thermal-hot": {
+        "trace": "flash-crowd",
+        "scale": 4.0,
+        "duration_s": 3_600,
+        "seed": 1,
+        "faults": ("thermal@600:rise_c=45:duration=1800", "ecc-dbe@1000"),
+    },
     "azure-conv": {"trace": "azure-conv", "scale": 0.2, "duration_s": 3_000},
     "gentd26": {"trace": "gentd26", "scale": 1.0, "duration_s": 3_000},
 }

@@ -62,6 +62,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _US = 1e6  # DCGM violation counters are in microseconds
+
+
+def _clip01(x: np.ndarray) -> np.ndarray:
+    """``np.clip(x, 0, 1)`` (NaN stays NaN) without its wrapper's cost on small arrays."""
+    out: np.ndarray = np.minimum(np.maximum(x, 0.0), 1.0)
+    return out
+
+
 IDLE_BUSY = 0.01  # below this busy share the driver drops to the idle clock
 POWER_JITTER = 0.01  # relative standard deviation of dynamic power, step to step
 SBE_RATE_PER_S = 1e-7  # correctable ECC errors per GPU-second (rare, as in healthy fleets)
@@ -164,6 +172,9 @@ class FleetPhysics:
             elif "REMAP" in name:  # row remapping: Ampere and later
                 self._support[name] = self._remap
         self._events: list[tuple[int, float, int]] = []
+        self._head = self._tdp - self._idle  # dynamic power range, W
+        self._decay_dt, self._decay_v = math.nan, np.ones(self.n)
+        self._p_held = self._t_end_held = np.zeros(self.n)
         self._partial = [name for name, ok in self._support.items() if not ok.all()]
 
     def step(
@@ -207,7 +218,7 @@ class FleetPhysics:
         if demanded.shape != (self.n,):
             raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
         alive = ~self.lost
-        busy = np.where(alive, np.clip(nan_to(demanded, 0.0), 0.0, 1.0), 0.0)
+        busy = np.where(alive, _clip01(nan_to(demanded, 0.0)), 0.0)
         if batch_fill is None and prefill_share is None:
             self._levels, scale = self._mix_levels, busy
         else:
@@ -217,42 +228,38 @@ class FleetPhysics:
             index = activity_index(self._levels, self.activity.power_weights)
             scale = busy * index / self._mix_index if self._mix_index > 0 else busy
         sampled = busy if sampled_busy is None else self._per_gpu(sampled_busy, "sampled_busy")
-        self._sampled = np.where(alive, np.clip(sampled, 0.0, 1.0), 0.0)
-        self._jitter = np.clip(self._rng.standard_normal(self.n), -3.0, 3.0)
+        self._sampled = np.where(alive, _clip01(sampled), 0.0)
+        jitter = self._rng.standard_normal(self.n)
+        self._jitter = np.minimum(np.maximum(jitter, -3.0), 3.0)
         demand = self._intensity * scale * (1.0 + POWER_JITTER * self._jitter)
-        head = self._tdp - self._idle
+        head = self._head
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # Power limit: the clock share where idle + head * demand * c**3 == TDP.
             c_pow = np.maximum(np.minimum(1.0, np.cbrt(1.0 / demand)), self._base_frac)
             p_free = np.minimum(self._idle + head * demand * c_pow**3, self._tdp)
             t_amb = self.ambient_c + self._extra_c
             t_eq_free = t_amb + self._r * p_free
-            # Thermal limit: the clock share whose power holds the die at slowdown.
-            p_hold = (self._slowdown - t_amb) / self._r
-            c_th = np.cbrt((p_hold - self._idle) / (head * demand))
-            # NaN (0/0) is 1; infinities clip to the bounds, as nan_to_num's largest floats would.
-            c_th = np.clip(np.where(np.isnan(c_th), 1.0, c_th), self._floor_frac, c_pow)
-            p_held = np.minimum(self._idle + head * demand * c_th**3, self._tdp)
-            t_eq_held = t_amb + self._r * p_held
             t0 = self.temperature_c
-            t_end_free = t_eq_free + (t0 - t_eq_free) * np.exp(-dt / self._tau)
+            t_end_free = t_eq_free + (t0 - t_eq_free) * self._decay(dt)
             hot = t_eq_free > self._slowdown
-            already = t0 >= self._slowdown
-            crosses = hot & ~already & (t_end_free >= self._slowdown)
-            to_cross = self._tau * np.log((t_eq_free - t0) / (t_eq_free - self._slowdown))
-        t_cross = np.clip(np.where(crosses, to_cross, np.where(already, 0.0, dt)), 0.0, dt)
-        throttled = hot & (already | crosses)
-        t_held = np.where(throttled, dt - t_cross, 0.0)
-        t_from = np.where(already, t0, self._slowdown)
-        t_end_held = t_eq_held + (t_from - t_eq_held) * np.exp(-t_held / self._tau)
-        self.temperature_c = np.where(throttled, t_end_held, t_end_free)
-        clock = np.where(throttled, c_th, c_pow)
-        self.power_w = np.where(throttled, p_held, p_free)
-        self.busy = busy
         c, live = self._counters, alive.astype(float)
-        c[_ENERGY] += (p_free * (dt - t_held) + p_held * t_held) * 1e3 * live  # mJ
-        c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _US * live
-        c[_THERMAL_V] += t_held * _US * live
+        if hot.any():  # some GPU heads past its slowdown temperature: the thermal limit
+            throttled, t_held, clock = self._throttle(
+                dt, demand, c_pow, t_amb, t0, hot, t_eq_free, t_end_free
+            )
+            p_held = self._p_held
+            self.temperature_c = np.where(throttled, self._t_end_held, t_end_free)
+            self.power_w = np.where(throttled, p_held, p_free)
+            c[_ENERGY] += (p_free * (dt - t_held) + p_held * t_held) * 1e3 * live  # mJ
+            c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _US * live
+            c[_THERMAL_V] += t_held * _US * live
+        else:  # none throttles: what the general path computes with no time held
+            self.temperature_c = t_end_free
+            clock = c_pow
+            self.power_w = p_free
+            c[_ENERGY] += p_free * dt * 1e3 * live  # mJ
+            c[_POWER_V] += np.where(c_pow < 1.0, dt, 0.0) * _US * live
+        self.busy = busy
         c[_IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _US * live
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
@@ -264,6 +271,50 @@ class FleetPhysics:
         self.time_s += dt
         self._check_shutdown(alive)
         self.capacity_factor = np.where(self.lost, 0.0, clock)
+
+    def _decay(self, dt: float) -> np.ndarray:
+        """``exp(-dt / tau)`` per GPU, cached for the last step length."""
+        if self._decay_dt != dt:
+            self._decay_dt, self._decay_v = dt, np.exp(-dt / self._tau)
+        return self._decay_v
+
+    def _throttle(
+        self,
+        dt: float,
+        demand: np.ndarray,
+        c_pow: np.ndarray,
+        t_amb: np.ndarray,
+        t0: np.ndarray,
+        hot: np.ndarray,
+        t_eq_free: np.ndarray,
+        t_end_free: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The thermal limit over a step: which GPUs throttle, for how long, at what clock.
+
+        Sets ``_p_held`` (power while held at slowdown) and ``_t_end_held``.
+
+        Returns:
+            Throttled (bool), seconds held at slowdown, clock share per GPU.
+        """
+        head = self._head
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # Thermal limit: the clock share whose power holds the die at slowdown.
+            p_hold = (self._slowdown - t_amb) / self._r
+            c_th = np.cbrt((p_hold - self._idle) / (head * demand))
+            # NaN (0/0) is 1; infinities clip to the bounds, as nan_to_num's largest floats would.
+            c_th = np.clip(np.where(np.isnan(c_th), 1.0, c_th), self._floor_frac, c_pow)
+            p_held = np.minimum(self._idle + head * demand * c_th**3, self._tdp)
+            t_eq_held = t_amb + self._r * p_held
+            already = t0 >= self._slowdown
+            crosses = hot & ~already & (t_end_free >= self._slowdown)
+            to_cross = self._tau * np.log((t_eq_free - t0) / (t_eq_free - self._slowdown))
+        t_cross = np.clip(np.where(crosses, to_cross, np.where(already, 0.0, dt)), 0.0, dt)
+        throttled = hot & (already | crosses)
+        t_held = np.where(throttled, dt - t_cross, 0.0)
+        t_from = np.where(already, t0, self._slowdown)
+        self._t_end_held = t_eq_held + (t_from - t_eq_held) * np.exp(-t_held / self._tau)
+        self._p_held = p_held
+        return throttled, t_held, np.where(throttled, c_th, c_pow)
 
     def _per_gpu(self, value: np.ndarray | float, name: str) -> np.ndarray:
         """``value`` as a new float array of one value per GPU, NaN as 0."""
