@@ -7,17 +7,21 @@ Ready replicas' capacity; a pod that leaves Ready drains or has its requests
 retried (``fluid.FluidQueue``). Every collect interval the GPU physics advances
 over the interval's serving state (``scrape.Telemetry``); every scrape interval
 the last collected DCGM fields and the serving metrics are written into the
-in-process metric store (if the policy reads it). Every ``policy.interval_s`` the policy gets an
-``Observation`` (``scaling.observe.observe``) built only from its signal source
-and the deployment's status, never from the simulator's state: the metric store
-for a policy on the Prometheus path, evaluated its declared ``delay_s`` in the
-past (``rule_delay_s`` when it declares no path), or a ring of per-second
-serving totals for one on the direct path (Knative's); its decision, clamped to
-its bounds, becomes ``spec.replicas``. The run ends by
-checking that every arrival was counted once (``outcome.check_conservation``).
+in-process metric store (the families the policy's signals query, if any).
+Every ``policy.interval_s`` the policy gets an ``Observation``
+(``scaling.observe.observe``) built only from its signal source and the
+deployment's status, never from the simulator's state: the metric store for a
+policy on the Prometheus path, evaluated its declared ``delay_s`` in the past
+(``rule_delay_s`` when it declares no path), or a ring of per-second serving
+totals for one on the direct path (Knative's); its decision, clamped to its
+bounds, becomes ``spec.replicas``. The run ends by checking that every arrival
+was counted once (``outcome.check_conservation``).
 
-Costs per simulated second are a few scalar updates; per-GPU work is numpy and
-runs once per scrape, so a 24-hour, 100-GPU run takes seconds.
+Between two of these events nothing changes the Ready capacity, so while no pod
+drains the queue advances over the whole block of seconds in one call
+(``FluidQueue.advance``, the same arithmetic as a step per second) and the
+per-second timeline is filled by slices. Per-GPU work is numpy and runs once per
+collect or scrape, so a 24-hour, 100-GPU run takes about a second of CPU.
 """
 
 import logging
@@ -133,7 +137,8 @@ class _Run:
         windows = [s.window for s in (*policy.signals.values(), *policy.pod_signals.values())]
         retention = policy.history_s + max(windows, default=0.0) + self.path.delay_s + LOOKBACK_S
         self.store = MetricStore(retention_s=retention + 4 * scenario.scrape_interval_s)
-        self.writer = SeriesWriter(self.store, self.cluster, model.name, scenario.seed)
+        metrics = {s.metric for s in (*policy.signals.values(), *policy.pod_signals.values())}
+        self.writer = SeriesWriter(self.store, self.cluster, model.name, scenario.seed, metrics)
         self.ring: SecondTotals | None = None
         self.source: MetricsSource = self.store
         self.step_s = scenario.scrape_interval_s

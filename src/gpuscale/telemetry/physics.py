@@ -25,7 +25,7 @@ Per GPU, for a step of ``dt`` seconds with the load held over the step:
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -80,7 +80,37 @@ _ENERGY, _XID, _REMAP_FAILURE = (
 )
 _POWER_V, _THERMAL_V, _IDLE_V = (f"{_P}{k}_VIOLATION" for k in ("POWER", "THERMAL", "LOW_UTIL"))
 _SBE = (f"{_P}ECC_SBE_VOL_TOTAL", f"{_P}ECC_SBE_AGG_TOTAL")
+_MEMORY_TEMP, _MEM_COPY = f"{_P}MEMORY_TEMP", f"{_P}MEM_COPY_UTIL"
+_FB = tuple(f"{_P}FB_{k}" for k in ("TOTAL", "FREE", "USED", "RESERVED"))
+_PCIE = (
+    f"{_P}PCIE_TX_THROUGHPUT",
+    f"{_P}PCIE_RX_THROUGHPUT",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+)
+_NVLINK = (
+    f"{_P}NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+)
 _DBE = (f"{_P}ECC_DBE_VOL_TOTAL", f"{_P}ECC_DBE_AGG_TOTAL")
+_ORDER = tuple(
+    dict.fromkeys(
+        (
+            *(f.name for f in DCGM_FIELDS.values() if f.type == "counter"),
+            _XID,
+            _REMAP_FAILURE,
+            *(f"{_P}{k}" for k in ("SM_CLOCK", "MEM_CLOCK", "MEMORY_TEMP", "GPU_TEMP")),
+            *(f"{_P}{k}" for k in ("POWER_USAGE", "PCIE_TX_THROUGHPUT", "PCIE_RX_THROUGHPUT")),
+            *(f"{_P}{k}" for k in ("GPU_UTIL", "MEM_COPY_UTIL", "FB_TOTAL", "FB_FREE")),
+            *(f"{_P}{k}" for k in ("FB_USED", "FB_RESERVED", "NVLINK_BANDWIDTH_TOTAL")),
+            *(f"{_P}{k}" for k in ("ENC_UTIL", "DEC_UTIL", "VGPU_LICENSE_STATUS")),
+            *RATIO_FIELDS,
+            *(f"DCGM_FI_PROF_{k}_BYTES" for k in ("PCIE_TX", "PCIE_RX", "NVLINK_TX", "NVLINK_RX")),
+        )
+    )
+)
+"""Every field ``fields()`` reports, in the order it reports them."""
 # State kept per GPU: every DCGM counter (most stay 0 in a healthy fleet) plus two gauges
 # that faults set. Rates that NVML reports under counter names are computed in fields().
 _STATE = (*(f.name for f in DCGM_FIELDS.values() if f.type == "counter"), _XID, _REMAP_FAILURE)
@@ -344,8 +374,12 @@ class FleetPhysics:
             logger.warning("GPU %d passed its shutdown temperature and fell off the bus", i)
             self.inject_xid(int(i), XID_FELL_OFF_BUS, self.time_s)
 
-    def fields(self) -> dict[str, np.ndarray]:
+    def fields(self, names: Collection[str] | None = None) -> dict[str, np.ndarray]:
         """Every DCGM field this fleet reports, one value per GPU.
+
+        Args:
+            names: Compute at least these fields (and skip groups of fields none of
+                which is named); None: every field.
 
         Returns:
             DCGM field name to a float array of length ``n``, in the catalogue's units
@@ -353,45 +387,63 @@ class FleetPhysics:
             GPU cannot report the field: a lost GPU, or a field its model lacks.
         """
         b, m, lv = self.busy, self.mix, self._levels
+        want = None if names is None else frozenset(names)
+
+        def need(*group: str) -> bool:
+            return want is None or not want.isdisjoint(group)
+
         wiggle = 1.0 + POWER_JITTER * self._jitter
-
-        ratios = ratio_rows(b, lv, m, wiggle)  # averaged over the step, idle included
-        dram = ratios[RATIO_FIELDS.index("DCGM_FI_PROF_DRAM_ACTIVE")]
-
-        boost = np.rint(self.capacity_factor * self._max_mhz)
-        clock = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
-        kv = np.maximum(self._kv, self._kv_pool)
-        used_b = np.clip(self._resident + self._working + kv, 0.0, None)
-        used = np.minimum(np.rint(used_b / MIB), self._total_mib - self._reserved_mib)
-        rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
-        tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
-        nvl = self._nvlink * m.nvlink_share * b * wiggle
-        floored = np.floor(self._counter_rows)
-        out = {k: floored[i] for i, k in enumerate(_STATE)}
-        out |= {
-            f"{_P}SM_CLOCK": clock,
-            f"{_P}MEM_CLOCK": self._mem_mhz.copy(),
-            f"{_P}MEMORY_TEMP": np.rint(self.temperature_c + 3.0 + 10.0 * dram),
-            f"{_P}GPU_TEMP": np.rint(self.temperature_c),
-            f"{_P}POWER_USAGE": np.round(self.power_w, 3),
-            f"{_P}PCIE_TX_THROUGHPUT": np.rint(tx / 1024.0),  # KB/s, as NVML samples it
-            f"{_P}PCIE_RX_THROUGHPUT": np.rint(rx / 1024.0),
-            f"{_P}GPU_UTIL": np.rint(100.0 * self._sampled),
-            f"{_P}MEM_COPY_UTIL": np.rint(100.0 * dram),
-            f"{_P}FB_TOTAL": self._total_mib.copy(),
-            f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
-            f"{_P}FB_USED": used,
-            f"{_P}FB_RESERVED": self._reserved_mib.copy(),
-            f"{_P}NVLINK_BANDWIDTH_TOTAL": np.rint(2.0 * nvl / 1e6),  # MB/s, tx + rx, as DCGM
-            f"{_P}ENC_UTIL": np.zeros(self.n),
-            f"{_P}DEC_UTIL": np.zeros(self.n),
-            f"{_P}VGPU_LICENSE_STATUS": np.zeros(self.n),
-            **dict(zip(RATIO_FIELDS, ratios, strict=True)),
-            "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
-            "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
-            "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
-            "DCGM_FI_PROF_NVLINK_RX_BYTES": nvl.copy(),
+        out: dict[str, np.ndarray] = {}
+        if need(*_STATE):
+            floored = np.floor(self._counter_rows)
+            out |= {k: floored[i] for i, k in enumerate(_STATE)}
+        if need(*RATIO_FIELDS, _MEMORY_TEMP, _MEM_COPY):
+            ratios = ratio_rows(b, lv, m, wiggle)  # averaged over the step, idle included
+            dram = ratios[RATIO_FIELDS.index("DCGM_FI_PROF_DRAM_ACTIVE")]
+            out |= dict(zip(RATIO_FIELDS, ratios, strict=True))
+            out[_MEMORY_TEMP] = np.rint(self.temperature_c + 3.0 + 10.0 * dram)
+            out[_MEM_COPY] = np.rint(100.0 * dram)
+        if need(f"{_P}SM_CLOCK"):
+            boost = np.rint(self.capacity_factor * self._max_mhz)
+            out[f"{_P}SM_CLOCK"] = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
+        if need(*_FB):
+            kv = np.maximum(self._kv, self._kv_pool)
+            used_b = np.clip(self._resident + self._working + kv, 0.0, None)
+            used = np.minimum(np.rint(used_b / MIB), self._total_mib - self._reserved_mib)
+            out |= {
+                f"{_P}FB_TOTAL": self._total_mib.copy(),
+                f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
+                f"{_P}FB_USED": used,
+                f"{_P}FB_RESERVED": self._reserved_mib.copy(),
+            }
+        if need(*_PCIE):
+            rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
+            tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
+            out |= {
+                f"{_P}PCIE_TX_THROUGHPUT": np.rint(tx / 1024.0),  # KB/s, as NVML samples it
+                f"{_P}PCIE_RX_THROUGHPUT": np.rint(rx / 1024.0),
+                "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
+                "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
+            }
+        if need(*_NVLINK):
+            nvl = self._nvlink * m.nvlink_share * b * wiggle
+            out |= {
+                f"{_P}NVLINK_BANDWIDTH_TOTAL": np.rint(2.0 * nvl / 1e6),  # MB/s, tx + rx
+                "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
+                "DCGM_FI_PROF_NVLINK_RX_BYTES": nvl.copy(),
+            }
+        simple: dict[str, Callable[[], np.ndarray]] = {
+            f"{_P}MEM_CLOCK": lambda: self._mem_mhz.copy(),
+            f"{_P}GPU_TEMP": lambda: np.rint(self.temperature_c),
+            f"{_P}POWER_USAGE": lambda: np.round(self.power_w, 3),
+            f"{_P}GPU_UTIL": lambda: np.rint(100.0 * self._sampled),
+            f"{_P}ENC_UTIL": lambda: np.zeros(self.n),
+            f"{_P}DEC_UTIL": lambda: np.zeros(self.n),
+            f"{_P}VGPU_LICENSE_STATUS": lambda: np.zeros(self.n),
         }
+        out |= {k: f() for k, f in simple.items() if need(k)}
+        if want is None:  # every field, in the catalogue order callers have always seen
+            out = {k: out[k] for k in _ORDER}
         lost = bool(self.lost.any())  # a healthy fleet masks only the fields a model lacks
         for name in out if lost else [n for n in self._partial if n in out]:
             mask = self._support.get(name)
