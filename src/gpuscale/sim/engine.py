@@ -322,12 +322,18 @@ class _Run:
             end = t + 1 if drains else min(n, max(_first_second(min(due)), t + 1))
             b_list, d_list = queue.advance(t, end, arrivals, work, self.servers, self.capacity)
             servers, drain_busy = self.servers, queue.draining
-            occupancy.extend([b / servers if servers else 0.0 for b in b_list])
-            done = tel.done
-            for dep in d_list:  # in order, as one addition per second
-                done += dep
-            tel.done = done
-            busy[t:end] = (np.array(b_list) + drain_busy) / self.slots * self.gpr  # busy GPUs
+            if end == t + 1:  # one second (a short policy interval, a drain): scalars
+                b = b_list[0]
+                occupancy.append(b / servers if servers else 0.0)
+                tel.done += d_list[0]
+                busy[t] = (b + drain_busy) / self.slots * self.gpr  # busy GPUs
+            else:
+                occupancy.extend([b / servers if servers else 0.0 for b in b_list])
+                done = tel.done
+                for dep in d_list:  # in order, as one addition per second
+                    done += dep
+                tel.done = done
+                busy[t:end] = (np.array(b_list) + drain_busy) / self.slots * self.gpr
             for uid, d in drains.items():  # a draining pod's GPU is busy too
                 drain_seq[self._drain_dev[uid]] += d.requests
             while drained:  # a drained pod frees its GPU

@@ -219,9 +219,9 @@ class FluidQueue:
         """Advance seconds ``t0`` to ``t1 - 1`` at constant servers and capacity.
 
         Each second is exactly ``step``'s arithmetic, in the same order, so the state
-        and records are bit for bit those of calling ``step`` once per second; without
-        retries waiting or replicas draining (neither can start between two calls) it
-        runs as one loop over local variables instead of a call per second.
+        and records are bit for bit those of calling ``step`` once per second; for more
+        than one second without retries waiting or replicas draining (neither can
+        start between two calls) it runs as one loop over local variables instead.
 
         Args:
             t0: First second.
@@ -234,7 +234,7 @@ class FluidQueue:
         Returns:
             Requests in service at the end of each second, and departures in each.
         """
-        if self._retry or self.drains:
+        if t1 - t0 == 1 or self._retry or self.drains:  # one second: ``step`` costs less
             busy_out, dep_out = [], []
             for t in range(t0, t1):
                 self.step(t, arrivals[t], work_s[t], servers, capacity)
