@@ -254,8 +254,8 @@ class FluidQueue:
     ) -> tuple[list[float], list[float]]:
         """``advance`` with no retries or drains: ``step`` and ``_enter_service`` inlined."""
         rec, ledger, fifo = self.records, self.in_service, self._fifo
-        busy_out: list[float] = []  # in service after the second (after any drops)
         busy_rec: list[float] = []  # in service as ``step`` records it (before drops)
+        after_drop: list[tuple[int, float]] = []  # (index, in service) where drops lowered it
         dep_out: list[float] = []
         r_step, r_count, r_wait, r_size = rec.step, rec.count, rec.wait_s, rec.size_s
         lg_append, n_append = ledger.lg.append, ledger.n.append
@@ -363,7 +363,6 @@ class FluidQueue:
                     ledger.served(x)
             busy_now = busy
             busy_rec.append(busy)
-            busy_out.append(busy)
             departed += departures
             dep_out.append(departures)
             cutoff = t + 1 - timeout
@@ -371,8 +370,13 @@ class FluidQueue:
                 self.in_system, self.busy, self._queued_work = in_system, busy_now, queued_work
                 self._drop_expired(cutoff)
                 in_system, busy_now, queued_work = self.in_system, self.busy, self._queued_work
-                busy_out[-1] = busy_now
+                after_drop.append((t - t0, busy_now))
         rec.busy.extend(busy_rec)
+        busy_out = busy_rec
+        if after_drop:  # what the engine reads: in service after the drops
+            busy_out = busy_rec.copy()
+            for i, b in after_drop:
+                busy_out[i] = b
         rec.arrivals.extend(arrivals[t0:t1])
         self.in_system, self.busy = in_system, busy_now
         self._queued_work, self._service_work = queued_work, service_work
