@@ -24,6 +24,7 @@ per-second timeline is filled by slices. Per-GPU work is numpy and runs once per
 collect or scrape, so a 24-hour, 100-GPU run takes about a second of CPU.
 """
 
+import gc
 import logging
 import math
 from collections.abc import Callable
@@ -425,9 +426,19 @@ def simulate(
         policy: The scaling policy; it sees only the metric store and the deployment status.
         progress: Called with the fraction done (0 to 1) about a hundred times.
 
+    The cyclic garbage collector is paused during the run and restored after: a run
+    makes no reference cycles (none are left to collect after one), while the
+    collector's passes over its growing records cost about a tenth of its time.
+
     Returns:
         The run's timeline and totals; identical for identical inputs.
     """
     if scenario.workload.duration_s == 0:
         raise ConfigError("scenario.workload is empty: give a trace with at least one second")
-    return _Run(scenario, policy).execute(progress)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _Run(scenario, policy).execute(progress)
+    finally:
+        if collecting:
+            gc.enable()

@@ -37,7 +37,6 @@ from gpuscale.telemetry.activity import (
     ServingActivity,
     activity_index,
     mix_levels,
-    nan_to,
     phase_levels,
     ratio_rows,
 )
@@ -62,6 +61,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _US = 1e6  # DCGM violation counters are in microseconds
+
+
+def _nan_to_zero(a: np.ndarray, *, copy: bool) -> np.ndarray:
+    """``activity.nan_to(a, 0.0)`` for a float array, at less cost per call.
+
+    The values as they are when all are finite (a copy if ``copy``), else
+    ``np.nan_to_num`` (NaN 0, infinities the largest floats): one ``isfinite``
+    instead of a sum under ``errstate``.
+    """
+    if np.isfinite(a).all():
+        return a.copy() if copy else a
+    return np.asarray(np.nan_to_num(a, nan=0.0), dtype=float)
 
 
 def _clip01(x: np.ndarray) -> np.ndarray:
@@ -248,7 +259,7 @@ class FleetPhysics:
         if demanded.shape != (self.n,):
             raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
         alive = ~self.lost
-        busy = np.where(alive, _clip01(nan_to(demanded, 0.0)), 0.0)
+        busy = np.where(alive, _clip01(_nan_to_zero(demanded, copy=False)), 0.0)
         if batch_fill is None and prefill_share is None:
             self._levels, scale = self._mix_levels, busy
         else:
@@ -352,8 +363,7 @@ class FleetPhysics:
             return np.full(self.n, float(value))
         arr = np.asarray(value, dtype=float)
         if arr.shape == (self.n,):
-            out = nan_to(arr, 0.0)
-            return out.copy() if out is arr else out
+            return _nan_to_zero(arr, copy=True)
         try:
             return np.asarray(np.nan_to_num(np.broadcast_to(arr, (self.n,)), nan=0.0), dtype=float)
         except ValueError:
