@@ -41,7 +41,7 @@ from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
 from gpuscale.sim.cluster import READY, STARTING, TERMINATING, Cluster, ClusterConfig, Pod
 from gpuscale.sim.faults import FaultInjector, SimFault
-from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
+from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv, step_each_second
 from gpuscale.sim.latency import LATENCY_EDGES_S
 from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
 from gpuscale.sim.scrape import Telemetry
@@ -289,6 +289,7 @@ class _Run:
         tick = max(n // 100, 1)
         queue, cluster = self.queue, self.cluster
         drains, drained = queue.drains, queue.drained
+        advance = getattr(queue, "advance", None)  # a queue without it steps each second
         t = 0
         while t < n:
             if t >= cluster.next_event():
@@ -321,7 +322,8 @@ class _Run:
             if ring is not None:
                 due.append(next_sample)
             end = t + 1 if drains else min(n, max(_first_second(min(due)), t + 1))
-            b_list, d_list = queue.advance(t, end, arrivals, work, self.servers, self.capacity)
+            block = (t, end, arrivals, work, self.servers, self.capacity)
+            b_list, d_list = advance(*block) if advance else step_each_second(queue, *block)
             servers, drain_busy = self.servers, queue.draining
             if end == t + 1:  # one second (a short policy interval, a drain): scalars
                 b = b_list[0]

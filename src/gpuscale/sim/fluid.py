@@ -44,6 +44,7 @@ exponential the two-phase fit and a gamma differ by up to 0.05 in attainment.
 import logging
 import math
 from collections import deque
+from typing import Protocol
 
 import numpy as np
 
@@ -235,12 +236,7 @@ class FluidQueue:
             Requests in service at the end of each second, and departures in each.
         """
         if t1 - t0 == 1 or self._retry or self.drains:  # one second: ``step`` costs less
-            busy_out, dep_out = [], []
-            for t in range(t0, t1):
-                self.step(t, arrivals[t], work_s[t], servers, capacity)
-                busy_out.append(self.busy)
-                dep_out.append(self.last_departures)
-            return busy_out, dep_out
+            return step_each_second(self, t0, t1, arrivals, work_s, servers, capacity)
         return self._advance_fast(t0, t1, arrivals, work_s, servers, capacity)
 
     def _advance_fast(
@@ -548,6 +544,38 @@ class FluidQueue:
         self.drains.clear()
         self.busy = self.draining = 0.0
         return in_flight + self.queued
+
+
+class SecondStepper(Protocol):
+    """A queue the engine can drive one second at a time (``FluidQueue`` or another)."""
+
+    busy: float
+    last_departures: float
+
+    def step(self, t: int, arrivals: float, work_s: float, servers: int, capacity: float) -> None:
+        """Advance one second."""
+
+
+def step_each_second(
+    queue: SecondStepper,
+    t0: int,
+    t1: int,
+    arrivals: list[float],
+    work_s: list[float],
+    servers: int,
+    capacity: float,
+) -> tuple[list[float], list[float]]:
+    """``FluidQueue.advance`` for any queue: ``step`` once per second from ``t0`` to ``t1 - 1``.
+
+    Returns:
+        Requests in service at the end of each second, and departures in each.
+    """
+    busy_out, dep_out = [], []
+    for t in range(t0, t1):
+        queue.step(t, arrivals[t], work_s[t], servers, capacity)
+        busy_out.append(queue.busy)
+        dep_out.append(queue.last_departures)
+    return busy_out, dep_out
 
 
 def residual_arrival_scv(workload: Workload) -> float:
