@@ -44,17 +44,19 @@ exponential the two-phase fit and a gamma differ by up to 0.05 in attainment.
 import logging
 import math
 from collections import deque
-from typing import Protocol
 
 import numpy as np
 
+from gpuscale.sim.fluid_block import EPS as _EPS
+from gpuscale.sim.fluid_block import SecondStepper, advance_block, step_each_second
 from gpuscale.sim.latency import Draining, InService, LatencyRecords
 from gpuscale.sim.queueing import stationary_table
 from gpuscale.sim.workload import Workload
 
+__all__ = ["DRAINED", "FluidQueue", "SecondStepper", "residual_arrival_scv", "step_each_second"]
+
 logger = logging.getLogger(__name__)
 
-_EPS = 1e-9
 
 DRAINED = 0.5
 """A deleted replica with fewer requests than this left in service has drained.
@@ -222,7 +224,8 @@ class FluidQueue:
         Each second is exactly ``step``'s arithmetic, in the same order, so the state
         and records are bit for bit those of calling ``step`` once per second; for more
         than one second without retries waiting or replicas draining (neither can
-        start between two calls) it runs as one loop over local variables instead.
+        start between two calls) it runs as one loop over local variables
+        instead (``fluid_block.advance_block``).
 
         Args:
             t0: First second.
@@ -237,149 +240,7 @@ class FluidQueue:
         """
         if t1 - t0 == 1 or self._retry or self.drains:  # one second: ``step`` costs less
             return step_each_second(self, t0, t1, arrivals, work_s, servers, capacity)
-        return self._advance_fast(t0, t1, arrivals, work_s, servers, capacity)
-
-    def _advance_fast(
-        self,
-        t0: int,
-        t1: int,
-        arrivals: list[float],
-        work_s: list[float],
-        servers: int,
-        capacity: float,
-    ) -> tuple[list[float], list[float]]:
-        """``advance`` with no retries or drains: ``step`` and ``_enter_service`` inlined."""
-        rec, ledger, fifo = self.records, self.in_service, self._fifo
-        busy_rec: list[float] = []  # in service as ``step`` records it (before drops)
-        after_drop: list[tuple[int, float]] = []  # (index, in service) where drops lowered it
-        dep_out: list[float] = []
-        r_step, r_count, r_wait, r_size = rec.step, rec.count, rec.wait_s, rec.size_s
-        lg_append, n_append = ledger.lg.append, ledger.n.append
-        up = servers > 0 and capacity > 0.0
-        per_size = servers / capacity if up else 0.0
-        f = 0.5 * (self.arrival_scv + self.service_scv)
-        busy_t, queue_t = self._table(servers) if up else ([], [])
-        top = len(busy_t) - 1
-        timeout, log = self.timeout_s, math.log
-        in_system, busy_now = self.in_system, self.busy
-        queued_work, service_work = self._queued_work, self._service_work
-        departed, hint = self.departed, self._hint
-        rec.servers.extend([servers] * (t1 - t0))
-        offered, sizes = rec.offered_s.append, rec.per_size_s.append
-        for t in range(t0, t1):
-            a, w = arrivals[t], work_s[t]
-            queued_before = in_system - busy_now
-            if queued_before < 0.0:
-                queued_before = 0.0
-            if a > _EPS:
-                fifo.append([float(t), a, 0.0, 1.0, w / a, 0.0])
-                queued_work += w
-                queued_before += a
-            total = in_system + (a if a >= 0.0 else 0.0)  # max(a, 0.0)
-            if not up or total <= _EPS:
-                departures, busy = 0.0, 0.0
-                sizes(0.0)
-                offered((w if w >= 0.0 else 0.0) * 0.0)
-            else:
-                size = (queued_work + service_work) / total
-                service = size * per_size
-                if service < 1e-9:
-                    service = 1e-9
-                # _solve, inlined
-                gain = 1.0 + 1.0 / service
-                if total >= busy_t[top] * gain + f * queue_t[top]:
-                    busy = float(servers)
-                else:
-                    i = hint if hint < top - 1 else top - 1
-                    while i > 0 and busy_t[i] * gain + f * queue_t[i] > total:
-                        i -= 1
-                    while i < top - 1 and busy_t[i + 1] * gain + f * queue_t[i + 1] <= total:
-                        i += 1
-                    hint = i
-                    l0 = busy_t[i] * gain + f * queue_t[i]
-                    l1 = busy_t[i + 1] * gain + f * queue_t[i + 1]
-                    if l1 > l0:
-                        x = (total - l0) / (l1 - l0)
-                        x = x if x >= 0.0 else 0.0
-                        x = 1.0 if x > 1.0 else x
-                    else:
-                        x = 0.0
-                    busy = busy_t[i] + x * (busy_t[i + 1] - busy_t[i])
-                departures = busy / service
-                if total < departures:
-                    departures = total
-                sizes(per_size)
-                offered((w if w >= 0.0 else 0.0) * per_size)
-            in_system = total - departures
-            if in_system < 0.0:
-                in_system = 0.0
-            if in_system < busy:
-                busy = in_system
-            entering = queued_before - (in_system - busy)
-            pool = busy_now
-            if entering > _EPS:  # _enter_service, inlined (no retries here)
-                log_g = ledger.log_g
-                left, done = entering, 0.0
-                while left > _EPS and fifo:
-                    c = fifo[0]
-                    c1 = c[1]
-                    take = left if left < c1 else c1
-                    span = (c[3] - c[2]) * take / c1
-                    arrived = c[0] + c[2] + 0.5 * span
-                    wait = t + (done + 0.5 * take) / entering - arrived
-                    r_step.append(t)
-                    r_count.append(take)
-                    r_wait.append((wait if wait >= 0.0 else 0.0) + c[5])
-                    r_size.append(c[4])
-                    lg_append(log_g)
-                    n_append(take)
-                    queued_work -= take * c[4]
-                    service_work += take * c[4]
-                    c[1] = c1 - take
-                    c[2] += span
-                    left -= take
-                    done += take
-                    if c[1] <= _EPS:
-                        fifo.popleft()
-                if not fifo:
-                    queued_work = 0.0
-                pool += entering
-            else:  # a request in service stays there: the stationary split is not a preemption
-                busy = pool - departures
-                if busy < 0.0:
-                    busy = 0.0
-            if pool > _EPS:  # departures take their share of the work in service
-                x = 1.0 - departures / pool
-                x = x if x >= 0.0 else 0.0
-                x = 1.0 if x > 1.0 else x
-                service_work *= x
-                if x > 1e-12:
-                    ledger.log_g += log(x)
-                else:
-                    ledger.served(x)
-            busy_now = busy
-            busy_rec.append(busy)
-            departed += departures
-            dep_out.append(departures)
-            cutoff = t + 1 - timeout
-            if fifo and fifo[0][0] + fifo[0][2] < cutoff:
-                self.in_system, self.busy, self._queued_work = in_system, busy_now, queued_work
-                self._drop_expired(cutoff)
-                in_system, busy_now, queued_work = self.in_system, self.busy, self._queued_work
-                after_drop.append((t - t0, busy_now))
-        rec.busy.extend(busy_rec)
-        busy_out = busy_rec
-        if after_drop:  # what the engine reads: in service after the drops
-            busy_out = busy_rec.copy()
-            for i, b in after_drop:
-                busy_out[i] = b
-        rec.arrivals.extend(arrivals[t0:t1])
-        self.in_system, self.busy = in_system, busy_now
-        self._queued_work, self._service_work = queued_work, service_work
-        self.departed, self._hint = departed, hint
-        if dep_out:
-            self.last_departures = dep_out[-1]
-        return busy_out, dep_out
+        return advance_block(self, t0, t1, arrivals, work_s, servers, capacity)
 
     def _enter_service(self, t: int, entering: float) -> None:
         """Move ``entering`` requests into service: retries first, then the FIFO's head."""
@@ -544,38 +405,6 @@ class FluidQueue:
         self.drains.clear()
         self.busy = self.draining = 0.0
         return in_flight + self.queued
-
-
-class SecondStepper(Protocol):
-    """A queue the engine can drive one second at a time (``FluidQueue`` or another)."""
-
-    busy: float
-    last_departures: float
-
-    def step(self, t: int, arrivals: float, work_s: float, servers: int, capacity: float) -> None:
-        """Advance one second."""
-
-
-def step_each_second(
-    queue: SecondStepper,
-    t0: int,
-    t1: int,
-    arrivals: list[float],
-    work_s: list[float],
-    servers: int,
-    capacity: float,
-) -> tuple[list[float], list[float]]:
-    """``FluidQueue.advance`` for any queue: ``step`` once per second from ``t0`` to ``t1 - 1``.
-
-    Returns:
-        Requests in service at the end of each second, and departures in each.
-    """
-    busy_out, dep_out = [], []
-    for t in range(t0, t1):
-        queue.step(t, arrivals[t], work_s[t], servers, capacity)
-        busy_out.append(queue.busy)
-        dep_out.append(queue.last_departures)
-    return busy_out, dep_out
 
 
 def residual_arrival_scv(workload: Workload) -> float:
