@@ -11,10 +11,11 @@ minutes and the 1-hour, 10,000-GPU run under 5 minutes.
   median over ``--repeats``, the 2 s target and the ratio to it.
 * ``24h_100gpu`` and ``1h_10000gpu``: the policies in a two-worker process pool, as
   ``gpuscale evaluate --jobs 2`` does, each worker timing its own run. Reported: wall
-  seconds of the whole case (median of ``--repeats``), each policy's seconds
-  (median), the ratio of wall time to the target, and each policy's time relative to
-  ``static`` in the same run (the cost of the policy's observations and decisions
-  over the bare simulation).
+  seconds of the whole case (median of ``--repeats``), each policy's wall and CPU
+  seconds in its worker (median; the CPU seconds count less of other load on a
+  shared machine), the ratio of wall time to the target, and each policy's CPU time
+  relative to ``static`` in the same run (the cost of the policy's observations and
+  decisions over the bare simulation).
 
 Run:
 
@@ -50,12 +51,17 @@ CASES = {
 
 def timed_run(
     prepared: PreparedEvaluation, name: str, *, progress: Callable[[float], None] | None = None
-) -> tuple[float, float, float]:
-    """One policy's run, timed inside its worker: (seconds, GPU-hours, SLO attainment)."""
-    start = time.perf_counter()
+) -> tuple[float, float, float, float]:
+    """One policy's run, timed inside its worker.
+
+    Returns:
+        (wall seconds, CPU seconds, GPU-hours, SLO attainment).
+    """
+    start, cpu = time.perf_counter(), time.process_time()
     result = run_one(prepared, name, progress=progress)
-    seconds = time.perf_counter() - start
-    return seconds, result.gpu_seconds / 3600.0, result.within_slo / max(result.requests, 1.0)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    slo = result.within_slo / max(result.requests, 1.0)
+    return seconds, cpu, result.gpu_seconds / 3600.0, slo
 
 
 def pin_to_one_core() -> tuple[set[int] | None, int | None]:
@@ -122,16 +128,19 @@ def bench_case(name: str, repeats: int, pool: RunPool) -> dict[str, object]:
     prepare_s = time.perf_counter() - start
     walls: list[float] = []
     per_policy: dict[str, list[float]] = {p: [] for p in POLICY_NAMES}
+    per_policy_cpu: dict[str, list[float]] = {p: [] for p in POLICY_NAMES}
     outcome: dict[str, tuple[float, float]] = {}
     for _ in range(repeats):
         start = time.perf_counter()
         runs = pool.run(timed_run, [(p, (prepared, p)) for p in POLICY_NAMES])
         walls.append(time.perf_counter() - start + prepare_s)
-        for policy, (seconds, gpu_hours, slo) in zip(POLICY_NAMES, runs, strict=True):
+        for policy, (seconds, cpu, gpu_hours, slo) in zip(POLICY_NAMES, runs, strict=True):
             per_policy[policy].append(seconds)
+            per_policy_cpu[policy].append(cpu)
             outcome[policy] = (gpu_hours, slo)
     wall = statistics.median(walls)
     medians = {p: statistics.median(v) for p, v in per_policy.items()}
+    cpu_medians = {p: statistics.median(v) for p, v in per_policy_cpu.items()}
     return {
         "trace": trace,
         "scale": scale,
@@ -145,16 +154,20 @@ def bench_case(name: str, repeats: int, pool: RunPool) -> dict[str, object]:
         "ratio_to_target": wall / target,
         "meets_target": wall <= target,
         "policy_s": medians,
-        "policy_x_static": {p: s / medians["static"] for p, s in medians.items()},
+        "policy_cpu_s": cpu_medians,
+        "policy_x_static": {p: s / cpu_medians["static"] for p, s in cpu_medians.items()},
         "gpu_hours": {p: o[0] for p, o in outcome.items()},
         "slo_attainment": {p: o[1] for p, o in outcome.items()},
     }
 
 
 def print_table(results: dict[str, dict[str, object]]) -> None:
-    print(f"{'case':<13}{'policy':<8}{'seconds':>9}{'x static':>10}{'GPU-h':>10}{'SLO':>8}")
+    head = f"{'case':<13}{'policy':<8}{'seconds':>9}{'CPU s':>8}{'x static':>10}"
+    print(f"{head}{'GPU-h':>10}{'SLO':>8}")
     for case, r in results.items():
         policy_s = r["policy_s"]
+        policy_cpu = r["policy_cpu_s"]
+        assert isinstance(policy_cpu, dict)
         ratio = r["policy_x_static"]
         hours = r["gpu_hours"]
         slo = r["slo_attainment"]
@@ -164,7 +177,7 @@ def print_table(results: dict[str, dict[str, object]]) -> None:
         assert isinstance(slo, dict)
         for p in POLICY_NAMES:
             print(
-                f"{case:<13}{p:<8}{policy_s[p]:>9.1f}{ratio[p]:>10.2f}"
+                f"{case:<13}{p:<8}{policy_s[p]:>9.1f}{policy_cpu[p]:>8.1f}{ratio[p]:>10.2f}"
                 f"{hours[p]:>10.1f}{slo[p] * 100:>7.1f}%"
             )
         print(

@@ -309,6 +309,12 @@ class MetricStore:
         """Per evaluation time and column: the value the query sees (NaN when absent)."""
         ts = fam.times[: fam.rows]
         if signal.window <= 0 and not getattr(signal, "rate", False):
+            if times.size == 1:  # an instant query: one row, read as scalars
+                at = float(times[0])
+                r = int(np.searchsorted(ts, at, side="right")) - 1
+                if r >= 0 and at - float(ts[r]) <= self.lookback_s:
+                    return np.asarray(fam.values[r, columns][None, :], dtype=float)
+                return np.full((1, columns.size), np.nan)
             row = np.searchsorted(ts, times, side="right") - 1
             ok = (row >= 0) & (times - ts[np.maximum(row, 0)] <= self.lookback_s)
             out = fam.values[np.maximum(row, 0)][:, columns]
@@ -366,6 +372,9 @@ class MetricStore:
         if aggregation == "none":
             agg = matrix[:, grouping.starts]
             have = present[:, grouping.starts]
+        elif grouping.starts.size == matrix.shape[1] and aggregation != "count":
+            # One series per group (``by`` the pod): each aggregate is that series' value.
+            agg, have = matrix, present
         else:
             zeroed = np.where(present, matrix, 0.0)
             count = np.add.reduceat(present, grouping.starts, axis=1).astype(float)

@@ -46,11 +46,16 @@ class TargetStatus:
 
     desired: int
     pods: tuple[PodStatus, ...] = ()
+    _ready: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Counted once: policies read ``ready`` many times per decision.
+        object.__setattr__(self, "_ready", sum(1 for p in self.pods if p.ready))
 
     @property
     def ready(self) -> int:
         """Number of Ready pods."""
-        return sum(1 for p in self.pods if p.ready)
+        return self._ready
 
     @property
     def starting(self) -> int:

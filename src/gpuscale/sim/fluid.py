@@ -59,13 +59,16 @@ from collections import deque
 
 import numpy as np
 
+from gpuscale.sim.fluid_block import EPS as _EPS
+from gpuscale.sim.fluid_block import SecondStepper, advance_block, step_each_second
 from gpuscale.sim.latency import Draining, InService, LatencyRecords
 from gpuscale.sim.queueing import stationary_table
 from gpuscale.sim.workload import Workload
 
+__all__ = ["DRAINED", "FluidQueue", "SecondStepper", "residual_arrival_scv", "step_each_second"]
+
 logger = logging.getLogger(__name__)
 
-_EPS = 1e-9
 
 DRAINED = 0.5
 """A deleted replica with fewer requests than this left in service has drained.
@@ -218,6 +221,38 @@ class FluidQueue:
         cutoff = t + 1 - self.timeout_s
         if (self._fifo and self._fifo[0][0] + self._fifo[0][2] < cutoff) or self._retry:
             self._drop_expired(cutoff)
+
+    def advance(
+        self,
+        t0: int,
+        t1: int,
+        arrivals: list[float],
+        work_s: list[float],
+        servers: int,
+        capacity: float,
+    ) -> tuple[list[float], list[float]]:
+        """Advance seconds ``t0`` to ``t1 - 1`` at constant servers and capacity.
+
+        Each second is exactly ``step``'s arithmetic, in the same order, so the state
+        and records are bit for bit those of calling ``step`` once per second; for more
+        than one second without retries waiting or replicas draining (neither can
+        start between two calls) it runs as one loop over local variables
+        instead (``fluid_block.advance_block``).
+
+        Args:
+            t0: First second.
+            t1: One past the last second.
+            arrivals: Requests arriving, indexed by second.
+            work_s: Their total work, reference-GPU seconds, indexed by second.
+            servers: Ready slots.
+            capacity: Work the Ready replicas do per second, reference-GPU seconds.
+
+        Returns:
+            Requests in service at the end of each second, and departures in each.
+        """
+        if t1 - t0 == 1 or self._retry or self.drains:  # one second: ``step`` costs less
+            return step_each_second(self, t0, t1, arrivals, work_s, servers, capacity)
+        return advance_block(self, t0, t1, arrivals, work_s, servers, capacity)
 
     def _enter_service(self, t: int, entering: float) -> None:
         """Move ``entering`` requests into service: retries first, then the FIFO's head."""

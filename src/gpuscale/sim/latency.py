@@ -28,6 +28,12 @@ SPREAD_RHO_CAP = 0.95
 NO_WAIT = 1e-6
 """Erlang C below this counts as no wait at all."""
 
+_BLOCK = 256
+"""Portions whose CDFs are built at once: a block of them stays in the cache."""
+
+UNDERFLOW_X = 750.0
+"""``exp(-x)`` is exactly 0 in double precision from x = 745.2 on; this leaves a margin."""
+
 BACKLOG_FACTOR = 3.0
 """Backlog: the smoothed fluid wait past this many stationary mean waits (less is noise)."""
 
@@ -290,15 +296,25 @@ def summarise_latency(
     rows = np.minimum(step // max(row_steps, 1), n_rows - 1)
     coefficients = [(w, _cdf_coefficients(pe, theta, mean * m)) for w, mean in phases]
     for lo in range(0, n.size, chunk):
-        sl = slice(lo, lo + chunk)
-        cdf = np.zeros((start[sl].size, LATENCY_EDGES_S.size))
-        for weight, (a, b, inv_m, inv_t) in coefficients:
-            part = _cdf_on_edges(start[sl], a[sl], b[sl], inv_m[sl], inv_t[sl])
-            cdf += part if weight == 1.0 else weight * part
-        np.minimum(cdf * scale[sl, None], 1.0, out=cdf)
-        cdf[:, -1] = 1.0
-        cdf *= keep[sl, None]
-        r = rows[sl]
+        hi = min(lo + chunk, n.size)
+        cdf = np.zeros((hi - lo, LATENCY_EDGES_S.size))
+        for s0 in range(lo, hi, _BLOCK):  # blocks that stay in the cache, element by element
+            s1 = min(s0 + _BLOCK, hi)
+            block = cdf[s0 - lo : s1 - lo]
+            parts = [
+                (w, (a[s0:s1], b[s0:s1], m_[s0:s1], t_[s0:s1]))
+                for w, (a, b, m_, t_) in coefficients
+            ]
+            cut = _underflow_cut(start[s0:s1], [coef for _, coef in parts])
+            for weight, (a, b, inv_m, inv_t) in parts:
+                part = _cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut)
+                block[:, :cut] += part if weight == 1.0 else weight * part
+                if cut < LATENCY_EDGES_S.size:  # past the cut ``part`` is exactly 1
+                    block[:, cut:] += 1.0 if weight == 1.0 else weight * 1.0
+            np.minimum(block * scale[s0:s1, None], 1.0, out=block)
+            block[:, -1] = 1.0
+            block *= keep[s0:s1, None]
+        r = rows[lo:hi]
         starts = np.concatenate([[0], np.flatnonzero(r[1:] != r[:-1]) + 1])
         row_cdf[r[starts]] += np.add.reduceat(cdf, starts, axis=0)
     counts = np.diff(row_cdf.sum(axis=0))
@@ -364,17 +380,46 @@ def _cdf_coefficients(
     return a, b, 1.0 / m, np.where(wait, 1.0 / th, 0.0)
 
 
+def _underflow_cut(
+    d0: FloatArray, coefficients: list[tuple[FloatArray, FloatArray, FloatArray, FloatArray]]
+) -> int:
+    """The first ``LATENCY_EDGES_S`` edge from which every portion's CDF is exactly 1.
+
+    From ``tau >= UNDERFLOW_X`` times a portion's largest time constant on, both of
+    its exponentials underflow to exactly 0, so ``_cdf_on_edges`` gives exactly 1.
+
+    Returns:
+        The index of that edge (the edge count when there is none).
+    """
+    if d0.size == 0:
+        return int(LATENCY_EDGES_S.size)
+    rates = [inv_m for _, _, inv_m, _ in coefficients]
+    rates += [inv_t[inv_t > 0] for _, _, _, inv_t in coefficients]
+    slowest = min(float(r.min()) for r in rates if r.size)
+    if not slowest > 0.0:
+        return int(LATENCY_EDGES_S.size)
+    edge = float(d0.max()) + UNDERFLOW_X / slowest
+    return int(np.searchsorted(LATENCY_EDGES_S, edge, side="left"))
+
+
 def _cdf_on_edges(
-    d0: FloatArray, a: FloatArray, b: FloatArray, inv_m: FloatArray, inv_t: FloatArray
+    d0: FloatArray,
+    a: FloatArray,
+    b: FloatArray,
+    inv_m: FloatArray,
+    inv_t: FloatArray,
+    cut: int | None = None,
 ) -> FloatArray:
-    """CDF of each portion's latency at every ``LATENCY_EDGES_S`` edge, in place."""
-    tau = LATENCY_EDGES_S[None, :] - d0[:, None]
+    """CDF of each portion's latency at the ``LATENCY_EDGES_S`` edges before ``cut``."""
+    tau = LATENCY_EDGES_S[None, :cut] - d0[:, None]
     np.maximum(tau, 0.0, out=tau)
     out = np.multiply(tau, -inv_m[:, None])
     np.exp(out, out=out)
     out *= a[:, None]
     waits = np.flatnonzero(inv_t > 0)
-    if waits.size:
+    if waits.size == inv_t.size:  # every portion waits: no gather and scatter
+        out += b[:, None] * np.exp(tau * -inv_t[:, None])
+    elif waits.size:
         ew = np.exp(tau[waits] * -inv_t[waits, None])
         out[waits] += b[waits, None] * ew
     np.subtract(1.0, out, out=out)

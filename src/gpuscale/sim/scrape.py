@@ -19,12 +19,14 @@ last scraped it. This module owns that path for the engine:
   else the activity model's typical share), ``kv_cache_bytes`` (KV bytes per
   request x requests in service per pod now) and ``sampled_busy`` (the busy share
   of the last second, NVML's last utilisation sample). A draining pod's busy
-  share is taken from its mean requests over the interval. The fields are kept
-  until the next collect.
+  share is taken from its mean requests over the interval. The fields the
+  writer writes (``SeriesWriter.dcgm_series``) are kept until the next collect.
 * ``scrape`` (Prometheus, every ``scrape_interval_s``) writes the last collected
   DCGM fields and the pods' serving metrics into the metric store, unless the
   engine says nothing reads the store (``scraped=False``: a policy with no
-  signals, or one on the direct path); the physics advances all the same.
+  signals, or one on the direct path); the physics advances all the same. The
+  engine's writer writes only the families the policy's signals query: a
+  family nothing reads cannot change a run.
 
 docs/telemetry-model.md states each field's formula; docs/baselines.md the paths.
 """
@@ -54,8 +56,8 @@ def busy_share(m: np.ndarray, slots: int) -> np.ndarray:
     Returns:
         ``kernel_busy_share(m, slots)``; ``min(m, 1)`` for one slot, without the general formula.
     """
-    if slots == 1:
-        return np.asarray(np.clip(m, 0.0, 1.0), dtype=float)
+    if slots == 1:  # np.clip's values, without its wrapper's cost on small arrays
+        return np.asarray(np.minimum(np.maximum(m, 0.0), 1.0), dtype=float)
     return kernel_busy_share(m, slots)
 
 
@@ -167,7 +169,7 @@ class Telemetry:
             busy[draining] += d_busy * dt
             seq[draining] += self.drain_seq[draining]
             sampled[draining] = np.maximum(sampled[draining], d_busy)
-        load = np.clip(busy / dt, 0.0, 1.0)
+        load = np.minimum(np.maximum(busy / dt, 0.0), 1.0)  # np.clip's values, cheaper
         fill = batch_fill(seq, busy, self.slots)
         working = np.zeros(busy.size)
         working[stopping] = self.model_bytes
@@ -188,8 +190,9 @@ class Telemetry:
             sampled_busy=sampled,
         )
         self.physics.drain_xid_events()
-        if self.scraped:  # the fields as collected now, written at the next scrapes
-            self._fields = self.physics.fields()
+        names = self.writer.dcgm_series
+        if self.scraped and names:  # the fields as collected now, written at the next scrapes
+            self._fields = self.physics.fields(names)
         busy[:] = 0.0
         seq[:] = 0.0
         self.drain_seq[:] = 0.0

@@ -10,7 +10,7 @@ plain strings.
 """
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -53,10 +53,22 @@ class SeriesWriter:
         cluster: The cluster whose pods are scraped.
         model_name: ``modelName`` label of every GPU.
         seed: Seeds the GPU UUIDs.
+        metrics: Write only these families (those some reader queries); None: all.
     """
 
-    def __init__(self, store: MetricStore, cluster: Cluster, model_name: str, seed: int) -> None:
+    def __init__(
+        self,
+        store: MetricStore,
+        cluster: Cluster,
+        model_name: str,
+        seed: int,
+        metrics: Collection[str] | None = None,
+    ) -> None:
         self.store = store
+        keep = set(metrics) if metrics is not None else None
+        self.dcgm_series = tuple(n for n in DCGM_SERIES if keep is None or n in keep)
+        """The DCGM series written, in ``DCGM_SERIES`` order."""
+        self._serving = {n: keep is None or n in keep for n in (IN_FLIGHT, REQUESTS_TOTAL, QUEUE)}
         self.cluster = cluster
         rng = np.random.default_rng([seed, 0x6770])
         self.uuids = [
@@ -126,6 +138,8 @@ class SeriesWriter:
             shares: Share of completions of each.
             requests: Completions to credit.
         """
+        if not self._serving[REQUESTS_TOTAL]:  # unread: not worth keeping
+            return
         fresh = self._owner[slots] != pods
         if fresh.any():
             self._completed[slots[fresh]] = 0.0
@@ -139,20 +153,24 @@ class SeriesWriter:
 
         Args:
             t: Scrape time, seconds.
-            fields: The fleet's DCGM fields, one value per device (NaN where absent).
+            fields: The fleet's DCGM fields, one value per device (NaN where absent);
+                at least ``dcgm_series``.
             in_flight: Requests in service per Ready pod.
             waiting: Requests queued in the deployment.
         """
         self._refresh()
         store = self.store
         devs = self._held_devs
-        for name in DCGM_SERIES:
+        for name in self.dcgm_series:
             store.ingest(t, name, self._gpu_labels, fields[name][devs])
-        n_ready = len(self._ready)
-        store.ingest(t, IN_FLIGHT, self._pod_labels, np.full(n_ready, in_flight))
-        uids = np.array([p.uid for p in self._ready], dtype=np.int64)
-        done = np.where(
-            self._owner[self._ready_slots] == uids, self._completed[self._ready_slots], 0.0
-        )
-        store.ingest(t, REQUESTS_TOTAL, self._pod_labels, np.floor(done))
-        store.ingest(t, QUEUE, self._deployment, np.array([waiting]))
+        if self._serving[IN_FLIGHT]:
+            n_ready = len(self._ready)
+            store.ingest(t, IN_FLIGHT, self._pod_labels, np.full(n_ready, in_flight))
+        if self._serving[REQUESTS_TOTAL]:
+            uids = np.array([p.uid for p in self._ready], dtype=np.int64)
+            done = np.where(
+                self._owner[self._ready_slots] == uids, self._completed[self._ready_slots], 0.0
+            )
+            store.ingest(t, REQUESTS_TOTAL, self._pod_labels, np.floor(done))
+        if self._serving[QUEUE]:
+            store.ingest(t, QUEUE, self._deployment, np.array([waiting]))

@@ -25,7 +25,7 @@ Per GPU, for a step of ``dt`` seconds with the load held over the step:
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -37,7 +37,6 @@ from gpuscale.telemetry.activity import (
     ServingActivity,
     activity_index,
     mix_levels,
-    nan_to,
     phase_levels,
     ratio_rows,
 )
@@ -62,6 +61,26 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NS = 1e9  # DCGM violation counters are in nanoseconds
+
+
+def _nan_to_zero(a: np.ndarray, *, copy: bool) -> np.ndarray:
+    """``activity.nan_to(a, 0.0)`` for a float array, at less cost per call.
+
+    The values as they are when all are finite (a copy if ``copy``), else
+    ``np.nan_to_num`` (NaN 0, infinities the largest floats): one ``isfinite``
+    instead of a sum under ``errstate``.
+    """
+    if np.isfinite(a).all():
+        return a.copy() if copy else a
+    return np.asarray(np.nan_to_num(a, nan=0.0), dtype=float)
+
+
+def _clip01(x: np.ndarray) -> np.ndarray:
+    """``np.clip(x, 0, 1)`` (NaN stays NaN) without its wrapper's cost on small arrays."""
+    out: np.ndarray = np.minimum(np.maximum(x, 0.0), 1.0)
+    return out
+
+
 IDLE_BUSY = 0.01  # below this busy share the driver drops to the idle clock
 POWER_JITTER = 0.01  # relative standard deviation of dynamic power, step to step
 SBE_RATE_PER_S = 1e-7  # correctable ECC errors per GPU-second (rare, as in healthy fleets)
@@ -72,7 +91,37 @@ _ENERGY, _XID, _REMAP_FAILURE = (
 )
 _POWER_V, _THERMAL_V, _IDLE_V = (f"{_P}{k}_VIOLATION" for k in ("POWER", "THERMAL", "LOW_UTIL"))
 _SBE = (f"{_P}ECC_SBE_VOL_TOTAL", f"{_P}ECC_SBE_AGG_TOTAL")
+_MEMORY_TEMP, _MEM_COPY = f"{_P}MEMORY_TEMP", f"{_P}MEM_COPY_UTIL"
+_FB = tuple(f"{_P}FB_{k}" for k in ("TOTAL", "FREE", "USED", "RESERVED"))
+_PCIE = (
+    f"{_P}PCIE_TX_THROUGHPUT",
+    f"{_P}PCIE_RX_THROUGHPUT",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+)
+_NVLINK = (
+    f"{_P}NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+)
 _DBE = (f"{_P}ECC_DBE_VOL_TOTAL", f"{_P}ECC_DBE_AGG_TOTAL")
+_ORDER = tuple(
+    dict.fromkeys(
+        (
+            *(f.name for f in DCGM_FIELDS.values() if f.type == "counter"),
+            _XID,
+            _REMAP_FAILURE,
+            *(f"{_P}{k}" for k in ("SM_CLOCK", "MEM_CLOCK", "MEMORY_TEMP", "GPU_TEMP")),
+            *(f"{_P}{k}" for k in ("POWER_USAGE", "PCIE_TX_THROUGHPUT", "PCIE_RX_THROUGHPUT")),
+            *(f"{_P}{k}" for k in ("GPU_UTIL", "MEM_COPY_UTIL", "FB_TOTAL", "FB_FREE")),
+            *(f"{_P}{k}" for k in ("FB_USED", "FB_RESERVED", "NVLINK_BANDWIDTH_TOTAL")),
+            *(f"{_P}{k}" for k in ("ENC_UTIL", "DEC_UTIL", "VGPU_LICENSE_STATUS")),
+            *RATIO_FIELDS,
+            *(f"DCGM_FI_PROF_{k}_BYTES" for k in ("PCIE_TX", "PCIE_RX", "NVLINK_TX", "NVLINK_RX")),
+        )
+    )
+)
+"""Every field ``fields()`` reports, in the order it reports them."""
 # State kept per GPU: every DCGM counter (most stay 0 in a healthy fleet) plus two gauges
 # that faults set. Rates that NVML reports under counter names are computed in fields().
 _STATE = (
@@ -172,6 +221,9 @@ class FleetPhysics:
             elif "REMAP" in name:  # row remapping: Ampere and later
                 self._support[name] = self._remap
         self._events: list[tuple[int, float, int]] = []
+        self._head = self._tdp - self._idle  # dynamic power range, W
+        self._decay_dt, self._decay_v = math.nan, np.ones(self.n)
+        self._p_held = self._t_end_held = np.zeros(self.n)
         self._partial = [name for name, ok in self._support.items() if not ok.all()]
 
     def step(
@@ -215,7 +267,7 @@ class FleetPhysics:
         if demanded.shape != (self.n,):
             raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
         alive = ~self.lost
-        busy = np.where(alive, np.clip(nan_to(demanded, 0.0), 0.0, 1.0), 0.0)
+        busy = np.where(alive, _clip01(_nan_to_zero(demanded, copy=False)), 0.0)
         if batch_fill is None and prefill_share is None:
             self._levels, scale = self._mix_levels, busy
         else:
@@ -225,42 +277,38 @@ class FleetPhysics:
             index = activity_index(self._levels, self.activity.power_weights)
             scale = busy * index / self._mix_index if self._mix_index > 0 else busy
         sampled = busy if sampled_busy is None else self._per_gpu(sampled_busy, "sampled_busy")
-        self._sampled = np.where(alive, np.clip(sampled, 0.0, 1.0), 0.0)
-        self._jitter = np.clip(self._rng.standard_normal(self.n), -3.0, 3.0)
+        self._sampled = np.where(alive, _clip01(sampled), 0.0)
+        jitter = self._rng.standard_normal(self.n)
+        self._jitter = np.minimum(np.maximum(jitter, -3.0), 3.0)
         demand = self._intensity * scale * (1.0 + POWER_JITTER * self._jitter)
-        head = self._tdp - self._idle
+        head = self._head
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # Power limit: the clock share where idle + head * demand * c**3 == TDP.
             c_pow = np.maximum(np.minimum(1.0, np.cbrt(1.0 / demand)), self._base_frac)
             p_free = np.minimum(self._idle + head * demand * c_pow**3, self._tdp)
             t_amb = self.ambient_c + self._extra_c
             t_eq_free = t_amb + self._r * p_free
-            # Thermal limit: the clock share whose power holds the die at slowdown.
-            p_hold = (self._slowdown - t_amb) / self._r
-            c_th = np.cbrt((p_hold - self._idle) / (head * demand))
-            # NaN (0/0) is 1; infinities clip to the bounds, as nan_to_num's largest floats would.
-            c_th = np.clip(np.where(np.isnan(c_th), 1.0, c_th), self._floor_frac, c_pow)
-            p_held = np.minimum(self._idle + head * demand * c_th**3, self._tdp)
-            t_eq_held = t_amb + self._r * p_held
             t0 = self.temperature_c
-            t_end_free = t_eq_free + (t0 - t_eq_free) * np.exp(-dt / self._tau)
+            t_end_free = t_eq_free + (t0 - t_eq_free) * self._decay(dt)
             hot = t_eq_free > self._slowdown
-            already = t0 >= self._slowdown
-            crosses = hot & ~already & (t_end_free >= self._slowdown)
-            to_cross = self._tau * np.log((t_eq_free - t0) / (t_eq_free - self._slowdown))
-        t_cross = np.clip(np.where(crosses, to_cross, np.where(already, 0.0, dt)), 0.0, dt)
-        throttled = hot & (already | crosses)
-        t_held = np.where(throttled, dt - t_cross, 0.0)
-        t_from = np.where(already, t0, self._slowdown)
-        t_end_held = t_eq_held + (t_from - t_eq_held) * np.exp(-t_held / self._tau)
-        self.temperature_c = np.where(throttled, t_end_held, t_end_free)
-        clock = np.where(throttled, c_th, c_pow)
-        self.power_w = np.where(throttled, p_held, p_free)
-        self.busy = busy
         c, live = self._counters, alive.astype(float)
-        c[_ENERGY] += (p_free * (dt - t_held) + p_held * t_held) * 1e3 * live  # mJ
-        c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _NS * live
-        c[_THERMAL_V] += t_held * _NS * live
+        if hot.any():  # some GPU heads past its slowdown temperature: the thermal limit
+            throttled, t_held, clock = self._throttle(
+                dt, demand, c_pow, t_amb, t0, hot, t_eq_free, t_end_free
+            )
+            p_held = self._p_held
+            self.temperature_c = np.where(throttled, self._t_end_held, t_end_free)
+            self.power_w = np.where(throttled, p_held, p_free)
+            c[_ENERGY] += (p_free * (dt - t_held) + p_held * t_held) * 1e3 * live  # mJ
+            c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _NS * live
+            c[_THERMAL_V] += t_held * _NS * live
+        else:  # none throttles: what the general path computes with no time held
+            self.temperature_c = t_end_free
+            clock = c_pow
+            self.power_w = p_free
+            c[_ENERGY] += p_free * dt * 1e3 * live  # mJ
+            c[_POWER_V] += np.where(c_pow < 1.0, dt, 0.0) * _NS * live
+        self.busy = busy
         c[_IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _NS * live
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
@@ -273,14 +321,57 @@ class FleetPhysics:
         self._check_shutdown(alive)
         self.capacity_factor = np.where(self.lost, 0.0, clock)
 
+    def _decay(self, dt: float) -> np.ndarray:
+        """``exp(-dt / tau)`` per GPU, cached for the last step length."""
+        if self._decay_dt != dt:
+            self._decay_dt, self._decay_v = dt, np.exp(-dt / self._tau)
+        return self._decay_v
+
+    def _throttle(
+        self,
+        dt: float,
+        demand: np.ndarray,
+        c_pow: np.ndarray,
+        t_amb: np.ndarray,
+        t0: np.ndarray,
+        hot: np.ndarray,
+        t_eq_free: np.ndarray,
+        t_end_free: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The thermal limit over a step: which GPUs throttle, for how long, at what clock.
+
+        Sets ``_p_held`` (power while held at slowdown) and ``_t_end_held``.
+
+        Returns:
+            Throttled (bool), seconds held at slowdown, clock share per GPU.
+        """
+        head = self._head
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # Thermal limit: the clock share whose power holds the die at slowdown.
+            p_hold = (self._slowdown - t_amb) / self._r
+            c_th = np.cbrt((p_hold - self._idle) / (head * demand))
+            # NaN (0/0) is 1; infinities clip to the bounds, as nan_to_num's largest floats would.
+            c_th = np.clip(np.where(np.isnan(c_th), 1.0, c_th), self._floor_frac, c_pow)
+            p_held = np.minimum(self._idle + head * demand * c_th**3, self._tdp)
+            t_eq_held = t_amb + self._r * p_held
+            already = t0 >= self._slowdown
+            crosses = hot & ~already & (t_end_free >= self._slowdown)
+            to_cross = self._tau * np.log((t_eq_free - t0) / (t_eq_free - self._slowdown))
+        t_cross = np.clip(np.where(crosses, to_cross, np.where(already, 0.0, dt)), 0.0, dt)
+        throttled = hot & (already | crosses)
+        t_held = np.where(throttled, dt - t_cross, 0.0)
+        t_from = np.where(already, t0, self._slowdown)
+        self._t_end_held = t_eq_held + (t_from - t_eq_held) * np.exp(-t_held / self._tau)
+        self._p_held = p_held
+        return throttled, t_held, np.where(throttled, c_th, c_pow)
+
     def _per_gpu(self, value: np.ndarray | float, name: str) -> np.ndarray:
         """``value`` as a new float array of one value per GPU, NaN as 0."""
         if isinstance(value, float | int) and math.isfinite(value):
             return np.full(self.n, float(value))
         arr = np.asarray(value, dtype=float)
         if arr.shape == (self.n,):
-            out = nan_to(arr, 0.0)
-            return out.copy() if out is arr else out
+            return _nan_to_zero(arr, copy=True)
         try:
             return np.asarray(np.nan_to_num(np.broadcast_to(arr, (self.n,)), nan=0.0), dtype=float)
         except ValueError:
@@ -301,8 +392,12 @@ class FleetPhysics:
             logger.warning("GPU %d passed its shutdown temperature and fell off the bus", i)
             self.inject_xid(int(i), XID_FELL_OFF_BUS, self.time_s)
 
-    def fields(self) -> dict[str, np.ndarray]:
+    def fields(self, names: Collection[str] | None = None) -> dict[str, np.ndarray]:
         """Every DCGM field this fleet reports, one value per GPU.
+
+        Args:
+            names: Compute at least these fields (and skip groups of fields none of
+                which is named); None: every field.
 
         Returns:
             DCGM field name to a float array of length ``n``, in the catalogue's units
@@ -310,45 +405,63 @@ class FleetPhysics:
             GPU cannot report the field: a lost GPU, or a field its model lacks.
         """
         b, m, lv = self.busy, self.mix, self._levels
+        want = None if names is None else frozenset(names)
+
+        def need(*group: str) -> bool:
+            return want is None or not want.isdisjoint(group)
+
         wiggle = 1.0 + POWER_JITTER * self._jitter
-
-        ratios = ratio_rows(b, lv, m, wiggle)  # averaged over the step, idle included
-        dram = ratios[RATIO_FIELDS.index("DCGM_FI_PROF_DRAM_ACTIVE")]
-
-        boost = np.rint(self.capacity_factor * self._max_mhz)
-        clock = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
-        kv = np.maximum(self._kv, self._kv_pool)
-        used_b = np.clip(self._resident + self._working + kv, 0.0, None)
-        used = np.minimum(np.rint(used_b / MIB), self._total_mib - self._reserved_mib)
-        rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
-        tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
-        nvl = self._nvlink * m.nvlink_share * b * wiggle
-        floored = np.floor(self._counter_rows)
-        out = {k: floored[i] for i, k in enumerate(_STATE)}
-        out |= {
-            f"{_P}SM_CLOCK": clock,
-            f"{_P}MEM_CLOCK": self._mem_mhz.copy(),
-            f"{_P}MEMORY_TEMP": np.rint(self.temperature_c + 3.0 + 10.0 * dram),
-            f"{_P}GPU_TEMP": np.rint(self.temperature_c),
-            f"{_P}POWER_USAGE": np.round(self.power_w, 3),
-            f"{_P}PCIE_TX_THROUGHPUT": np.rint(tx / 1024.0),  # KB/s, as NVML samples it
-            f"{_P}PCIE_RX_THROUGHPUT": np.rint(rx / 1024.0),
-            f"{_P}GPU_UTIL": np.rint(100.0 * self._sampled),
-            f"{_P}MEM_COPY_UTIL": np.rint(100.0 * dram),
-            f"{_P}FB_TOTAL": self._total_mib.copy(),
-            f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
-            f"{_P}FB_USED": used,
-            f"{_P}FB_RESERVED": self._reserved_mib.copy(),
-            f"{_P}NVLINK_BANDWIDTH_TOTAL": np.rint(2.0 * nvl / 1e6),  # MB/s, tx + rx, as DCGM
-            f"{_P}ENC_UTIL": np.zeros(self.n),
-            f"{_P}DEC_UTIL": np.zeros(self.n),
-            f"{_P}VGPU_LICENSE_STATUS": np.zeros(self.n),
-            **dict(zip(RATIO_FIELDS, ratios, strict=True)),
-            "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
-            "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
-            "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
-            "DCGM_FI_PROF_NVLINK_RX_BYTES": nvl.copy(),
+        out: dict[str, np.ndarray] = {}
+        if need(*_STATE):
+            floored = np.floor(self._counter_rows)
+            out |= {k: floored[i] for i, k in enumerate(_STATE)}
+        if need(*RATIO_FIELDS, _MEMORY_TEMP, _MEM_COPY):
+            ratios = ratio_rows(b, lv, m, wiggle)  # averaged over the step, idle included
+            dram = ratios[RATIO_FIELDS.index("DCGM_FI_PROF_DRAM_ACTIVE")]
+            out |= dict(zip(RATIO_FIELDS, ratios, strict=True))
+            out[_MEMORY_TEMP] = np.rint(self.temperature_c + 3.0 + 10.0 * dram)
+            out[_MEM_COPY] = np.rint(100.0 * dram)
+        if need(f"{_P}SM_CLOCK"):
+            boost = np.rint(self.capacity_factor * self._max_mhz)
+            out[f"{_P}SM_CLOCK"] = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
+        if need(*_FB):
+            kv = np.maximum(self._kv, self._kv_pool)
+            used_b = np.clip(self._resident + self._working + kv, 0.0, None)
+            used = np.minimum(np.rint(used_b / MIB), self._total_mib - self._reserved_mib)
+            out |= {
+                f"{_P}FB_TOTAL": self._total_mib.copy(),
+                f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
+                f"{_P}FB_USED": used,
+                f"{_P}FB_RESERVED": self._reserved_mib.copy(),
+            }
+        if need(*_PCIE):
+            rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
+            tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
+            out |= {
+                f"{_P}PCIE_TX_THROUGHPUT": np.rint(tx / 1024.0),  # KB/s, as NVML samples it
+                f"{_P}PCIE_RX_THROUGHPUT": np.rint(rx / 1024.0),
+                "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
+                "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
+            }
+        if need(*_NVLINK):
+            nvl = self._nvlink * m.nvlink_share * b * wiggle
+            out |= {
+                f"{_P}NVLINK_BANDWIDTH_TOTAL": np.rint(2.0 * nvl / 1e6),  # MB/s, tx + rx
+                "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
+                "DCGM_FI_PROF_NVLINK_RX_BYTES": nvl.copy(),
+            }
+        simple: dict[str, Callable[[], np.ndarray]] = {
+            f"{_P}MEM_CLOCK": lambda: self._mem_mhz.copy(),
+            f"{_P}GPU_TEMP": lambda: np.rint(self.temperature_c),
+            f"{_P}POWER_USAGE": lambda: np.round(self.power_w, 3),
+            f"{_P}GPU_UTIL": lambda: np.rint(100.0 * self._sampled),
+            f"{_P}ENC_UTIL": lambda: np.zeros(self.n),
+            f"{_P}DEC_UTIL": lambda: np.zeros(self.n),
+            f"{_P}VGPU_LICENSE_STATUS": lambda: np.zeros(self.n),
         }
+        out |= {k: f() for k, f in simple.items() if need(k)}
+        if want is None:  # every field, in the catalogue order callers have always seen
+            out = {k: out[k] for k in _ORDER}
         lost = bool(self.lost.any())  # a healthy fleet masks only the fields a model lacks
         for name in out if lost else [n for n in self._partial if n in out]:
             mask = self._support.get(name)
