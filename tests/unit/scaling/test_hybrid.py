@@ -308,7 +308,7 @@ def test_a_throttled_pod_is_replaced_only_when_it_stays_throttled():
     policy, target = HybridPolicy(cfg), TargetStatus(4, ready_pods(4))
     state, deletes = LONG_AGO, []
     for i in range(5):  # p0 in thermal violation the whole time
-        m = metrics(4, **{health.THERMAL: {"p0": i * 15e6}})
+        m = metrics(4, **{health.THERMAL: {"p0": i * 15e9}})  # ns: held the whole 15 s
         d = policy.decide(observe(600.0 + 15 * i, target, [5.0] * 41, m), state)
         state, deletes = d.state, [*deletes, d.delete]
     assert deletes[:3] == [(), (), ()]  # throttled from the second decision, 30 s to wait
