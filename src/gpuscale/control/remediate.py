@@ -16,7 +16,12 @@ dcgm-exporter's ``pod``/``namespace`` labels:
   window ago. Compared per GPU UUID, so the pod that replaces a deleted one on the
   same GPU is not deleted for the same old XID;
 * ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0``: a double-bit ECC error since the driver
-  loaded.
+  loaded;
+* a firing health alert of ``gpuscale rules`` (``ALERTS{alertstate="firing"}``, as
+  Prometheus writes it, with the pod labels the catalogue keeps): ``GpuFellOffBus``,
+  ``GpuEccDoubleBitError``, ``GpuRowRemapFailure``, or ``GpuXidError`` for one of
+  those XIDs. The alert carries its own ``for:`` and thresholds, tuned with
+  ``gpuscale rules backtest``.
 
 At most one pod per target per sync is deleted, and none when that would leave
 fewer Ready pods than ``minReplicas``: remediation trades a little capacity for
@@ -38,6 +43,9 @@ XID_LAST = "DCGM_FI_DEV_XID_ERRORS"
 XID_RECENT_S = 300.0
 """How recent a last-XID change must be to count: dcgm-exporter's default XID count window."""
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+ALERTS = "ALERTS"
+HEALTH_ALERTS = frozenset({"GpuFellOffBus", "GpuEccDoubleBitError", "GpuRowRemapFailure"})
+"""Alerts of the catalogue (``gpuscale.alerts``) after which a GPU's work is lost or wrong."""
 
 REMEDIATE_XIDS = FATAL_XIDS - {92}
 """48 (DBE), 63/64 (row remap pending/failed), 74 (NVLink), 79 (off the bus), 94/95 (contained
@@ -52,7 +60,7 @@ class Finding:
         pod: The pod holding the GPU.
         gpu: The GPU's UUID (``UUID`` or AMD's ``gpu_uuid`` label; ``?`` when absent).
         node: The exporter's host label (``Hostname``/``hostname``); may be empty.
-        kind: ``gpu_down``, ``xid`` or ``dbe`` (the metric's ``evidence`` label).
+        kind: ``gpu_down``, ``xid``, ``dbe`` or ``alert`` (the metric's ``evidence`` label).
         evidence: What was seen, for the Event and the log line.
     """
 
@@ -99,6 +107,7 @@ def find(source: MetricsSource, namespace: str, at: float) -> list[Finding]:
                 Finding(res.labels["pod"], gpu, node, "xid", f"XID {xid} x{count:g}{within}")
             )
     found.extend(_recent_last_xids(source, ns, at))
+    found.extend(_firing_alerts(source, ns, at))
     for res in source.instant(Signal(DBE, ns), at):
         count = res.points[-1][1] if res.points else 0.0
         if count > 0 and res.labels.get("pod"):
@@ -122,6 +131,19 @@ def _recent_last_xids(source: MetricsSource, ns: dict[str, str], at: float) -> l
         fatal = value.is_integer() and int(value) in REMEDIATE_XIDS
         if fatal and res.labels.get("pod") and before.get(gpu) != value:
             found.append(Finding(res.labels["pod"], gpu, node, "xid", f"last XID {int(value)}"))
+    return found
+
+
+def _firing_alerts(source: MetricsSource, ns: dict[str, str], at: float) -> list[Finding]:
+    """Pods named by a firing health alert (``HEALTH_ALERTS``, or a fatal ``GpuXidError``)."""
+    found: list[Finding] = []
+    for res in source.instant(Signal(ALERTS, {**ns, "alertstate": "firing"}), at):
+        name, xid = res.labels.get("alertname", ""), res.labels.get("xid", "")
+        fatal_xid = name == "GpuXidError" and xid.isdigit() and int(xid) in REMEDIATE_XIDS
+        if (name in HEALTH_ALERTS or fatal_xid) and res.labels.get("pod"):
+            gpu, node = _gpu(dict(res.labels))
+            what = f"alert {name}" + (f" (XID {xid})" if xid else "")
+            found.append(Finding(res.labels["pod"], gpu, node, "alert", what))
     return found
 
 

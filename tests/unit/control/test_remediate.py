@@ -44,6 +44,22 @@ def test_a_last_xid_counts_when_it_turned_fatal_within_the_window_on_that_gpu():
     assert remediate.find(store, "default", 700.0) == []
 
 
+def test_a_firing_health_alert_names_the_pod_and_other_alerts_do_not():
+    store = MetricStore()
+    firing = {"alertstate": "firing"}
+    feed(store, 10.0, "ALERTS", {"a": 1.0}, alertname="GpuFellOffBus", **firing)
+    feed(store, 10.0, "ALERTS", {"b": 1.0}, alertname="GpuXidError", xid="94", **firing)
+    feed(store, 10.0, "ALERTS", {"c": 1.0}, alertname="GpuXidError", xid="13", **firing)
+    feed(store, 10.0, "ALERTS", {"d": 1.0}, alertname="GpuTemperatureHigh", **firing)
+    pending = {"alertstate": "pending"}
+    feed(store, 10.0, "ALERTS", {"e": 1.0}, alertname="GpuEccDoubleBitError", **pending)
+    found = remediate.find(store, "default", 10.0)
+    assert [(f.pod, f.kind, f.evidence) for f in found] == [
+        ("a", "alert", "alert GpuFellOffBus"),
+        ("b", "alert", "alert GpuXidError (XID 94)"),
+    ]
+
+
 def test_xid_92_is_not_grounds_for_deletion():
     assert 92 not in remediate.REMEDIATE_XIDS
     assert {48, 63, 64, 74, 79, 94, 95} == set(remediate.REMEDIATE_XIDS)
