@@ -1,72 +1,18 @@
 """The simulation loop: policies see only delayed telemetry; runs are reproducible."""
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.sim import Recorder, scenario, smooth, workload
 
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import Decision, Observation
-from gpuscale.sim.cluster import ClusterConfig, ColdStart
-from gpuscale.sim.engine import Scenario, simulate
-from gpuscale.sim.serving import ServingConfig
+from gpuscale.sim.cluster import ClusterConfig
+from gpuscale.sim.engine import simulate
 from gpuscale.sim.workload import Workload
-
-UTIL = Signal("DCGM_FI_DEV_GPU_UTIL", aggregation="avg", by=("pod",))
-
-
-@dataclass
-class Recorder:
-    """A fake policy: asks for a fixed count and keeps every observation it got."""
-
-    replicas: int | list[int] = 2
-    name: str = "recorder"
-    interval_s: float = 5.0
-    history_s: float = 0.0
-    signals: dict = field(default_factory=dict)
-    pod_signals: dict = field(default_factory=lambda: {"util": UTIL})
-    min_replicas: int = 0
-    max_replicas: int = 16
-    seen: list[Observation] = field(default_factory=list)
-
-    def decide(self, observation, state):
-        self.seen.append(observation)
-        n = len(self.seen) - 1
-        want = (
-            self.replicas
-            if isinstance(self.replicas, int)
-            else self.replicas[n % len(self.replicas)]
-        )
-        return Decision(want, "fixed", {"calls": state.get("calls", 0) + 1})
-
-
-def workload(rate: np.ndarray, service_s: float = 1.0, seed: int = 0) -> Workload:
-    a = np.random.default_rng(seed).poisson(rate).astype(float)
-    return Workload("test", a, a * service_s)
-
-
-def smooth(rate: np.ndarray, service_s: float = 1.0) -> Workload:
-    return Workload("smooth", rate.astype(float), rate * service_s)
-
-
-def scenario(wl: Workload, **kw) -> Scenario:
-    base = dict(
-        workload=wl,
-        cluster=ClusterConfig(
-            gpus_per_node=4, initial_nodes=1, max_nodes=4, cold_start=ColdStart.fixed(60.0)
-        ),
-        serving=ServingConfig(),
-        slo_latency_s=5.0,
-        timeout_s=60.0,
-        initial_replicas=2,
-        queue_model="fluid",  # these check the signal path on the fluid's smooth means
-    )
-    base.update(kw)
-    return Scenario(**base)
 
 
 def test_policy_sees_gpu_util_through_the_store_after_scrape_and_rule_delay():

@@ -8,7 +8,7 @@ import dataclasses
 import gc
 
 import numpy as np
-from test_engine import UTIL, Recorder, scenario, workload
+from support.sim import UTIL, Recorder, scenario, workload
 
 from gpuscale.metrics.signal import Signal
 from gpuscale.sim.engine import simulate
