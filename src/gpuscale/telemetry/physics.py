@@ -105,23 +105,6 @@ _NVLINK = (
     "DCGM_FI_PROF_NVLINK_RX_BYTES",
 )
 _DBE = (f"{_P}ECC_DBE_VOL_TOTAL", f"{_P}ECC_DBE_AGG_TOTAL")
-_ORDER = tuple(
-    dict.fromkeys(
-        (
-            *(f.name for f in DCGM_FIELDS.values() if f.type == "counter"),
-            _XID,
-            _REMAP_FAILURE,
-            *(f"{_P}{k}" for k in ("SM_CLOCK", "MEM_CLOCK", "MEMORY_TEMP", "GPU_TEMP")),
-            *(f"{_P}{k}" for k in ("POWER_USAGE", "PCIE_TX_THROUGHPUT", "PCIE_RX_THROUGHPUT")),
-            *(f"{_P}{k}" for k in ("GPU_UTIL", "MEM_COPY_UTIL", "FB_TOTAL", "FB_FREE")),
-            *(f"{_P}{k}" for k in ("FB_USED", "FB_RESERVED", "NVLINK_BANDWIDTH_TOTAL")),
-            *(f"{_P}{k}" for k in ("ENC_UTIL", "DEC_UTIL", "VGPU_LICENSE_STATUS")),
-            *RATIO_FIELDS,
-            *(f"DCGM_FI_PROF_{k}_BYTES" for k in ("PCIE_TX", "PCIE_RX", "NVLINK_TX", "NVLINK_RX")),
-        )
-    )
-)
-"""Every field ``fields()`` reports, in the order it reports them."""
 # State kept per GPU: every DCGM counter (most stay 0 in a healthy fleet) plus two gauges
 # that faults set. Rates that NVML reports under counter names are computed in fields().
 _STATE = (
@@ -133,6 +116,21 @@ _STATE = (
     _XID,
     _REMAP_FAILURE,
 )
+_ORDER = tuple(
+    dict.fromkeys(
+        (
+            *_STATE,
+            *(f"{_P}{k}" for k in ("SM_CLOCK", "MEM_CLOCK", "MEMORY_TEMP", "GPU_TEMP")),
+            *(f"{_P}{k}" for k in ("POWER_USAGE", "PCIE_TX_THROUGHPUT", "PCIE_RX_THROUGHPUT")),
+            *(f"{_P}{k}" for k in ("GPU_UTIL", "MEM_COPY_UTIL", "FB_TOTAL", "FB_FREE")),
+            *(f"{_P}{k}" for k in ("FB_USED", "FB_RESERVED", "NVLINK_BANDWIDTH_TOTAL")),
+            *(f"{_P}{k}" for k in ("ENC_UTIL", "DEC_UTIL", "VGPU_LICENSE_STATUS")),
+            *RATIO_FIELDS,
+            *(f"DCGM_FI_PROF_{k}_BYTES" for k in ("PCIE_TX", "PCIE_RX", "NVLINK_TX", "NVLINK_RX")),
+        )
+    )
+)
+"""The order ``fields()`` reports its fields in (any others follow)."""
 
 
 class FleetPhysics:
@@ -461,7 +459,8 @@ class FleetPhysics:
         }
         out |= {k: f() for k, f in simple.items() if need(k)}
         if want is None:  # every field, in the catalogue order callers have always seen
-            out = {k: out[k] for k in _ORDER}
+            ordered = {k: out[k] for k in _ORDER if k in out}
+            out = ordered | out
         lost = bool(self.lost.any())  # a healthy fleet masks only the fields a model lacks
         for name in out if lost else [n for n in self._partial if n in out]:
             mask = self._support.get(name)
