@@ -1,8 +1,6 @@
 """Faults against the exporter process: lost GPU, bad config files, TLS, auth and load."""
 
 import base64
-import datetime
-import ipaddress
 import socket
 import ssl
 import subprocess
@@ -12,11 +10,8 @@ import time
 import bcrypt
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from prometheus_client.parser import text_string_to_metric_families
+from support.certs import self_signed
 from support.exposition import parse
 from support.servers import free_port, gpuscale_cmd, start_exporter, wait_http
 
@@ -112,32 +107,7 @@ def test_bad_web_config_file_exits_2_with_one_line(tmp_path):
 
 
 def _self_signed(tmp_path):
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    (tmp_path / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "tls.key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return tmp_path / "tls.crt"
+    return self_signed(tmp_path / "tls.crt", tmp_path / "tls.key")[0]
 
 
 @pytest.fixture(scope="module")
