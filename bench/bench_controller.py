@@ -39,15 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 
-from support.kubeapi import KubeApiDouble
-from support.tsdb import Series, backfilled_prometheus
-
 from gpuscale.control.config import load
 from gpuscale.control.controller import Controller
 from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.prometheus import PrometheusSource
+from tests.support.kubeapi import KubeApiDouble
+from tests.support.tsdb import Series, backfilled_prometheus
 
 RESULTS = Path(__file__).with_name("results.json")
 UTIL = "DCGM_FI_DEV_GPU_UTIL"

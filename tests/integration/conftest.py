@@ -9,7 +9,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from support.servers import Process, Prometheus, start_exporter, wait_http
+
+from tests.support.servers import Process, Prometheus, start_exporter, wait_http
 
 
 @pytest.fixture(scope="session")

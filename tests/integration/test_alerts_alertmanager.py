@@ -10,13 +10,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from support.alertmanager import Alertmanager, Kubelet, RulingPrometheus, Webhook
-from support.servers import Process, free_port, gpuscale_cmd, wait_http
 
 from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.config import parse_config
 from gpuscale.alerts.render import render
 from gpuscale.telemetry.sim import SimSource
+from tests.support.alertmanager import Alertmanager, Kubelet, RulingPrometheus, Webhook
+from tests.support.servers import Process, free_port, gpuscale_cmd, wait_http
 
 pytestmark = pytest.mark.integration
 

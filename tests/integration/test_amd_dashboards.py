@@ -32,10 +32,10 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from support.servers import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 from gpuscale.exporter.podresources import api_pb2, api_pb2_grpc
 from gpuscale.fields.amd import AMD_PROFILER_ONLY
+from tests.support.servers import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 pytestmark = pytest.mark.integration
 

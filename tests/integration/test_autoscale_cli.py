@@ -6,8 +6,9 @@ import os
 import subprocess
 
 import pytest
-from support.kubeapi import KubeApiDouble
-from support.servers import free_port, gpuscale_cmd
+
+from tests.support.kubeapi import KubeApiDouble
+from tests.support.servers import free_port, gpuscale_cmd
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

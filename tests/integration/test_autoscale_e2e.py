@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from support.autoscale import (
+
+from tests.support.autoscale import (
     Autoscaler,
     DoubleKubelet,
     KubeletServer,
@@ -17,8 +18,8 @@ from support.autoscale import (
     restart_prometheus,
     wait_until,
 )
-from support.kubeapi import KubeApiDouble
-from support.servers import Prometheus, free_port
+from tests.support.kubeapi import KubeApiDouble
+from tests.support.servers import Prometheus, free_port
 
 pytestmark = [
     pytest.mark.integration,

@@ -3,9 +3,10 @@ Lease the second does not act; when the first dies without releasing, the second
 over once the Lease expires."""
 
 import pytest
-from support.autoscale import Autoscaler, wait_until
-from support.kubeapi import KubeApiDouble
-from support.servers import free_port
+
+from tests.support.autoscale import Autoscaler, wait_until
+from tests.support.kubeapi import KubeApiDouble
+from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

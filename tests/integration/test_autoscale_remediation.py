@@ -6,9 +6,16 @@ import shutil
 from contextlib import ExitStack
 
 import pytest
-from support.autoscale import Autoscaler, DoubleKubelet, KubeletServer, exporter_at, wait_until
-from support.kubeapi import KubeApiDouble
-from support.servers import Prometheus, free_port
+
+from tests.support.autoscale import (
+    Autoscaler,
+    DoubleKubelet,
+    KubeletServer,
+    exporter_at,
+    wait_until,
+)
+from tests.support.kubeapi import KubeApiDouble
+from tests.support.servers import Prometheus, free_port
 
 pytestmark = [
     pytest.mark.integration,

@@ -8,14 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from support.kubeapi import KubeApiDouble, ManualClock
-from support.tsdb import (
-    Series,
-    VictoriaMetrics,
-    backfilled_prometheus,
-    feed_store,
-    prometheus_text,
-)
 
 from gpuscale.control.config import load
 from gpuscale.control.controller import Controller
@@ -24,6 +16,14 @@ from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.prometheus import PrometheusSource
 from gpuscale.metrics.store import MetricStore
+from tests.support.kubeapi import KubeApiDouble, ManualClock
+from tests.support.tsdb import (
+    Series,
+    VictoriaMetrics,
+    backfilled_prometheus,
+    feed_store,
+    prometheus_text,
+)
 
 pytestmark = [
     pytest.mark.integration,

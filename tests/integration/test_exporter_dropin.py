@@ -16,11 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from support.apiserver import ApiServer
-from support.exposition import Family, parse
-from support.helm import render_env
-from support.kubelet import FakeKubelet
-from support.servers import Process, free_port, gpuscale_cmd, wait_http
+
+from tests.support.apiserver import ApiServer
+from tests.support.exposition import Family, parse
+from tests.support.helm import render_env
+from tests.support.kubelet import FakeKubelet
+from tests.support.servers import Process, free_port, gpuscale_cmd, wait_http
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ import bcrypt
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.certs import self_signed
-from support.exposition import parse
-from support.servers import free_port, gpuscale_cmd, start_exporter, wait_http
 
 from gpuscale.fields import DEFAULT_COUNTERS_CSV
+from tests.support.certs import self_signed
+from tests.support.exposition import parse
+from tests.support.servers import free_port, gpuscale_cmd, start_exporter, wait_http
 
 
 def _trust(cert) -> ssl.SSLContext:

@@ -3,9 +3,9 @@
 import os
 
 import httpx
-from support.servers import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 from gpuscale.fields import DEFAULT_COUNTERS_CSV, default_counters
+from tests.support.servers import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 DCGM_LABELS = {
     "gpu",

@@ -26,15 +26,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.servers import Prometheus
-from support.tsdb import (
-    Series,
-    VictoriaMetrics,
-    backfill,
-    feed_store,
-    openmetrics,
-    prometheus_text,
-)
 
 from gpuscale.metrics import LabelledValue, Signal
 from gpuscale.metrics.prometheus import PrometheusSource
@@ -43,6 +34,15 @@ from gpuscale.scaling.hpa import HpaConfig, HpaPolicy
 from gpuscale.scaling.keda import KedaConfig, KedaPolicy
 from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import PodStatus, TargetStatus
+from tests.support.servers import Prometheus
+from tests.support.tsdb import (
+    Series,
+    VictoriaMetrics,
+    backfill,
+    feed_store,
+    openmetrics,
+    prometheus_text,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from support.servers import Prometheus
-from support.tsdb import (
+
+from gpuscale.metrics import MetricsUnavailable, Signal
+from gpuscale.metrics.prometheus import PrometheusSource
+from tests.support.servers import Prometheus
+from tests.support.tsdb import (
     BearerProxy,
     Series,
     VictoriaMetrics,
@@ -33,9 +36,6 @@ from support.tsdb import (
     openmetrics,
     prometheus_text,
 )
-
-from gpuscale.metrics import MetricsUnavailable, Signal
-from gpuscale.metrics.prometheus import PrometheusSource
 
 pytestmark = pytest.mark.integration
 

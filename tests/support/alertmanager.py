@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 
 from gpuscale.exporter.podresources import api_pb2, api_pb2_grpc
-from support.servers import Process, free_port, wait_http
+from tests.support.servers import Process, free_port, wait_http
 
 
 class Webhook:

@@ -14,7 +14,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from support.certs import self_signed
+from tests.support.certs import self_signed
 
 TOKEN = "test-service-account-token"
 

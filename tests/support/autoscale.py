@@ -21,8 +21,8 @@ import grpc
 import httpx
 
 from gpuscale.exporter.podresources import api_pb2, api_pb2_grpc
-from support.kubeapi import KubeApiDouble
-from support.servers import Process, free_port, gpuscale_cmd, wait_http
+from tests.support.kubeapi import KubeApiDouble
+from tests.support.servers import Process, free_port, gpuscale_cmd, wait_http
 
 
 class DoubleKubelet(api_pb2_grpc.PodResourcesListerServicer):

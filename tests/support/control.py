@@ -6,7 +6,7 @@ import numpy as np
 
 from gpuscale.control.kubernetes import RetryPolicy
 from gpuscale.metrics.store import MetricStore
-from support.kubeapi import KubeApiDouble
+from tests.support.kubeapi import KubeApiDouble
 
 FAST = RetryPolicy(attempts=2, base_s=0.01, max_s=0.02, total_s=2.0, timeout_s=5.0)
 

@@ -53,10 +53,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from support import kubeapi_model as m
-from support.kubeapi_model import Obj, Resource
-from support.kubeapi_store import ApiError, Store
-from support.kubeapi_workloads import Workloads, is_ready
+from tests.support import kubeapi_model as m
+from tests.support.kubeapi_model import Obj, Resource
+from tests.support.kubeapi_store import ApiError, Store
+from tests.support.kubeapi_workloads import Workloads, is_ready
 
 DEFAULT_USER = "system:serviceaccount:gpuscale:gpuscale-autoscaler"
 

@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from support import kubeapi_model as m
-from support.kubeapi_model import Obj, Resource
+from tests.support import kubeapi_model as m
+from tests.support.kubeapi_model import Obj, Resource
 
 Key = tuple[str, str, str, str]  # (groupVersion, plural, namespace, name)
 

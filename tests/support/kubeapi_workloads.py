@@ -15,9 +15,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from support import kubeapi_model as m
-from support.kubeapi_model import Obj, Resource
-from support.kubeapi_store import Store
+from tests.support import kubeapi_model as m
+from tests.support.kubeapi_model import Obj, Resource
+from tests.support.kubeapi_store import Store
 
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.SafeEncodeString alphabet
 PODS = next(r for r in m.BUILTIN if r.plural == "pods")

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from support.servers import Process, Prometheus, free_port, wait_http
+from tests.support.servers import Process, Prometheus, free_port, wait_http
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,6 @@ import textwrap
 from collections.abc import Callable
 
 import pytest
-from support.control import FAST
-from support.kubeapi import KubeApiDouble, ManualClock
 
 from gpuscale.control.config import load
 from gpuscale.control.controller import Controller
@@ -15,6 +13,8 @@ from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore
+from tests.support.control import FAST
+from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 
 @pytest.fixture

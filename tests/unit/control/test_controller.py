@@ -3,10 +3,9 @@
 import json
 import threading
 
-from support.control import events, feed, pod_names, replicas
-from support.servers import free_port
-
 from gpuscale.metrics.prometheus import PrometheusSource
+from tests.support.control import events, feed, pod_names, replicas
+from tests.support.servers import free_port
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 

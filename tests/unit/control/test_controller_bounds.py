@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.kubeapi import KubeApiDouble, ManualClock
 
 from gpuscale.control.config import load
 from gpuscale.control.controller import Controller
@@ -16,6 +15,7 @@ from gpuscale.control.kubernetes import KubeActuator, RetryPolicy
 from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore
+from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 FAST = RetryPolicy(attempts=2, base_s=0.01, max_s=0.02, total_s=2.0, timeout_s=5.0)
 COUNTER = itertools.count()

@@ -2,9 +2,9 @@
 
 import httpx
 import pytest
-from support.kubeapi import ManualClock
 
 from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
+from tests.support.kubeapi import ManualClock
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ lists, MicroTime), and its workload controller behaves like the real ones."""
 
 import httpx
 import pytest
-from support.kubeapi import KubeApiDouble, ManualClock
+
+from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 DEPLOY = "/apis/apps/v1/namespaces/default/deployments/web"
 PODS = "/api/v1/namespaces/default/pods"

@@ -2,7 +2,6 @@
 retries on 409 and 5xx, the one-line 403."""
 
 import pytest
-from support.kubeapi import KubeApiDouble, ManualClock
 
 from gpuscale.control.kubernetes import (
     KubeActuator,
@@ -11,6 +10,7 @@ from gpuscale.control.kubernetes import (
     RetryPolicy,
     TargetRef,
 )
+from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 DEPLOY = TargetRef("apps/v1", "Deployment", "web", "default")
 SCALE_PATH = "/apis/apps/v1/namespaces/default/deployments/web/scale"

@@ -5,9 +5,9 @@ import json
 import logging
 
 import pytest
-from support.kubeapi import KubeApiDouble, ManualClock
 
 from gpuscale.control.kubernetes import KubeActuator, KubeUnavailableError, TargetRef
+from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 DEPLOY = TargetRef("apps/v1", "Deployment", "web", "default")
 DEPLOY_PATH = "/apis/apps/v1/namespaces/default/deployments/web"

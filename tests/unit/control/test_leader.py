@@ -3,10 +3,9 @@ holder acts; a standby takes over once the holder's lease expires."""
 
 import threading
 
-from support.control import FAST, feed, pod_names, replicas
-
 from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.lease import LeaseElector
+from tests.support.control import FAST, feed, pod_names, replicas
 
 STATIC = """\
 - scaleTargetRef: {name: web}

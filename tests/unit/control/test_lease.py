@@ -4,10 +4,10 @@ expiry takeover, races decided by resourceVersion, release, the renew deadline."
 import threading
 
 import pytest
-from support.kubeapi import KubeApiDouble, ManualClock
 
 from gpuscale.control.kubernetes import KubeActuator, KubeForbiddenError
 from gpuscale.control.lease import LeaseElector
+from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpuscale/leases/autoscaler"
 

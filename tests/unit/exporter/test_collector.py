@@ -1,13 +1,13 @@
 from collections import Counter
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.exposition import parse
 
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.exposition import render
 from gpuscale.fields import default_counters, parse_counters
 from gpuscale.ids import GpuUuid
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot
+from tests.support.exposition import parse
 
 
 def _parse(text: bytes) -> dict[str, list]:

@@ -1,10 +1,10 @@
 """-m/--configmap-data against an HTTPS double of the API server's ConfigMap GET."""
 
 import pytest
-from support.apiserver import ApiServer
 
 from gpuscale.errors import ConfigError
 from gpuscale.exporter.configmap import parse_configmap_ref, read_configmap_counters
+from tests.support.apiserver import ApiServer
 
 ROWS = "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n"
 

@@ -2,14 +2,13 @@
 
 from dataclasses import replace
 
-from support.exposition import parse
-
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.dcgm import LabelStyle, xid_message
 from gpuscale.exporter.exposition import render
 from gpuscale.exporter.hpc import JobMap
 from gpuscale.fields import parse_counters
 from gpuscale.telemetry.base import DeviceSample, Snapshot
+from tests.support.exposition import parse
 
 LABEL_ROWS = """DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).
 DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.

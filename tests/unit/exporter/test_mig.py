@@ -1,8 +1,6 @@
 """MIG under ``-d/--devices``, over the NVML fake in MIG mode, as dcgm-exporter exports it."""
 
 import pytest
-from support.exposition import parse
-from support.nvml import fake_pynvml
 
 from gpuscale.errors import ConfigError
 from gpuscale.exporter.collector import SnapshotFamilies
@@ -10,6 +8,8 @@ from gpuscale.exporter.devices import parse_devices, select_entities
 from gpuscale.exporter.exposition import render
 from gpuscale.fields import default_counters
 from gpuscale.telemetry.nvml import NvmlSource
+from tests.support.exposition import parse
+from tests.support.nvml import fake_pynvml
 
 GIB = 1024**3
 

@@ -1,14 +1,14 @@
 """Pod labels and UIDs from an HTTPS double of the API server's Pod GET."""
 
 import pytest
-from support.apiserver import ApiServer
-from support.exposition import parse
 
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.configmap import in_cluster
 from gpuscale.exporter.exposition import render
 from gpuscale.exporter.podmeta import PodMetadata, sanitize_label_name
 from gpuscale.fields import parse_counters
+from tests.support.apiserver import ApiServer
+from tests.support.exposition import parse
 
 LABELS = {"app.kubernetes.io/name": "vllm", "team": "ml", "pod-template-hash": "abc"}
 

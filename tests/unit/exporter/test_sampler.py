@@ -1,10 +1,10 @@
 from prometheus_client.parser import text_string_to_metric_families
-from support.exposition import parse
 
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.sampler import Sampler
 from gpuscale.fields import default_counters, parse_counters
 from gpuscale.telemetry.base import XidEvent
+from tests.support.exposition import parse
 
 
 def _values(body: bytes) -> dict[tuple[str, tuple], float]:

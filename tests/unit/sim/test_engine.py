@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.sim import Recorder, scenario, smooth, workload
 
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import simulate
 from gpuscale.sim.workload import Workload
+from tests.support.sim import Recorder, scenario, smooth, workload
 
 
 def test_policy_sees_gpu_util_through_the_store_after_scrape_and_rule_delay():

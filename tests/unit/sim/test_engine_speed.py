@@ -8,10 +8,10 @@ import dataclasses
 import gc
 
 import numpy as np
-from support.sim import UTIL, Recorder, scenario, workload
 
 from gpuscale.metrics.signal import Signal
 from gpuscale.sim.engine import simulate
+from tests.support.sim import UTIL, Recorder, scenario, workload
 
 OTHERS = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_SM_ACTIVE", "gpuscale_serving_requests_total")
 

@@ -3,9 +3,9 @@
 import logging
 
 import pytest
-from support.nvml import fake_pynvml
 
 from gpuscale.telemetry.nvml import NvmlSource
+from tests.support.nvml import fake_pynvml
 
 GIB = 1024**3
 
