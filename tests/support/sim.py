@@ -62,3 +62,20 @@ def scenario(wl: Workload, **kw) -> Scenario:
     )
     base.update(kw)
     return Scenario(**base)
+
+
+@dataclass
+class Script:
+    """A fake policy: ``plan(now)`` replicas at each decision."""
+
+    plan: object
+    name: str = "script"
+    interval_s: float = 1.0
+    history_s: float = 0.0
+    signals: dict = field(default_factory=dict)
+    pod_signals: dict = field(default_factory=dict)
+    min_replicas: int = 0
+    max_replicas: int = 16
+
+    def decide(self, observation, state):
+        return Decision(int(self.plan(observation.now)), "scripted", {})

@@ -6,14 +6,11 @@ end of the grace, or on a pod that failed, is retried once and dropped if
 interrupted again.
 """
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale.scaling.policy import Decision
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.faults import parse_sim_fault
@@ -22,23 +19,7 @@ from gpuscale.sim.fluid import FluidQueue
 from gpuscale.sim.outcome import ConservationError, RunResult, check_conservation
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
-
-
-@dataclass
-class Script:
-    """A fake policy: ``plan(now)`` replicas at each decision."""
-
-    plan: object
-    name: str = "script"
-    interval_s: float = 1.0
-    history_s: float = 0.0
-    signals: dict = field(default_factory=dict)
-    pod_signals: dict = field(default_factory=dict)
-    min_replicas: int = 0
-    max_replicas: int = 16
-
-    def decide(self, observation, state):
-        return Decision(int(self.plan(observation.now)), "scripted", {})
+from tests.support.sim import Script
 
 
 def poisson(rate: float, seconds: int, service_s: float, seed: int = 0) -> Workload:

@@ -8,15 +8,12 @@ only the queueing code differs), up to float rounding of the service time
 whole requests.
 """
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling.policy import Decision
 from gpuscale.scaling.static import StaticPolicy
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.des import draw_requests, simulate_requests
@@ -27,6 +24,7 @@ from gpuscale.sim.request_latency import summarise_requests
 from gpuscale.sim.requests import RequestQueue
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import RequestProfile, Workload
+from tests.support.sim import Script
 
 ROUNDING_S = 1e-9
 
@@ -120,23 +118,6 @@ def test_engine_run_on_a_fixed_fleet_is_the_discrete_event_run():
 
 
 # --------------------------------------------------------------------- the engine
-
-
-@dataclass
-class Script:
-    """A fake policy: ``plan(now)`` replicas at each decision."""
-
-    plan: object
-    name: str = "script"
-    interval_s: float = 1.0
-    history_s: float = 0.0
-    signals: dict = field(default_factory=dict)
-    pod_signals: dict = field(default_factory=dict)
-    min_replicas: int = 0
-    max_replicas: int = 16
-
-    def decide(self, observation, state):
-        return Decision(int(self.plan(observation.now)), "scripted", {})
 
 
 def run(wl: Workload, plan, *, replicas: int, grace_s: float = 30.0, **kw):
