@@ -33,8 +33,8 @@ controller acts, records the Event and writes the log line.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuscale.fields.xid import WORK_LOST_XIDS
 from gpuscale.metrics.signal import MetricsSource, Signal
-from gpuscale.scaling.health import FATAL_XIDS
 from gpuscale.scaling.policy import TargetStatus
 
 GPU_UP = "gpuscale_gpu_up"
@@ -47,9 +47,8 @@ ALERTS = "ALERTS"
 HEALTH_ALERTS = frozenset({"GpuFellOffBus", "GpuEccDoubleBitError", "GpuRowRemapFailure"})
 """Alerts of the catalogue (``gpuscale.alerts``) after which a GPU's work is lost or wrong."""
 
-REMEDIATE_XIDS = FATAL_XIDS - {92}
-"""48 (DBE), 63/64 (row remap pending/failed), 74 (NVLink), 79 (off the bus), 94/95 (contained
-and uncontained ECC); 92 (high single-bit rate) degrades but does not lose work."""
+REMEDIATE_XIDS = WORK_LOST_XIDS
+"""The XIDs after which the GPU's work is lost or wrong (``gpuscale.fields.xid``)."""
 
 
 @dataclass(frozen=True, slots=True)

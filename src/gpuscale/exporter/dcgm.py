@@ -13,13 +13,12 @@ scrapes, and tests, do; so this module writes the same order.
 from collections import Counter as TallyCounter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 
 from prometheus_client.metrics_core import Metric
 
 from gpuscale.exporter.health import HealthJudge
 from gpuscale.fields.counters import Counter
+from gpuscale.fields.xid import xid_message
 from gpuscale.telemetry.base import DeviceSample, GpuInfo
 
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -55,23 +54,6 @@ P2P_NAMES = (
     "NotSupported",
     "Unknown",
 )
-_XID_TABLE = Path(__file__).with_name("data") / "xid-messages.tsv"
-
-
-@cache
-def xid_messages() -> dict[int, str]:
-    """XID code to the ``err_msg`` dcgm-exporter gives it (data/xid-messages.tsv)."""
-    table: dict[int, str] = {}
-    for line in _XID_TABLE.read_text(encoding="utf-8").splitlines():
-        if line and not line.startswith("#"):
-            code, text = line.split("\t", 1)
-            table[int(code)] = text
-    return table
-
-
-def xid_message(code: int) -> str:
-    """The ``err_msg`` of an XID code; ``Unknown Error`` past the table, as upstream."""
-    return xid_messages().get(code, "Unknown Error")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,9 @@ not to count, and why:
 
 * ``lost``: Ready for more than ``missing_grace_s`` with no SM-activity sample
   while other Ready pods have one (the GPU fell off the bus: its series vanish).
-* ``xid``: the GPU's last XID is a fatal one (``FATAL_XIDS``) that changed since
-  the pod was last seen, or was present when first seen.
+* ``xid``: the GPU's last XID is one after which its work is lost
+  (``gpuscale.fields.xid.WORK_LOST_XIDS``) that changed since the pod was last
+  seen, or was present when first seen.
 * ``dbe``: the volatile double-bit ECC count rose.
 * ``throttled``: the GPU spent more than ``throttle_share`` of the time since the
   last decision in thermal violation (``DCGM_FI_DEV_THERMAL_VIOLATION``, ns).
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscale.errors import require
+from gpuscale.fields.xid import WORK_LOST_XIDS
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.policy import Observation
 
@@ -37,8 +39,6 @@ DBE = "dbe"
 THERMAL = "thermal"
 DONE = "done"
 
-FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
-"""XIDs after which a GPU's work is lost or wrong: DBE, row remap, NVLink, off the bus, ECC."""
 
 POD_SIGNALS: Mapping[str, Signal] = {
     SM: Signal("DCGM_FI_PROF_SM_ACTIVE", aggregation="avg", by=("pod",)),
@@ -119,7 +119,7 @@ def assess(
             and now - since > cfg.missing_grace_s
         ):
             why = "lost"
-        elif xid is not None and int(xid) in FATAL_XIDS and xid != prev.get(XID):
+        elif xid is not None and int(xid) in WORK_LOST_XIDS and xid != prev.get(XID):
             why = f"xid {int(xid)}"
         elif dbe is not None and dbe > float(prev.get(DBE) or 0.0):
             why = "dbe"

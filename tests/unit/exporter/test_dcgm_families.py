@@ -3,10 +3,11 @@
 from dataclasses import replace
 
 from gpuscale.exporter.collector import SnapshotFamilies
-from gpuscale.exporter.dcgm import LabelStyle, xid_message
+from gpuscale.exporter.dcgm import LabelStyle
 from gpuscale.exporter.exposition import render
 from gpuscale.exporter.hpc import JobMap
 from gpuscale.fields import parse_counters
+from gpuscale.fields.xid import xid_message
 from gpuscale.telemetry.base import DeviceSample, Snapshot
 from tests.support.exposition import parse
 
