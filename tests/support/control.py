@@ -4,7 +4,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpuscale.control.kubernetes import RetryPolicy
+from gpuscale.control.kubecall import RetryPolicy
 from gpuscale.metrics.store import MetricStore
 from tests.support.kubeapi import KubeApiDouble
 

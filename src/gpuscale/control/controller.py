@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from gpuscale.control import failsafe, remediate
-from gpuscale.control.kubernetes import KubeForbiddenError, KubeUnavailableError, TargetRef
+from gpuscale.control.kubecall import KubeForbiddenError, KubeUnavailableError
+from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.seams import STATE_KEY, Actuator, Elector, Outcome, Settings, inputs, label
 from gpuscale.control.server import ControllerMetrics, HealthState
 from gpuscale.control.targets import TargetRuntime

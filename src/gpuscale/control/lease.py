@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuscale.control.kubernetes import ApiClient, KubeCall, KubeUnavailableError, RetryPolicy
+from gpuscale.control.kubecall import KubeCall, KubeUnavailableError, RetryPolicy
+from gpuscale.control.kubernetes import ApiClient
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from gpuscale.control.config import load
 from gpuscale.control.controller import Controller
-from gpuscale.control.kubernetes import KubeActuator, RetryPolicy
+from gpuscale.control.kubecall import RetryPolicy
+from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore

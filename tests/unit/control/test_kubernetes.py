@@ -3,13 +3,13 @@ retries on 409 and 5xx, the one-line 403."""
 
 import pytest
 
-from gpuscale.control.kubernetes import (
-    KubeActuator,
+from gpuscale.control.kubecall import (
+    KubeCall,
     KubeForbiddenError,
     KubeUnavailableError,
     RetryPolicy,
-    TargetRef,
 )
+from gpuscale.control.kubernetes import KubeActuator, TargetRef
 from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 DEPLOY = TargetRef("apps/v1", "Deployment", "web", "default")
@@ -266,8 +266,6 @@ def test_slow_answer_times_out_and_is_retried(api, tmp_path, sleeps):
 
 
 def test_retries_stop_at_the_total_time_bound(api, actuator):
-    from gpuscale.control.kubernetes import KubeCall
-
     api.create_deployment("web", replicas=1)
     api.fail_next(503, 1000, method="GET", path=SCALE_PATH)
     now = [0.0]

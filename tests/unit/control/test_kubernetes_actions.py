@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from gpuscale.control.kubernetes import KubeActuator, KubeUnavailableError, TargetRef
+from gpuscale.control.kubecall import KubeUnavailableError
+from gpuscale.control.kubernetes import KubeActuator, TargetRef
 from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 DEPLOY = TargetRef("apps/v1", "Deployment", "web", "default")

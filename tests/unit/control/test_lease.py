@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from gpuscale.control.kubernetes import KubeActuator, KubeForbiddenError
+from gpuscale.control.kubecall import KubeForbiddenError
+from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.lease import LeaseElector
 from tests.support.kubeapi import KubeApiDouble, ManualClock
 
