@@ -66,6 +66,12 @@ def _open_source(
                 f"--gpu-models {models!r}: mixes NVIDIA and AMD models, which a node does not;"
                 " simulate one vendor per exporter"
             )
+        # AMD models are served under device-metrics-exporter's names, with its options.
+        config = None
+        if vendors == {"amd"}:
+            config = amd.amd_config(amd_config, hostname, default=False)
+        else:
+            amd.refuse_for_nvidia(amd_config, not slurm)
         sim = SimSource(
             gpus,
             names,
@@ -74,10 +80,7 @@ def _open_source(
             faults=fault_specs,
             hostname=hostname,
         )
-        if vendors == {"amd"}:  # AMD models are served under device-metrics-exporter's names
-            return amd.open_amd_sim(sim, amd.amd_config(amd_config, hostname, default=False), slurm)
-        amd.refuse_for_nvidia(amd_config, not slurm)
-        return sim
+        return amd.open_amd_sim(sim, config, slurm) if vendors == {"amd"} else sim
     if source is o.SourceName.nvml:
         from gpuscale.telemetry.nvml import NvmlSource
 
