@@ -3,7 +3,10 @@
 Both servers run as separate processes and are scraped back-to-back over
 loopback with gzip, as Prometheus scrapes. The baseline is the stock
 prometheus_client path a hand-rolled exporter would take: the same families,
-rebuilt and rendered by ``generate_latest`` on every scrape. Run:
+rebuilt and rendered by ``generate_latest`` on every scrape. Simulated NVIDIA
+H100s at 8 and 1,000 GPUs, and 8 simulated AMD MI300X (device-metrics-exporter's
+series, profiler counters included). The machine is shared, so the 1-minute
+load average is recorded before and after. Run:
 
     python bench/bench_exporter.py            # writes bench/results.json["exporter"]
 """
@@ -42,15 +45,16 @@ def _peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def serve_baseline(gpus: int, port: int) -> None:
+def serve_baseline(gpus: int, port: int, vendor: str) -> None:
     """The naive exporter: prometheus_client's server, families rebuilt on every scrape."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from gpuscale.exporter.collector import SnapshotFamilies
     from gpuscale.fields import default_counters
+    from gpuscale.telemetry.amd_sim import AmdSimSource
     from gpuscale.telemetry.sim import SimSource
 
-    source = SimSource(gpus)
+    source = SimSource(gpus) if vendor == "nvidia" else AmdSimSource(SimSource(gpus, ("MI300X",)))
     families = SnapshotFamilies(default_counters())
 
     class PerScrape:
@@ -64,13 +68,17 @@ def serve_baseline(gpus: int, port: int) -> None:
         time.sleep(3600)
 
 
-def _start(kind: str, gpus: int) -> tuple[subprocess.Popen, int]:
+MODEL = {"nvidia": "H100", "amd": "MI300X"}
+
+
+def _start(kind: str, gpus: int, vendor: str) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     if kind == "gpuscale":
         args = [sys.executable, "-m", "gpuscale", "--log-level", "warning", "exporter"]
-        args += ["--source", "sim", "--gpus", str(gpus), "--address", f"127.0.0.1:{port}"]
+        args += ["--source", "sim", "--gpus", str(gpus), "--gpu-models", MODEL[vendor]]
+        args += ["--address", f"127.0.0.1:{port}"]
     else:
-        args = [sys.executable, __file__, "--serve-baseline", str(gpus), str(port)]
+        args = [sys.executable, __file__, "--serve-baseline", str(gpus), str(port), vendor]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -83,8 +91,8 @@ def _start(kind: str, gpus: int) -> tuple[subprocess.Popen, int]:
     raise RuntimeError(f"{kind} exporter with {gpus} GPUs did not start")
 
 
-def measure(kind: str, gpus: int, scrapes: int) -> dict[str, float]:
-    proc, port = _start(kind, gpus)
+def measure(kind: str, gpus: int, scrapes: int, vendor: str) -> dict[str, float]:
+    proc, port = _start(kind, gpus, vendor)
     try:
         latencies = []
         with httpx.Client(headers={"Accept-Encoding": "gzip"}, timeout=30) as client:
@@ -115,23 +123,31 @@ def measure(kind: str, gpus: int, scrapes: int) -> dict[str, float]:
 
 
 TARGET_P99_MS = {8: 5.0, 1000: 100.0}
+# Result key -> (GPUs, vendor, scrapes, quick scrapes).
+PLAN = {
+    "8": (8, "nvidia", 2000, 200),
+    "1000": (1000, "nvidia", 300, 40),
+    "8-amd": (8, "amd", 2000, 200),
+}
 TARGET_RSS_MB = 100.0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--serve-baseline", nargs=2, type=int, metavar=("GPUS", "PORT"))
+    parser.add_argument("--serve-baseline", nargs=3, metavar=("GPUS", "PORT", "VENDOR"))
     parser.add_argument("--quick", action="store_true", help="fewer scrapes (smoke run)")
     args = parser.parse_args()
     if args.serve_baseline:
-        serve_baseline(*args.serve_baseline)
+        gpus, port, vendor = args.serve_baseline
+        serve_baseline(int(gpus), int(port), vendor)
         return
-    plan = {8: 2000, 1000: 300} if not args.quick else {8: 200, 1000: 40}
+    load_before = os.getloadavg()[0]
     results: dict[str, dict] = {}
-    for gpus, scrapes in plan.items():
-        ours = measure("gpuscale", gpus, scrapes)
-        base = measure("baseline", gpus, max(20, scrapes // 4))
-        results[str(gpus)] = {
+    for key, (gpus, vendor, full, quick) in PLAN.items():
+        scrapes = quick if args.quick else full
+        ours = measure("gpuscale", gpus, scrapes, vendor)
+        base = measure("baseline", gpus, max(20, scrapes // 4), vendor)
+        results[key] = {
             "gpuscale": ours,
             "baseline_prometheus_client_per_scrape": base,
             "p99_ratio_vs_baseline": ours["p99_ms"] / base["p99_ms"],
@@ -140,6 +156,8 @@ def main() -> None:
             "meets_targets": ours["p99_ms"] < TARGET_P99_MS[gpus]
             and ours["peak_rss_mb"] < TARGET_RSS_MB,
         }
+    load = {"before": load_before, "after": os.getloadavg()[0]}
+    print(f"1-minute load average: {load['before']:.2f} before, {load['after']:.2f} after")
     header = ("GPUs", "p50 ms", "p99 ms", "target", "CPU s/1k", "RSS MB", "base p99", "ratio")
     print(" ".join(f"{h:>9}" for h in header))
     for gpus, r in results.items():
@@ -147,9 +165,15 @@ def main() -> None:
         row = (gpus, o["p50_ms"], o["p99_ms"], r["target_p99_ms"], o["cpu_s_per_1000_scrapes"],
                o["peak_rss_mb"], b["p99_ms"], r["p99_ratio_vs_baseline"])  # fmt: skip
         print(" ".join(f"{v:>9}" if isinstance(v, str) else f"{v:9.2f}" for v in row))
+    if args.quick:
+        return  # a smoke run: printed only
     out = ROOT / "results.json"
     existing = json.loads(out.read_text()) if out.exists() else {}
-    existing["exporter"] = {"machine": f"{os.cpu_count()} cores", "results": results}
+    existing["exporter"] = {
+        "machine": f"{os.cpu_count()} cores",
+        "load_average_1m": load,
+        "results": results,
+    }
     out.write_text(json.dumps(existing, indent=2) + "\n")
 
 

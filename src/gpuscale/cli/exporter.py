@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from gpuscale.cli import amd_options as amd
 from gpuscale.cli import dcgm_unsupported as u
 from gpuscale.cli import exporter_options as o
 from gpuscale.cli.dcgm_flags import DcgmCommand, given, split_list
@@ -46,6 +47,8 @@ def _open_source(
     seed: int,
     faults: list[str],
     hostname: str,
+    amd_config: Path | None = None,
+    slurm: bool = True,
 ) -> GpuSource:
     if source is o.SourceName.sim:
         from gpuscale.telemetry.faults import parse_fault
@@ -57,7 +60,19 @@ def _open_source(
         for name in names:
             gpu_model(name)  # validates before anything starts
         fault_specs = [parse_fault(f, "exporter") for f in faults]
-        return SimSource(
+        vendors = {gpu_model(name).vendor for name in names}
+        if len(vendors) > 1:
+            raise ConfigError(
+                f"--gpu-models {models!r}: mixes NVIDIA and AMD models, which a node does not;"
+                " simulate one vendor per exporter"
+            )
+        # AMD models are served under device-metrics-exporter's names, with its options.
+        config = None
+        if vendors == {"amd"}:
+            config = amd.amd_config(amd_config, hostname, default=False)
+        else:
+            amd.refuse_for_nvidia(amd_config, not slurm)
+        sim = SimSource(
             gpus,
             names,
             load=parse_load_spec(load, seed),
@@ -65,13 +80,13 @@ def _open_source(
             faults=fault_specs,
             hostname=hostname,
         )
+        return amd.open_amd_sim(sim, config, slurm) if vendors == {"amd"} else sim
     if source is o.SourceName.nvml:
         from gpuscale.telemetry.nvml import NvmlSource
 
+        amd.refuse_for_nvidia(amd_config, not slurm)
         return NvmlSource(hostname=hostname)
-    from gpuscale.telemetry.amd import AmdSource
-
-    return AmdSource()
+    return amd.open_amd(amd_config, slurm, hostname)
 
 
 _WATCH_S = 2.0  # how often the counters file is checked for changes
@@ -139,6 +154,8 @@ def exporter(
     load: o.LoadOpt = "sine",
     seed: o.SeedOpt = 0,
     fault: o.FaultOpt = None,
+    amd_metrics_config: amd.AmdMetricsConfigOpt = None,
+    enable_slurm_scl: amd.EnableSlurmSclOpt = True,
 ) -> None:
     """Serve GPU telemetry on /metrics with dcgm-exporter's metric names and labels.
 
@@ -180,7 +197,17 @@ def exporter(
 
         web = load_web_config(web_config_file)
     hostname = os.environ.get("NODE_NAME") or socket.gethostname()
-    gpu_source = _open_source(source, gpus, gpu_models, load, seed, fault or [], hostname)
+    gpu_source = _open_source(
+        source,
+        gpus,
+        gpu_models,
+        load,
+        seed,
+        fault or [],
+        hostname,
+        amd_metrics_config,
+        enable_slurm_scl,
+    )
     # -d is dcgm-exporter's, so it selects NVIDIA entities; an AMD host exports every GPU.
     nvidia = gpu_source.vendor == "nvidia"
     keep = select_entities(device_spec, gpu_source.devices()) if nvidia else None

@@ -28,7 +28,6 @@ from gpuscale.exporter.hpc import HPC_JOB, JobMap, job_key
 from gpuscale.fields.amd import (
     AMD_FIELDS,
     AMD_LABELS,
-    CLUSTER_LABEL,
     NODE_GPUS,
     split_labelled_key,
 )
@@ -188,8 +187,8 @@ class SnapshotFamilies:
             known["gpu_partition_id"] = str(info.mig_instance_id)
         self._add_pod(known, info)
         labels = {name: known.get(name, "") for name in AMD_LABELS}
-        if CLUSTER_LABEL in known:
-            labels[CLUSTER_LABEL] = known[CLUSTER_LABEL]
+        # Custom labels (cluster_name and config.json's CustomLabels) follow, in the source's order.
+        labels.update((k, v) for k, v in info.vendor_labels if k not in labels)
         return labels
 
     def _add_pod(self, labels: dict[str, str], info: GpuInfo) -> None:
@@ -307,7 +306,8 @@ def _amd_families(entities: Sequence[tuple[DeviceSample, dict[str, str]]]) -> It
     """device-metrics-exporter's families; per-index values carry their index labels."""
     families = {name: Metric(name, field.help, "gauge") for name, field in AMD_FIELDS.items()}
     first = entities[0][1]  # a snapshot is one node's
-    node = {k: first[k] for k in ("hostname", CLUSTER_LABEL) if k in first}
+    # The node series carries the host and the custom labels, which go on every series.
+    node = {k: v for k, v in first.items() if k == "hostname" or k not in AMD_LABELS}
     families[NODE_GPUS].add_sample(NODE_GPUS, node, float(len(entities)))
     for device, labels in entities:
         for key, value in device.values.items():

@@ -249,22 +249,41 @@ _CATALOGUE: tuple[Field, ...] = (
     _f("gpu_xgmi_link_rx", "KB", "Accumulated XGMI Link Data Read in KB"),
     _f("gpu_xgmi_link_tx", "KB", "Accumulated XGMI Link Data Write in KB"),
     *(_f(f"gpu_violation_{name}", "1", help_) for name, help_ in _VIOLATIONS),
-    # Profiler series that amdsmi can feed (see telemetry/amd_reads.py); the
-    # rest of gpu_prof_* are rocprofiler counters and stay absent.
+    # Profiler series: rocprofiler-sdk derived counters, read through AMD's rocpctl
+    # (telemetry/amd_prof.py); gpu_prof_gui_util_percent falls back to amdsmi's
+    # graphics-engine busy share when the profiler is off.
     _f("gpu_prof_gui_util_percent", "%", "Percentage of the time that GUI is active"),
+    _f(
+        "gpu_prof_sm_active",
+        "%",
+        "The percentage of GPUTime vector ALU instructions are processed."
+        " Value range: 0% (bad) to 100% (optimal)",
+    ),
+    _f("gpu_prof_occupancy_per_cu", "1", "Mean occupancy per compute unit"),
+    _f("gpu_prof_occupancy_per_active_cu", "1", "Mean occupancy per active compute unit"),
+    _f("gpu_prof_simd_utilization", "1", "Fraction of time the SIMDs are being utilized [0,1]"),
+    _f("gpu_prof_tensor_active_percent", "%", "MFMA Utililization Unit: percent"),
 )
 
 #: Family name -> field, in exposition order.
 AMD_FIELDS: dict[str, Field] = {f.name: f for f in _CATALOGUE}
 
-#: gpu_prof_* families the exporter's dashboards read that no amdsmi call gives:
-#: they are rocprofiler performance counters. Absent here, never 0.
-AMD_PROFILER_ONLY: tuple[str, ...] = (
-    "gpu_prof_sm_active",
-    "gpu_prof_occupancy_per_cu",
-    "gpu_prof_occupancy_per_active_cu",
-    "gpu_prof_simd_utilization",
-    "gpu_prof_tensor_active_percent",
+#: gpu_prof_* family -> the rocprofiler-sdk derived counter device-metrics-exporter
+#: reads for it (its rocpctl output ``Field``), and the range it clamps the value to
+#: (upstream ``NormalizePercent`` / ``NormalizeFraction``; None: not clamped).
+PROFILER_COUNTERS: dict[str, tuple[str, float | None]] = {
+    "gpu_prof_gui_util_percent": ("GPU_UTIL", 100.0),
+    "gpu_prof_sm_active": ("VALUBusy", 100.0),
+    "gpu_prof_occupancy_per_cu": ("MeanOccupancyPerCU", None),
+    "gpu_prof_occupancy_per_active_cu": ("MeanOccupancyPerActiveCU", None),
+    "gpu_prof_simd_utilization": ("SIMD_UTILIZATION", 1.0),
+    "gpu_prof_tensor_active_percent": ("MfmaUtil", 100.0),
+}
+
+#: gpu_prof_* families only the profiler gives (no amdsmi call does): absent, never 0,
+#: on a node where the profiler is off or fails.
+AMD_PROFILER_ONLY: tuple[str, ...] = tuple(
+    name for name in PROFILER_COUNTERS if name != "gpu_prof_gui_util_percent"
 )
 
 __all__ = [
@@ -277,6 +296,7 @@ __all__ = [
     "ECC_BLOCKS",
     "LABEL_KEY_SEPARATOR",
     "NODE_GPUS",
+    "PROFILER_COUNTERS",
     "labelled_key",
     "split_labelled_key",
 ]

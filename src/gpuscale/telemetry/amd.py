@@ -18,10 +18,13 @@ Every amdsmi call goes through one chokepoint, ``AmdSource._call``, which sorts
 Values use the exporter's units (``gpuscale.fields.amd``); the reads, and which
 amdsmi call feeds each series, live in ``telemetry/amd_reads.py``. A series no
 call answers for a GPU is absent and logged once for that GPU, with the call
-that would feed it; the ``gpu_prof_*`` counters only rocprofiler gives are
-logged once at start-up. ``GpuInfo.device`` is the DRM card (``card1``), the
-name ``/dev/dri`` uses; ``GpuInfo.vendor_labels`` carries the exporter's
-identity labels (``card_model`` is the board part number, as its dashboards'
+that would feed it. The ``gpu_prof_*`` profiler counters come from rocpctl
+(``telemetry/amd_prof.py``) when ``config.json``'s ``ProfilerMetrics`` turns the
+profiler on, matched to each GPU by its DRM render minor; otherwise they are
+absent, and that is logged once at start-up. ``config.json``'s custom labels and
+field list (``telemetry/amd_config.py``) apply here too. ``GpuInfo.device`` is
+the DRM card (``card1``), the name ``/dev/dri`` uses; ``GpuInfo.vendor_labels``
+carries the exporter's identity labels (``card_model`` is the board part number, as its dashboards'
 ``card_model=~"102-..."`` filters expect).
 """
 
@@ -37,8 +40,17 @@ from types import ModuleType
 from typing import Any
 
 from gpuscale.errors import SourceUnavailableError
-from gpuscale.fields.amd import AMD_FIELDS, AMD_PROFILER_ONLY, NODE_GPUS, split_labelled_key
+from gpuscale.fields.amd import (
+    AMD_FIELDS,
+    AMD_PROFILER_ONLY,
+    CLUSTER_LABEL,
+    NODE_GPUS,
+    PROFILER_COUNTERS,
+    split_labelled_key,
+)
 from gpuscale.ids import GpuUuid
+from gpuscale.telemetry.amd_config import AmdConfig
+from gpuscale.telemetry.amd_prof import PerGpu, RocprofReader
 from gpuscale.telemetry.amd_reads import FEEDS, AmdBatch, num, read_device
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor
 from gpuscale.telemetry.batch import DeviceLostError, FieldError
@@ -103,6 +115,10 @@ class AmdSource:
             from the environment, and no label when that is unset or empty.
         slurm: Where Slurm jobs per GPU come from (``job_id``, ``job_user``,
             ``job_partition``); AMD's prolog files under ``/var/run/exporter`` when None.
+        config: device-metrics-exporter's ``config.json`` settings (custom labels,
+            fields, profiler); its defaults when None.
+        profiler: Where ``gpu_prof_*`` come from; rocpctl when ``config`` turns the
+            profiler on and this is None. Tests pass a reader over a fake rocpctl.
 
     Raises:
         SourceUnavailableError: amdsmi cannot be imported or initialised here.
@@ -118,11 +134,17 @@ class AmdSource:
         library: ModuleType | None = None,
         cluster_name: str | None = None,
         slurm: SlurmJobs | None = None,
+        config: AmdConfig | None = None,
+        profiler: RocprofReader | None = None,
     ) -> None:
         self._clock = clock
-        if cluster_name is None:
-            cluster_name = os.environ.get(CLUSTER_ENV, "")
-        self._cluster = cluster_name.strip()
+        self._config = config or AmdConfig()
+        self._custom = custom_labels(self._config, cluster_name)
+        self._cluster = dict(self._custom).get(CLUSTER_LABEL, "")
+        if profiler is None and self._config.profiler is not None:
+            profiler = RocprofReader(self._config.profiler)
+        self._profiler = profiler
+        self._render: dict[int, int] = {}
         self._slurm = slurm if slurm is not None else SlurmJobs()
         self._hostname = hostname or socket.gethostname()
         self._closed = False
@@ -176,10 +198,12 @@ class AmdSource:
             except (DeviceLostError, FieldError) as err:
                 logger.warning("amdsmi: GPU %d skipped at start-up: %s", index, err)
         logger.info("amdsmi: %d GPUs", len(gpus))
-        logger.info(
-            "amdsmi: %s are rocprofiler counters no amdsmi call gives; those series are absent",
-            ", ".join(AMD_PROFILER_ONLY),
-        )
+        if self._profiler is None:
+            logger.info(
+                "amdsmi: %s are profiler counters no amdsmi call gives, and the profiler is"
+                " off (config.json GPUConfig.ProfilerMetrics); those series are absent",
+                ", ".join(AMD_PROFILER_ONLY),
+            )
         return gpus
 
     def _describe(self, index: int, handle: object) -> GpuInfo:
@@ -192,6 +216,9 @@ class AmdSource:
         enum = self._optional("amdsmi_get_gpu_enumeration_info", handle) or {}
         vram = self._optional("amdsmi_get_gpu_vram_usage", handle) or {}
         card = enum.get("drm_card")
+        render = num(enum.get("drm_render"))
+        if render is not None:  # rocpctl names GPUs by it
+            self._render[index] = int(render)
         serial = _text(board.get("product_serial")) or _text(asic.get("asic_serial"))
         total_mb = num(vram.get("vram_total"))
         partition = self._partition(index, handle)
@@ -209,7 +236,8 @@ class AmdSource:
             ("card_series", series),
             ("card_vendor", _text(asic.get("vendor_name")) or ""),
             ("vbios_version", _text(vbios.get("version")) or ""),
-        ) + ((("cluster_name", self._cluster),) if self._cluster else ())
+            *self._custom,
+        )
         return GpuInfo(
             index=index,
             uuid=GpuUuid(str(uuid)),
@@ -250,8 +278,9 @@ class AmdSource:
             raise SourceUnavailableError("amdsmi source is closed")
         timestamp = self._clock()
         jobs = self._slurm.by_gpu()
+        profiled = self._profiler.read() if self._profiler is not None else {}
         devices = tuple(
-            self._sample(self._with_job(info, jobs.get(info.index)), handle)
+            self._sample(with_job(info, jobs.get(info.index), self._cluster), handle, profiled)
             for info, handle in self._gpus
         )
         return Snapshot(timestamp=timestamp, hostname=self._hostname, devices=devices)
@@ -262,27 +291,25 @@ class AmdSource:
             self._closed = True
             self._amd.amdsmi_shut_down()
 
-    def _with_job(self, info: GpuInfo, job: SlurmJob | None) -> GpuInfo:
-        """The GPU's identity plus the Slurm job holding it now, as the exporter labels it."""
-        if job is None:
-            return info
-        labels = [("job_id", job.job_id), ("job_user", job.user), ("job_partition", job.partition)]
-        if job.cluster and not self._cluster:  # the custom label wins, as upstream
-            labels.append(("cluster_name", job.cluster))
-        return replace(info, vendor_labels=info.vendor_labels + tuple(labels))
-
     # --- sampling -----------------------------------------------------------------
-    def _sample(self, info: GpuInfo, handle: object) -> DeviceSample:
+    def _sample(self, info: GpuInfo, handle: object, profiled: PerGpu) -> DeviceSample:
         b = AmdBatch(self._call, handle)
         try:
             read_device(b, self._amd, self._partitions.get(info.index, 0))
         except DeviceLostError as err:
             logger.warning("amdsmi: GPU %s is lost: %s", info.key, err)
             return DeviceSample(info, {}, up=False, error=f"GPU is lost: {err}")
+        render = self._render.get(info.index)
+        # The profiler's GPU_UTIL replaces amdsmi's gfx_activity, as upstream serves it.
+        b.values.update(profiled.get(render, {}) if render is not None else {})
         self._tell_absent(info.index, b)
+        values = b.values
+        if self._config.fields is not None:
+            keep = self._config.fields
+            values = {k: v for k, v in values.items() if split_labelled_key(k)[0] in keep}
         return DeviceSample(
             info=info,
-            values=b.values,
+            values=values,
             error="fields failed: " + "; ".join(b.reasons) if b.reasons else None,
             failed_fields=tuple(b.failed),
         )
@@ -294,11 +321,53 @@ class AmdSource:
         for name in AMD_FIELDS:
             if name in present or name in failed or name == NODE_GPUS:
                 continue
+            profiler_only = name in AMD_PROFILER_ONLY
+            if profiler_only and self._profiler is None:
+                continue  # said once at start-up
             if (index, name) not in self._told_absent:
                 self._told_absent.add((index, name))
+                feed = (
+                    f"rocpctl {PROFILER_COUNTERS[name][0]}"
+                    if profiler_only
+                    else FEEDS.get(name, "no amdsmi call")
+                )
                 logger.info(
                     "amdsmi: GPU %d gives no %s (fed by %s); the series is absent",
                     index,
                     name,
-                    FEEDS.get(name, "no amdsmi call"),
+                    feed,
                 )
+
+
+def custom_labels(config: AmdConfig, cluster_name: str | None) -> tuple[tuple[str, str], ...]:
+    """The custom labels every series gets: ``config.json``'s, then ``cluster_name``.
+
+    ``cluster_name`` (else ``GPUSCALE_CLUSTER_NAME``) sets ``cluster_name`` only when
+    the config's ``CustomLabels`` does not; an empty value sets no label.
+    """
+    labels = dict(config.custom_labels)
+    if CLUSTER_LABEL not in labels:
+        cluster = os.environ.get(CLUSTER_ENV, "") if cluster_name is None else cluster_name
+        if cluster.strip():
+            labels[CLUSTER_LABEL] = cluster.strip()
+    return tuple(labels.items())
+
+
+def with_job(info: GpuInfo, job: SlurmJob | None, cluster: str) -> GpuInfo:
+    """The GPU's identity plus the Slurm job holding it now, as the exporter labels it.
+
+    Args:
+        info: The GPU as discovered.
+        job: Its Slurm job, if any.
+        cluster: The configured ``cluster_name``; the job's ``SLURM_CLUSTER_NAME``
+            names the cluster only when none is configured, as upstream.
+
+    Returns:
+        ``info``, with ``job_id``, ``job_user``, ``job_partition`` when a job holds it.
+    """
+    if job is None:
+        return info
+    labels = [("job_id", job.job_id), ("job_user", job.user), ("job_partition", job.partition)]
+    if job.cluster and not cluster:
+        labels.append((CLUSTER_LABEL, job.cluster))
+    return replace(info, vendor_labels=info.vendor_labels + tuple(labels))

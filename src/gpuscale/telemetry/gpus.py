@@ -32,7 +32,10 @@ class GpuModel:
         hbm: HBM memory, which has a temperature sensor (GDDR parts report none).
         nvenc: The chip has video encoders (Hopper and A100 have none).
         row_remapping: Ampere and later remap rows; Volta retires pages instead.
-        nvlink_links: NVLink links (NVML's NVML_NVLINK_MAX_LINKS that answer active).
+        nvlink_links: NVLink links (NVML's NVML_NVLINK_MAX_LINKS that answer active); on
+            AMD parts the Infinity Fabric (XGMI) links, with ``nvlink_bytes_per_s`` their total.
+        vendor: ``nvidia``, or ``amd`` for Instinct parts, which the sim source serves under
+            AMD device-metrics-exporter's names (``telemetry/amd_sim.py``).
     """
 
     name: str
@@ -55,6 +58,7 @@ class GpuModel:
     nvenc: bool = False
     row_remapping: bool = True
     nvlink_links: int = 0
+    vendor: str = "nvidia"
 
 
 # Sources: TDP, clocks, memory and link bandwidths from NVIDIA's datasheets (H100 SXM5
@@ -91,6 +95,17 @@ _CATALOGUE = (
 # Links: NVLink 4 on H100/H200 SXM has 18, NVLink 3 on A100 SXM 12, NVLink 2 on V100 6.
     GpuModel("Tesla V100-SXM2-32GB", "V100", 300.0, 40.0, 32510 * MIB, 1530.0, 1290.0, 877.0,
              87.0, 90.0, 0.167, 45.0, 16e9, 150e9, 135.0, 0, True, True, False, 6),
+    # AMD Instinct (AMD datasheets: MI300X 2023, MI210 2022). MI300X OAM: 750 W, 192 GB
+    # HBM3 (amd-smi's 196592 MB), 2100 MHz peak engine clock, 1300 MHz memory clock, PCIe
+    # Gen5 x16, 7 Infinity Fabric links at 64 GB/s per direction each. MI210 PCIe card:
+    # 300 W, 64 GB HBM2e, 1700 MHz, 1600 MHz memory, PCIe Gen4 x16, 3 bridge links at
+    # 50 GB/s per direction each. Idle power, clock floors and thermal limits are ~.
+    GpuModel("AMD Instinct MI300X", "MI300X", 750.0, 140.0, 196592 * MIB, 2100.0, 1300.0,
+             1300.0, 100.0, 105.0, 0.08, 50.0, 64e9, 448e9, 132.0, 0, True, False, True, 7,
+             "amd"),
+    GpuModel("AMD Instinct MI210", "MI210", 300.0, 40.0, 65520 * MIB, 1700.0, 1000.0,
+             1600.0, 100.0, 105.0, 0.18, 45.0, 32e9, 150e9, 500.0, 0, True, False, True, 3,
+             "amd"),
 )
 # fmt: on
 GPU_MODELS: dict[str, GpuModel] = {m.short: m for m in _CATALOGUE}

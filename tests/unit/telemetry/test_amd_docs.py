@@ -3,7 +3,12 @@
 import re
 from pathlib import Path
 
-from gpuscale.fields.amd import AMD_FIELDS, AMD_MANDATORY_LABELS, AMD_PROFILER_ONLY
+from gpuscale.fields.amd import (
+    AMD_FIELDS,
+    AMD_MANDATORY_LABELS,
+    AMD_PROFILER_ONLY,
+    PROFILER_COUNTERS,
+)
 from gpuscale.telemetry.amd_reads import FEEDS
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "amd.md"
@@ -19,6 +24,12 @@ def test_every_series_has_a_row_naming_its_unit_and_call():
         assert unit.strip() == AMD_FIELDS[name].unit, name
         if name in FEEDS:
             assert FEEDS[name].startswith(call.strip()), name
+        if name in AMD_PROFILER_ONLY:
+            assert call.strip() == "rocpctl", name
+    for name, (counter, _) in PROFILER_COUNTERS.items():
+        row = re.search(rf"^\| `{name}` \|.*$", DOC.read_text(), re.M)
+        assert row is not None
+        assert f"`{counter}`" in row.group(0), name  # the rocprofiler counter behind it
 
 
 def test_doc_names_the_labels_and_what_is_absent():

@@ -280,7 +280,7 @@ def test_absent_series_are_logged_once_per_gpu(smi, caplog):
         source = start(smi, [smi.FakeAmdGpu()])
         source.sample()
         source.sample()
-    startup = [r.getMessage() for r in caplog.records if "rocprofiler" in r.getMessage()]
+    startup = [r.getMessage() for r in caplog.records if "profiler is off" in r.getMessage()]
     assert len(startup) == 1
     assert all(name in startup[0] for name in AMD_PROFILER_ONLY)
     absent = [r.getMessage() for r in caplog.records if "the series is absent" in r.getMessage()]
@@ -511,7 +511,8 @@ def test_catalogue_names_and_labels_follow_the_exporter():
         "gpu_prof_gui_util_percent",
     }  # fmt: skip
     assert dashboards <= set(AMD_FIELDS)
-    assert not set(AMD_PROFILER_ONLY) & set(AMD_FIELDS)
+    assert set(AMD_PROFILER_ONLY) <= set(AMD_FIELDS)  # served when the profiler is on
+    assert not set(AMD_PROFILER_ONLY) & dashboards
     assert len(dashboards | set(AMD_PROFILER_ONLY)) == 28
     assert split_labelled_key("gpu_clock|clock_index=3,clock_type=system") == (
         "gpu_clock",
@@ -534,7 +535,8 @@ def test_catalogue_names_and_labels_follow_the_exporter():
 
 
 def test_every_series_names_the_amdsmi_call_that_feeds_it():
-    assert set(FEEDS) == set(AMD_FIELDS) - {"gpu_nodes_total"}
+    # The profiler-only series come from rocpctl (telemetry/amd_prof.py), not amdsmi.
+    assert set(FEEDS) == set(AMD_FIELDS) - {"gpu_nodes_total", *AMD_PROFILER_ONLY}
     assert all(call.startswith("amdsmi_") for call in FEEDS.values())
 
 
