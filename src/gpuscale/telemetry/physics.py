@@ -47,7 +47,7 @@ from gpuscale.telemetry.activity import (
 )
 from gpuscale.telemetry.gpus import GPU_MODELS, MIB, GpuModel, gpu_model
 from gpuscale.telemetry.loads import LLM_SERVING, ActivityMix
-from gpuscale.telemetry.thermal import ThermalModel, throttle
+from gpuscale.telemetry.thermal import Decay, ThermalModel, throttle
 
 # The catalogue moved to gpus.py; importers of these names from here keep working.
 __all__ = [
@@ -162,7 +162,7 @@ class FleetPhysics:
                 self._support[name] = self._remap
         self._events: list[tuple[int, float, int]] = []
         self._head = self._tdp - self._idle  # dynamic power range, W
-        self._decay_dt, self._decay_v = math.nan, np.ones(self.n)
+        self._decay = Decay(self._tau)
         self._thermal = ThermalModel(
             self._slowdown, self._r, self._tau, self._idle, self._head, self._floor_frac
         )
@@ -270,12 +270,6 @@ class FleetPhysics:
         self.time_s += dt
         self._check_shutdown(alive)
         self.capacity_factor = np.where(self.lost, 0.0, clock)
-
-    def _decay(self, dt: float) -> np.ndarray:
-        """``exp(-dt / tau)`` per GPU, cached for the last step length."""
-        if self._decay_dt != dt:
-            self._decay_dt, self._decay_v = dt, np.exp(-dt / self._tau)
-        return self._decay_v
 
     def _per_gpu(self, value: np.ndarray | float, name: str) -> np.ndarray:
         """``value`` as a new float array of one value per GPU, NaN as 0."""

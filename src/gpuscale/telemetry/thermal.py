@@ -8,9 +8,27 @@ This module holds that limit on its own because it is the one part of a step
 that needs the crossing time inside the step, and so the most arithmetic.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+
+class Decay:
+    """``exp(-dt / tau)`` per GPU, cached for the last step length (steps repeat)."""
+
+    def __init__(self, tau_s: np.ndarray) -> None:
+        self._tau, self._dt, self._v = tau_s, math.nan, np.ones_like(tau_s)
+
+    def __call__(self, dt: float) -> np.ndarray:
+        """The decay over ``dt`` seconds.
+
+        Returns:
+            One factor per GPU, 0 to 1.
+        """
+        if self._dt != dt:
+            self._dt, self._v = dt, np.exp(-dt / self._tau)
+        return self._v
 
 
 @dataclass(frozen=True, slots=True)
