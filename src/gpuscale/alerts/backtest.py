@@ -8,7 +8,8 @@ Every firing episode is then judged against the labelled faults: true when a
 fault on the same GPU (or host, for host-level alerts) began at or before it
 and its effects had not yet faded, false otherwise. For each rule the report
 gives episodes, true and false positives, the faults of the kinds it is meant
-to catch, how many it caught, and its detection delays. Because ``for:`` is
+to catch, how many it caught, and its detection delays, from the fault's start
+and from its observable onset (where the history knows it). Because ``for:`` is
 applied here, a sweep over ``for:`` costs no extra query; a threshold sweep
 renders the catalogue once per value and queries each variant.
 """
@@ -32,6 +33,12 @@ DETECTS: dict[str, tuple[str, ...]] = {
         "GpuTemperatureAnomaly",
         "GpuTemperatureRisingFast",
     ),
+    "straggler": ("GpuStraggler",),
+    "power-cap": ("GpuPowerCapped",),
+    "memory-full": ("GpuMemoryNearFull",),
+    "idle-allocated": ("GpuIdleWhileAllocated",),
+    "stale": ("GpuMetricsStale",),
+    "exporter-down": ("GpuExporterDown",),
 }
 """The alerts meant to catch each fault kind; their recall is counted on those faults."""
 GRACE_S = 900.0
@@ -45,10 +52,12 @@ class LabelledFault:
 
     Attributes:
         host: ``Hostname`` of the GPU.
-        gpu: GPU index (the ``gpu`` label).
+        gpu: GPU index (the ``gpu`` label); empty for a fault of the whole host.
         kind: Fault kind (``telemetry.faults``).
         start_s: When it began, seconds since the epoch.
         end_s: When it ended; None when it lasts to the end of the history.
+        onsets: ``(alert, time)``: when the series first showed what that alert
+            watches, where it is later than ``start_s``.
     """
 
     host: str
@@ -56,6 +65,15 @@ class LabelledFault:
     kind: str
     start_s: float
     end_s: float | None = None
+    onsets: tuple[tuple[str, float], ...] = ()
+
+    def onset(self, alert: str) -> float:
+        """When ``alert`` could first see this fault, seconds since the epoch.
+
+        Returns:
+            The onset noted for ``alert``, else the fault's start.
+        """
+        return dict(self.onsets).get(alert, self.start_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +87,13 @@ class Episode:
 
     @property
     def place(self) -> tuple[str, str | None]:
-        """``(Hostname, gpu)``; gpu is None for a host-level alert."""
+        """``(Hostname, gpu)``; gpu is None for a host-level alert.
+
+        A host-level alert on a scrape (``up``) names the host by its ``instance``,
+        ``host:port``.
+        """
         d = dict(self.labels)
-        return d.get("Hostname", d.get("instance", "")), d.get("gpu")
+        return d.get("Hostname", d.get("instance", "").rpartition(":")[0]), d.get("gpu")
 
 
 def episodes(alert: str, series: Iterable[Series], for_s: float, step_s: float) -> list[Episode]:
@@ -112,7 +134,8 @@ class RuleScore:
         false_positives: Episodes with no fault there.
         faults: Faults of the kinds this alert is meant to catch.
         detected: Those of them it caught.
-        delays_s: Detection delay of each caught fault, seconds.
+        delays_s: Detection delay of each caught fault from its start, seconds.
+        onset_delays_s: The same delays from the fault's observable onset.
         false_hosts: Hosts with a false episode.
     """
 
@@ -124,6 +147,7 @@ class RuleScore:
     faults: int = 0
     detected: int = 0
     delays_s: list[float] = field(default_factory=list)
+    onset_delays_s: list[float] = field(default_factory=list)
     false_hosts: set[str] = field(default_factory=set)
 
     @property
@@ -135,6 +159,11 @@ class RuleScore:
     def median_delay_s(self) -> float | None:
         """Median detection delay, seconds; None when it caught nothing."""
         return statistics.median(self.delays_s) if self.delays_s else None
+
+    @property
+    def median_onset_delay_s(self) -> float | None:
+        """Median detection delay from the observable onset, seconds; None when none caught."""
+        return statistics.median(self.onset_delays_s) if self.onset_delays_s else None
 
 
 def _covers(fault: LabelledFault, ep: Episode, end_s: float) -> bool:
@@ -179,6 +208,7 @@ def score(
         if starts:
             s.detected += 1
             s.delays_s.append(min(starts) - fault.start_s)
+            s.onset_delays_s.append(min(starts) - fault.onset(alert))
     return s
 
 

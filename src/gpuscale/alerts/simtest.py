@@ -17,7 +17,7 @@ from pathlib import Path
 from gpuscale.alerts.backtest import LabelledFault, Query, RuleScore, backtest
 from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.config import AlertConfig
-from gpuscale.alerts.history import XID_WINDOW_S, HostRun, write_openmetrics
+from gpuscale.alerts.history import XID_WINDOW_S, HostRun, Onsets, write_history
 from gpuscale.alerts.model import RecordingRule, RuleGroup
 from gpuscale.alerts.tsdb import HistoryPrometheus, Series, query_range
 from gpuscale.errors import config_error
@@ -46,24 +46,36 @@ class SweepPoint:
     score: RuleScore
 
 
-def labelled_faults(runs: Sequence[HostRun], start_s: float, step_s: float) -> list[LabelledFault]:
+def labelled_faults(
+    runs: Sequence[HostRun], start_s: float, step_s: float, onsets: Onsets | None = None
+) -> list[LabelledFault]:
     """The faults of ``runs`` at the sample where the simulator injects them.
+
+    Args:
+        runs: The simulated hosts.
+        start_s: Start of the history.
+        step_s: Scrape interval.
+        onsets: Observable onsets the history noted (``history.write_history``).
 
     Returns:
         One labelled fault per injected fault; an XID's effect ends when it leaves
-        the exporter's count window, a thermal fault's at its duration.
+        the exporter's count window, a fault with a duration at its end.
     """
     out = []
     for run in runs:
-        for f in run.faults:
+        for n, f in enumerate(run.faults):
             # The simulator fires a fault at the first sample at or after its time.
             at = start_s + step_s * -(-f.at_s // step_s)
             end = None
             if f.kind == "xid":
                 end = at + XID_WINDOW_S
-            elif f.kind == "thermal" and f.duration_s is not None:
+            elif f.duration_s is not None:
                 end = at + f.duration_s
-            out.append(LabelledFault(run.hostname, str(f.gpu), f.kind, at, end))
+            seen = (onsets or {}).get((run.hostname, n), {})
+            gpu = "" if f.gpu is None else str(f.gpu)
+            out.append(
+                LabelledFault(run.hostname, gpu, f.kind, at, end, tuple(sorted(seen.items())))
+            )
     return out
 
 
@@ -158,11 +170,11 @@ def run_backtest(
     aligned = (time.time() - duration_s - 3600) // BLOCK_S * BLOCK_S
     start = start_s if start_s is not None else aligned
     end = start + duration_s
-    faults = labelled_faults(runs, start, step_s)
     with tempfile.TemporaryDirectory(prefix="gpuscale-backtest-") as tmp:
         work = workdir or Path(tmp)
         history = work / "history.om"
-        samples = write_openmetrics(runs, start, duration_s, step_s, history)
+        samples, onsets = write_history(runs, start, duration_s, step_s, history, config)
+        faults = labelled_faults(runs, start, step_s, onsets)
         logger.info("backtest history: %d hosts, %d samples", len(runs), samples)
         with HistoryPrometheus(work, step_s) as prom:
             prom.load(history, groups, start, end)
@@ -192,6 +204,8 @@ def score_dict(s: RuleScore) -> dict[str, object]:
         "recall": s.recall,
         "median_delay_s": s.median_delay_s,
         "delays_s": s.delays_s,
+        "median_onset_delay_s": s.median_onset_delay_s,
+        "onset_delays_s": s.onset_delays_s,
         "false_hosts": sorted(s.false_hosts),
     }
 

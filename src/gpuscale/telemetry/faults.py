@@ -10,16 +10,21 @@ lowest layer both the exporter and the simulator import.
 Kinds and their keys (``target`` is ``gpu=N`` on the exporter, ``replica=N`` in the
 simulator):
 
-=============  ==========================================  =========  =========
-kind           keys                                        exporter   simulator
-=============  ==========================================  =========  =========
-``gpu-lost``   target, ``duration`` (simulator only)       yes        yes
-``xid``        ``code`` (required), target                 yes        no
-``thermal``    target, ``rise_c``, ``duration``            yes        yes
-``ecc-dbe``    target                                      yes        yes
-``row-remap``  target                                      yes        no
-``straggler``  target, ``factor``, ``duration``            no         yes
-=============  ==========================================  =========  =========
+==================  =====================================  =========  =========
+kind                keys                                   exporter   simulator
+==================  =====================================  =========  =========
+``gpu-lost``        target, ``duration`` (simulator only)  yes        yes
+``xid``             ``code`` (required), target            yes        no
+``thermal``         target, ``rise_c``, ``duration``       yes        yes
+``ecc-dbe``         target                                 yes        yes
+``row-remap``       target                                 yes        no
+``straggler``       target, ``factor``, ``duration``       yes        yes
+``power-cap``       target, ``limit_w``, ``duration``      yes        no
+``memory-full``     target, ``share``, ``duration``        yes        no
+``idle-allocated``  target, ``duration``                   yes        no
+``stale``           target, ``duration``                   yes        no
+``exporter-down``   ``duration`` (the whole host)          yes        no
+==================  =====================================  =========  =========
 
 The spellings of the previous release (``xid:79:gpu=3:at=60``, ``extra=``,
 ``extra_c=``) still parse, with a deprecation warning logged once per spelling.
@@ -34,7 +39,19 @@ from gpuscale.errors import config_error, require
 
 logger = logging.getLogger(__name__)
 
-FaultKind = Literal["gpu-lost", "xid", "thermal", "ecc-dbe", "row-remap", "straggler"]
+FaultKind = Literal[
+    "gpu-lost",
+    "xid",
+    "thermal",
+    "ecc-dbe",
+    "row-remap",
+    "straggler",
+    "power-cap",
+    "memory-full",
+    "idle-allocated",
+    "stale",
+    "exporter-down",
+]
 Injector = Literal["exporter", "simulator"]
 KINDS: tuple[str, ...] = get_args(FaultKind)
 
@@ -48,6 +65,15 @@ fault on a GPU at the usual serving load changed nothing a user could see.
 """
 DEFAULT_FACTOR = 0.5
 """Share of its speed a straggler keeps when ``factor`` is not given."""
+DEFAULT_SHARE = 0.99
+"""Share of the usable framebuffer a ``memory-full`` fault holds when ``share`` is not given:
+a caching allocator that grabbed all it could, leaving the few hundred MiB it cannot use."""
+DEFAULT_LIMIT_SHARE = 0.3
+"""Power limit of a ``power-cap`` fault without ``limit_w``, as a share of the card's TDP:
+about the lowest limit ``nvidia-smi -pl`` accepts (200 W on a 700 W H100, 100 W on a
+400 W A100), where a power brake or a misconfigured limit leaves a card."""
+HOST_KINDS = frozenset({"exporter-down"})
+"""Kinds that hit a whole host, not one GPU: they take no ``gpu=N``."""
 XID_GPU_LOST = 79
 """The XID of a GPU that has fallen off the bus, which ``gpu-lost`` reports."""
 
@@ -58,11 +84,32 @@ _KIND_KEYS: dict[str, frozenset[str]] = {
     "ecc-dbe": frozenset(),
     "row-remap": frozenset(),
     "straggler": frozenset({"factor", "duration"}),
+    "power-cap": frozenset({"limit_w", "duration"}),
+    "memory-full": frozenset({"share", "duration"}),
+    "idle-allocated": frozenset({"duration"}),
+    "stale": frozenset({"duration"}),
+    "exporter-down": frozenset({"duration"}),
 }
 """Keys each kind takes besides its target (``gpu`` or ``replica``)."""
-_KEY_ORDER = ("code", "gpu", "replica", "duration", "factor", "rise_c")
+_KEY_ORDER = ("code", "gpu", "replica", "duration", "factor", "rise_c", "limit_w", "share")
+_ENDS_ON_EXPORTER = frozenset(
+    {"thermal", "straggler", "power-cap", "memory-full", "idle-allocated", "stale", "exporter-down"}
+)
+"""Kinds the exporter can end after ``duration``; the rest leave a GPU broken for good."""
 _INJECTS: dict[Injector, tuple[str, ...]] = {
-    "exporter": ("gpu-lost", "xid", "thermal", "ecc-dbe", "row-remap"),
+    "exporter": (
+        "gpu-lost",
+        "xid",
+        "thermal",
+        "ecc-dbe",
+        "row-remap",
+        "straggler",
+        "power-cap",
+        "memory-full",
+        "idle-allocated",
+        "stale",
+        "exporter-down",
+    ),
     "simulator": ("gpu-lost", "thermal", "ecc-dbe", "straggler"),
 }
 _TARGET: dict[Injector, str] = {"exporter": "gpu", "simulator": "replica"}
@@ -73,7 +120,11 @@ _COMMAND: dict[Injector, str] = {
 _FORMS: dict[Injector | None, str] = {
     "exporter": "gpu-lost@SECONDS:gpu=N, xid@SECONDS:code=N:gpu=N, "
     "thermal@SECONDS:gpu=N[:rise_c=C][:duration=SECONDS], ecc-dbe@SECONDS:gpu=N, "
-    "row-remap@SECONDS:gpu=N",
+    "row-remap@SECONDS:gpu=N, straggler@SECONDS:gpu=N[:factor=F][:duration=SECONDS], "
+    "power-cap@SECONDS:gpu=N[:limit_w=W][:duration=SECONDS], "
+    "memory-full@SECONDS:gpu=N[:share=S][:duration=SECONDS], "
+    "idle-allocated@SECONDS:gpu=N[:duration=SECONDS], stale@SECONDS:gpu=N[:duration=SECONDS], "
+    "exporter-down@SECONDS[:duration=SECONDS]",
     "simulator": "gpu-lost@SECONDS[:replica=N][:duration=SECONDS], "
     "thermal@SECONDS[:replica=N][:rise_c=C][:duration=SECONDS], "
     "ecc-dbe@SECONDS[:replica=N], straggler@SECONDS[:replica=N][:factor=F][:duration=SECONDS]",
@@ -105,8 +156,12 @@ class Fault:
     Attributes:
         kind: ``gpu-lost`` (XID 79, the GPU falls off the bus), ``xid`` (any XID
             event), ``thermal`` (failed cooling), ``ecc-dbe`` (double-bit ECC error,
-            XID 48), ``row-remap`` (row remap failure, XID 64) or ``straggler`` (a
-            replica serving slower).
+            XID 48), ``row-remap`` (row remap failure, XID 64), ``straggler`` (a GPU
+            or replica slower than its peers), ``power-cap`` (power limit lowered or
+            power brake), ``memory-full`` (framebuffer nearly all allocated),
+            ``idle-allocated`` (a pod holds a GPU that does nothing), ``stale`` (the
+            GPU's values stop updating while the exporter answers) or
+            ``exporter-down`` (the host's exporter stops answering).
         at_s: Seconds from the start (of the exporter, or of the simulated run).
         gpu: GPU index on the exporter's host.
         replica: Which Ready replica the simulator hits (0 = oldest); None picks one
@@ -116,6 +171,9 @@ class Fault:
             ``gpu-lost``); None for the rest of the run.
         factor: Share of its speed a straggler keeps, 0 to 1.
         rise_c: Equilibrium temperature rise of a thermal fault, Celsius.
+        limit_w: Power limit of a ``power-cap`` fault, W; None: ``DEFAULT_LIMIT_SHARE``
+            of the card's TDP.
+        share: Share of the usable framebuffer a ``memory-full`` fault holds, 0 to 1.
 
     ``validate`` checks the values; ``parse_fault`` and both injectors call it.
     """
@@ -128,6 +186,8 @@ class Fault:
     duration_s: float | None = None
     factor: float = DEFAULT_FACTOR
     rise_c: float = DEFAULT_RISE_C
+    limit_w: float | None = None
+    share: float = DEFAULT_SHARE
 
     def spec(self) -> str:
         """The fault in ``parse_fault`` syntax.
@@ -142,6 +202,8 @@ class Fault:
             "duration": self.duration_s,
             "factor": None if self.factor == DEFAULT_FACTOR else self.factor,
             "rise_c": None if self.rise_c == DEFAULT_RISE_C else self.rise_c,
+            "limit_w": self.limit_w,
+            "share": None if self.share == DEFAULT_SHARE else self.share,
         }
         parts = [f"{self.kind}@{_fmt(float(self.at_s))}"]
         parts += [f"{k}={_fmt(float(v))}" for k in _KEY_ORDER if (v := values[k]) is not None]
@@ -168,6 +230,13 @@ def _problem(fault: Fault) -> str | None:
         (0.0 < fault.factor <= 1.0, "factor must be in (0, 1]"),
         (fault.rise_c == DEFAULT_RISE_C or "rise_c" in keys, "rise_c is for thermal only"),
         (math.isfinite(fault.rise_c) and fault.rise_c > 0, "rise_c must be Celsius > 0"),
+        (fault.limit_w is None or "limit_w" in keys, "limit_w is for power-cap only"),
+        (
+            fault.limit_w is None or (math.isfinite(fault.limit_w) and fault.limit_w > 0),
+            "limit_w must be watts > 0",
+        ),
+        (fault.share == DEFAULT_SHARE or "share" in keys, "share is for memory-full only"),
+        (0.0 < fault.share <= 1.0, "share must be in (0, 1]"),
     )
     if fault.kind == "xid" and fault.code is None:
         return "xid needs code=N, the XID number (for XID 79 write gpu-lost)"
@@ -282,6 +351,8 @@ def parse_fault(spec: str, injector: Injector | None = None) -> Fault:
         duration_s=values.get("duration"),
         factor=values.get("factor", DEFAULT_FACTOR),
         rise_c=values.get("rise_c", DEFAULT_RISE_C),
+        limit_w=values.get("limit_w"),
+        share=values.get("share", DEFAULT_SHARE),
     )
     validate(fault, injector, spec)
     for key in renamed:
@@ -329,9 +400,17 @@ def validate(fault: Fault, injector: Injector | None = None, spec: str | None = 
         f"name the target with {target}=N; {fix}",
     )
     if injector == "exporter":
-        require(fault.gpu is not None, where, "gpu=N is required", fix)
+        if fault.kind in HOST_KINDS:
+            require(
+                fault.gpu is None,
+                where,
+                f"{fault.kind} hits the whole host, not one GPU",
+                f"drop gpu=; {fix}",
+            )
+        else:
+            require(fault.gpu is not None, where, "gpu=N is required", fix)
         require(
-            fault.duration_s is None or fault.kind == "thermal",
+            fault.duration_s is None or fault.kind in _ENDS_ON_EXPORTER,
             where,
             f"the exporter cannot end a {fault.kind} fault",
             f"drop duration=; {fix}",

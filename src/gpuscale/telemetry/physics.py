@@ -15,12 +15,16 @@ Per GPU, for a step of ``dt`` seconds with the load held over the step:
   ``c`` the SM clock as a share of the maximum and ``d`` the demand: the workload's
   power intensity times the activity index (SM, tensor and DRAM activity weighted)
   relative to the mix's at full busy, with 1 % deterministic jitter.
-* Power limit: ``c`` drops until ``P <= TDP``; DCGM_FI_DEV_POWER_VIOLATION counts that time.
+* Power limit: ``c`` drops until ``P <= limit`` (TDP unless a fault lowered it);
+  DCGM_FI_DEV_POWER_VIOLATION counts that time. At TDP the clock stays at or above
+  base; under a lowered limit it may fall to the idle clock, as a power brake does.
+* Clock cap: a straggler's clock is held at a share of boost whatever its load
+  (``set_clock_cap``); it counts as no power or thermal violation.
 * Temperature: ``dT/dt = (T_eq - T) / tau`` with ``T_eq = ambient + extra + R * P``,
   solved exactly, so a 15 s step lands where fifteen 1 s steps would.
-* Thermal limit: once ``T`` reaches the slowdown temperature, ``c`` drops so that
-  ``T_eq`` equals it; DCGM_FI_DEV_THERMAL_VIOLATION counts the time from the crossing.
-  A card that passes its shutdown temperature falls off the bus (XID 79).
+* Thermal limit (``thermal.py``): once ``T`` reaches the slowdown temperature, ``c``
+  drops so that ``T_eq`` equals it; DCGM_FI_DEV_THERMAL_VIOLATION counts the time
+  from the crossing. A card that passes its shutdown temperature falls off the bus.
 """
 
 import logging
@@ -31,6 +35,7 @@ import numpy as np
 
 from gpuscale.errors import ConfigError
 from gpuscale.fields import DCGM_FIELDS
+from gpuscale.telemetry import fleetfields as ff
 from gpuscale.telemetry.activity import (
     LLM_PHASES,
     RATIO_FIELDS,
@@ -42,6 +47,7 @@ from gpuscale.telemetry.activity import (
 )
 from gpuscale.telemetry.gpus import GPU_MODELS, MIB, GpuModel, gpu_model
 from gpuscale.telemetry.loads import LLM_SERVING, ActivityMix
+from gpuscale.telemetry.thermal import Decay, ThermalModel, throttle
 
 # The catalogue moved to gpus.py; importers of these names from here keep working.
 __all__ = [
@@ -63,74 +69,10 @@ logger = logging.getLogger(__name__)
 _NS = 1e9  # DCGM violation counters are in nanoseconds
 
 
-def _nan_to_zero(a: np.ndarray, *, copy: bool) -> np.ndarray:
-    """``activity.nan_to(a, 0.0)`` for a float array, at less cost per call.
-
-    The values as they are when all are finite (a copy if ``copy``), else
-    ``np.nan_to_num`` (NaN 0, infinities the largest floats): one ``isfinite``
-    instead of a sum under ``errstate``.
-    """
-    if np.isfinite(a).all():
-        return a.copy() if copy else a
-    return np.asarray(np.nan_to_num(a, nan=0.0), dtype=float)
-
-
-def _clip01(x: np.ndarray) -> np.ndarray:
-    """``np.clip(x, 0, 1)`` (NaN stays NaN) without its wrapper's cost on small arrays."""
-    out: np.ndarray = np.minimum(np.maximum(x, 0.0), 1.0)
-    return out
-
-
 IDLE_BUSY = 0.01  # below this busy share the driver drops to the idle clock
 POWER_JITTER = 0.01  # relative standard deviation of dynamic power, step to step
 SBE_RATE_PER_S = 1e-7  # correctable ECC errors per GPU-second (rare, as in healthy fleets)
 XID_FELL_OFF_BUS, XID_DBE, XID_ROW_REMAP_FAILURE = 79, 48, 64
-_P = "DCGM_FI_DEV_"
-_ENERGY, _XID, _REMAP_FAILURE = (
-    f"{_P}{k}" for k in ("TOTAL_ENERGY_CONSUMPTION", "XID_ERRORS", "ROW_REMAP_FAILURE")
-)
-_POWER_V, _THERMAL_V, _IDLE_V = (f"{_P}{k}_VIOLATION" for k in ("POWER", "THERMAL", "LOW_UTIL"))
-_SBE = (f"{_P}ECC_SBE_VOL_TOTAL", f"{_P}ECC_SBE_AGG_TOTAL")
-_MEMORY_TEMP, _MEM_COPY = f"{_P}MEMORY_TEMP", f"{_P}MEM_COPY_UTIL"
-_FB = tuple(f"{_P}FB_{k}" for k in ("TOTAL", "FREE", "USED", "RESERVED"))
-_PCIE = (
-    f"{_P}PCIE_TX_THROUGHPUT",
-    f"{_P}PCIE_RX_THROUGHPUT",
-    "DCGM_FI_PROF_PCIE_TX_BYTES",
-    "DCGM_FI_PROF_PCIE_RX_BYTES",
-)
-_NVLINK = (
-    f"{_P}NVLINK_BANDWIDTH_TOTAL",
-    "DCGM_FI_PROF_NVLINK_TX_BYTES",
-    "DCGM_FI_PROF_NVLINK_RX_BYTES",
-)
-_DBE = (f"{_P}ECC_DBE_VOL_TOTAL", f"{_P}ECC_DBE_AGG_TOTAL")
-# State kept per GPU: every DCGM counter (most stay 0 in a healthy fleet) plus two gauges
-# that faults set. Rates that NVML reports under counter names are computed in fields().
-_STATE = (
-    *(
-        f.name
-        for f in DCGM_FIELDS.values()
-        if f.type == "counter" and f.field_id and "BANDWIDTH_L" not in f.name  # rates: sim.py
-    ),
-    _XID,
-    _REMAP_FAILURE,
-)
-_ORDER = tuple(
-    dict.fromkeys(
-        (
-            *_STATE,
-            *(f"{_P}{k}" for k in ("SM_CLOCK", "MEM_CLOCK", "MEMORY_TEMP", "GPU_TEMP")),
-            *(f"{_P}{k}" for k in ("POWER_USAGE", "PCIE_TX_THROUGHPUT", "PCIE_RX_THROUGHPUT")),
-            *(f"{_P}{k}" for k in ("GPU_UTIL", "MEM_COPY_UTIL", "FB_TOTAL", "FB_FREE")),
-            *(f"{_P}{k}" for k in ("FB_USED", "FB_RESERVED", "NVLINK_BANDWIDTH_TOTAL")),
-            *(f"{_P}{k}" for k in ("ENC_UTIL", "DEC_UTIL", "VGPU_LICENSE_STATUS")),
-            *RATIO_FIELDS,
-            *(f"DCGM_FI_PROF_{k}_BYTES" for k in ("PCIE_TX", "PCIE_RX", "NVLINK_TX", "NVLINK_RX")),
-        )
-    )
-)
-"""The order ``fields()`` reports its fields in (any others follow)."""
 
 
 class FleetPhysics:
@@ -203,8 +145,8 @@ class FleetPhysics:
         self.temperature_c = self.ambient_c + self._r * self.power_w
         self._jitter = np.zeros(self.n)
         # One row per counter, so that fields() floors them all in one operation.
-        self._counter_rows = np.zeros((len(_STATE), self.n))
-        self._counters = {k: self._counter_rows[i] for i, k in enumerate(_STATE)}
+        self._counter_rows = np.zeros((len(ff.STATE), self.n))
+        self._counters = {k: self._counter_rows[i] for i, k in enumerate(ff.STATE)}
         # Which GPUs have each field at all: NaN for the rest, whatever their state.
         # ENC_UTIL and VGPU_LICENSE_STATUS stay supported everywhere: DCGM reports 0 for
         # them on encoder-less chips (A100, H100) and on bare metal, as dcgm-exporter shows.
@@ -220,8 +162,13 @@ class FleetPhysics:
                 self._support[name] = self._remap
         self._events: list[tuple[int, float, int]] = []
         self._head = self._tdp - self._idle  # dynamic power range, W
-        self._decay_dt, self._decay_v = math.nan, np.ones(self.n)
-        self._p_held = self._t_end_held = np.zeros(self.n)
+        self._decay = Decay(self._tau)
+        self._thermal = ThermalModel(
+            self._slowdown, self._r, self._tau, self._idle, self._head, self._floor_frac
+        )
+        # What faults set: power limit (W), clock cap (share of boost), framebuffer held.
+        self.power_limit_w, self.clock_cap = self._tdp.copy(), np.ones(self.n)
+        self._held_share = np.zeros(self.n)
         self._partial = [name for name, ok in self._support.items() if not ok.all()]
 
     def step(
@@ -265,7 +212,7 @@ class FleetPhysics:
         if demanded.shape != (self.n,):
             raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
         alive = ~self.lost
-        busy = np.where(alive, _clip01(_nan_to_zero(demanded, copy=False)), 0.0)
+        busy = np.where(alive, ff.clip01(ff.nan_to_zero(demanded, copy=False)), 0.0)
         if batch_fill is None and prefill_share is None:
             self._levels, scale = self._mix_levels, busy
         else:
@@ -275,15 +222,20 @@ class FleetPhysics:
             index = activity_index(self._levels, self.activity.power_weights)
             scale = busy * index / self._mix_index if self._mix_index > 0 else busy
         sampled = busy if sampled_busy is None else self._per_gpu(sampled_busy, "sampled_busy")
-        self._sampled = np.where(alive, _clip01(sampled), 0.0)
+        self._sampled = np.where(alive, ff.clip01(sampled), 0.0)
         jitter = self._rng.standard_normal(self.n)
         self._jitter = np.minimum(np.maximum(jitter, -3.0), 3.0)
         demand = self._intensity * scale * (1.0 + POWER_JITTER * self._jitter)
-        head = self._head
+        head, limit = self._head, self.power_limit_w
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            # Power limit: the clock share where idle + head * demand * c**3 == TDP.
-            c_pow = np.maximum(np.minimum(1.0, np.cbrt(1.0 / demand)), self._base_frac)
-            p_free = np.minimum(self._idle + head * demand * c_pow**3, self._tdp)
+            # Power limit: the clock share where idle + head * demand * c**3 == limit
+            # (the ratio is exactly 1 at TDP). Below TDP the clock may go under base.
+            floor = np.where(limit < self._tdp, self._floor_frac, self._base_frac)
+            c_lim = np.cbrt((limit - self._idle) / head / demand)
+            c_lim = np.maximum(np.minimum(1.0, c_lim), floor)
+            capped = (c_lim < 1.0) & (c_lim <= self.clock_cap)  # the power limit binds
+            c_pow = np.minimum(c_lim, self.clock_cap)
+            p_free = np.minimum(self._idle + head * demand * c_pow**3, limit)
             t_amb = self.ambient_c + self._extra_c
             t_eq_free = t_amb + self._r * p_free
             t0 = self.temperature_c
@@ -291,23 +243,23 @@ class FleetPhysics:
             hot = t_eq_free > self._slowdown
         c, live = self._counters, alive.astype(float)
         if hot.any():  # some GPU heads past its slowdown temperature: the thermal limit
-            throttled, t_held, clock = self._throttle(
-                dt, demand, c_pow, t_amb, t0, hot, t_eq_free, t_end_free
+            th = throttle(
+                self._thermal, dt, demand, c_pow, limit, t_amb, t0, hot, t_eq_free, t_end_free
             )
-            p_held = self._p_held
-            self.temperature_c = np.where(throttled, self._t_end_held, t_end_free)
-            self.power_w = np.where(throttled, p_held, p_free)
-            c[_ENERGY] += (p_free * (dt - t_held) + p_held * t_held) * 1e3 * live  # mJ
-            c[_POWER_V] += np.where(c_pow < 1.0, dt - t_held, 0.0) * _NS * live
-            c[_THERMAL_V] += t_held * _NS * live
+            t_held, clock = th.held_s, th.clock
+            self.temperature_c = np.where(th.throttled, th.end_c, t_end_free)
+            self.power_w = np.where(th.throttled, th.power_w, p_free)
+            c[ff.ENERGY] += (p_free * (dt - t_held) + th.power_w * t_held) * 1e3 * live  # mJ
+            c[ff.POWER_V] += np.where(capped, dt - t_held, 0.0) * _NS * live
+            c[ff.THERMAL_V] += t_held * _NS * live
         else:  # none throttles: what the general path computes with no time held
             self.temperature_c = t_end_free
             clock = c_pow
             self.power_w = p_free
-            c[_ENERGY] += p_free * dt * 1e3 * live  # mJ
-            c[_POWER_V] += np.where(c_pow < 1.0, dt, 0.0) * _NS * live
+            c[ff.ENERGY] += p_free * dt * 1e3 * live  # mJ
+            c[ff.POWER_V] += np.where(capped, dt, 0.0) * _NS * live
         self.busy = busy
-        c[_IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _NS * live
+        c[ff.IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _NS * live
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
         ws_arr = np.asarray(ws, dtype=float)
@@ -319,57 +271,13 @@ class FleetPhysics:
         self._check_shutdown(alive)
         self.capacity_factor = np.where(self.lost, 0.0, clock)
 
-    def _decay(self, dt: float) -> np.ndarray:
-        """``exp(-dt / tau)`` per GPU, cached for the last step length."""
-        if self._decay_dt != dt:
-            self._decay_dt, self._decay_v = dt, np.exp(-dt / self._tau)
-        return self._decay_v
-
-    def _throttle(
-        self,
-        dt: float,
-        demand: np.ndarray,
-        c_pow: np.ndarray,
-        t_amb: np.ndarray,
-        t0: np.ndarray,
-        hot: np.ndarray,
-        t_eq_free: np.ndarray,
-        t_end_free: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The thermal limit over a step: which GPUs throttle, for how long, at what clock.
-
-        Sets ``_p_held`` (power while held at slowdown) and ``_t_end_held``.
-
-        Returns:
-            Throttled (bool), seconds held at slowdown, clock share per GPU.
-        """
-        head = self._head
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            # Thermal limit: the clock share whose power holds the die at slowdown.
-            p_hold = (self._slowdown - t_amb) / self._r
-            c_th = np.cbrt((p_hold - self._idle) / (head * demand))
-            # NaN (0/0) is 1; infinities clip to the bounds, as nan_to_num's largest floats would.
-            c_th = np.clip(np.where(np.isnan(c_th), 1.0, c_th), self._floor_frac, c_pow)
-            p_held = np.minimum(self._idle + head * demand * c_th**3, self._tdp)
-            t_eq_held = t_amb + self._r * p_held
-            already = t0 >= self._slowdown
-            crosses = hot & ~already & (t_end_free >= self._slowdown)
-            to_cross = self._tau * np.log((t_eq_free - t0) / (t_eq_free - self._slowdown))
-        t_cross = np.clip(np.where(crosses, to_cross, np.where(already, 0.0, dt)), 0.0, dt)
-        throttled = hot & (already | crosses)
-        t_held = np.where(throttled, dt - t_cross, 0.0)
-        t_from = np.where(already, t0, self._slowdown)
-        self._t_end_held = t_eq_held + (t_from - t_eq_held) * np.exp(-t_held / self._tau)
-        self._p_held = p_held
-        return throttled, t_held, np.where(throttled, c_th, c_pow)
-
     def _per_gpu(self, value: np.ndarray | float, name: str) -> np.ndarray:
         """``value`` as a new float array of one value per GPU, NaN as 0."""
         if isinstance(value, float | int) and math.isfinite(value):
             return np.full(self.n, float(value))
         arr = np.asarray(value, dtype=float)
         if arr.shape == (self.n,):
-            return _nan_to_zero(arr, copy=True)
+            return ff.nan_to_zero(arr, copy=True)
         try:
             return np.asarray(np.nan_to_num(np.broadcast_to(arr, (self.n,)), nan=0.0), dtype=float)
         except ValueError:
@@ -382,7 +290,7 @@ class FleetPhysics:
         if not count:  # nearly always; drawing no integers leaves the generator as it is
             return
         hits = self._rng.integers(0, self.n, count)
-        for key in _SBE:
+        for key in ff.SBE:
             np.add.at(self._counters[key], hits[alive[hits]], 1.0)
 
     def _check_shutdown(self, was_alive: np.ndarray) -> None:
@@ -410,56 +318,58 @@ class FleetPhysics:
 
         wiggle = 1.0 + POWER_JITTER * self._jitter
         out: dict[str, np.ndarray] = {}
-        if need(*_STATE):
+        if need(*ff.STATE):
             floored = np.floor(self._counter_rows)
-            out |= {k: floored[i] for i, k in enumerate(_STATE)}
-        if need(*RATIO_FIELDS, _MEMORY_TEMP, _MEM_COPY):
+            out |= {k: floored[i] for i, k in enumerate(ff.STATE)}
+        if need(*RATIO_FIELDS, ff.MEMORY_TEMP, ff.MEM_COPY):
             ratios = ratio_rows(b, lv, m, wiggle)  # averaged over the step, idle included
             dram = ratios[RATIO_FIELDS.index("DCGM_FI_PROF_DRAM_ACTIVE")]
             out |= dict(zip(RATIO_FIELDS, ratios, strict=True))
-            out[_MEMORY_TEMP] = np.rint(self.temperature_c + 3.0 + 10.0 * dram)
-            out[_MEM_COPY] = np.rint(100.0 * dram)
-        if need(f"{_P}SM_CLOCK"):
+            out[ff.MEMORY_TEMP] = np.rint(self.temperature_c + 3.0 + 10.0 * dram)
+            out[ff.MEM_COPY] = np.rint(100.0 * dram)
+        if need(f"{ff.P}SM_CLOCK"):
             boost = np.rint(self.capacity_factor * self._max_mhz)
-            out[f"{_P}SM_CLOCK"] = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
-        if need(*_FB):
+            out[f"{ff.P}SM_CLOCK"] = np.where(b < IDLE_BUSY, self._idle_mhz, boost)
+        if need(*ff.FB):
             kv = np.maximum(self._kv, self._kv_pool)
             used_b = np.clip(self._resident + self._working + kv, 0.0, None)
-            used = np.minimum(np.rint(used_b / MIB), self._total_mib - self._reserved_mib)
+            usable = self._total_mib - self._reserved_mib
+            used = np.minimum(np.rint(used_b / MIB), usable)
+            used = np.maximum(used, np.floor(self._held_share * usable))
             out |= {
-                f"{_P}FB_TOTAL": self._total_mib.copy(),
-                f"{_P}FB_FREE": self._total_mib - self._reserved_mib - used,
-                f"{_P}FB_USED": used,
-                f"{_P}FB_RESERVED": self._reserved_mib.copy(),
+                f"{ff.P}FB_TOTAL": self._total_mib.copy(),
+                f"{ff.P}FB_FREE": self._total_mib - self._reserved_mib - used,
+                f"{ff.P}FB_USED": used,
+                f"{ff.P}FB_RESERVED": self._reserved_mib.copy(),
             }
-        if need(*_PCIE):
+        if need(*ff.PCIE):
             rx = self._pcie * (m.pcie_idle_share + m.pcie_rx_share * b) * wiggle
             tx = self._pcie * (m.pcie_idle_share + m.pcie_tx_share * b) * wiggle
             out |= {
-                f"{_P}PCIE_TX_THROUGHPUT": np.rint(tx / 1024.0),  # KB/s, as NVML samples it
-                f"{_P}PCIE_RX_THROUGHPUT": np.rint(rx / 1024.0),
+                f"{ff.P}PCIE_TX_THROUGHPUT": np.rint(tx / 1024.0),  # KB/s, as NVML samples it
+                f"{ff.P}PCIE_RX_THROUGHPUT": np.rint(rx / 1024.0),
                 "DCGM_FI_PROF_PCIE_TX_BYTES": tx,
                 "DCGM_FI_PROF_PCIE_RX_BYTES": rx,
             }
-        if need(*_NVLINK):
+        if need(*ff.NVLINK):
             nvl = self._nvlink * m.nvlink_share * b * wiggle
             out |= {
-                f"{_P}NVLINK_BANDWIDTH_TOTAL": np.rint(2.0 * nvl / 1e6),  # MB/s, tx + rx
+                f"{ff.P}NVLINK_BANDWIDTH_TOTAL": np.rint(2.0 * nvl / 1e6),  # MB/s, tx + rx
                 "DCGM_FI_PROF_NVLINK_TX_BYTES": nvl,
                 "DCGM_FI_PROF_NVLINK_RX_BYTES": nvl.copy(),
             }
         simple: dict[str, Callable[[], np.ndarray]] = {
-            f"{_P}MEM_CLOCK": lambda: self._mem_mhz.copy(),
-            f"{_P}GPU_TEMP": lambda: np.rint(self.temperature_c),
-            f"{_P}POWER_USAGE": lambda: np.round(self.power_w, 3),
-            f"{_P}GPU_UTIL": lambda: np.rint(100.0 * self._sampled),
-            f"{_P}ENC_UTIL": lambda: np.zeros(self.n),
-            f"{_P}DEC_UTIL": lambda: np.zeros(self.n),
-            f"{_P}VGPU_LICENSE_STATUS": lambda: np.zeros(self.n),
+            f"{ff.P}MEM_CLOCK": lambda: self._mem_mhz.copy(),
+            f"{ff.P}GPU_TEMP": lambda: np.rint(self.temperature_c),
+            f"{ff.P}POWER_USAGE": lambda: np.round(self.power_w, 3),
+            f"{ff.P}GPU_UTIL": lambda: np.rint(100.0 * self._sampled),
+            f"{ff.P}ENC_UTIL": lambda: np.zeros(self.n),
+            f"{ff.P}DEC_UTIL": lambda: np.zeros(self.n),
+            f"{ff.P}VGPU_LICENSE_STATUS": lambda: np.zeros(self.n),
         }
         out |= {k: f() for k, f in simple.items() if need(k)}
         if want is None:  # every field, in the catalogue order callers have always seen
-            ordered = {k: out[k] for k in _ORDER if k in out}
+            ordered = {k: out[k] for k in ff.ORDER if k in out}
             out = ordered | out
         lost = bool(self.lost.any())  # a healthy fleet masks only the fields a model lacks
         for name in out if lost else [n for n in self._partial if n in out]:
@@ -474,7 +384,7 @@ class FleetPhysics:
     def inject_xid(self, i: int, xid: int, at: float) -> None:
         """Report XID ``xid`` on GPU ``i`` at time ``at``; XID 79 takes the GPU off the bus."""
         self._check_index(i)
-        self._counters[_XID][i] = xid
+        self._counters[ff.XID][i] = xid
         self._events.append((i, float(at), int(xid)))
         if xid == XID_FELL_OFF_BUS:
             self.lost[i] = True
@@ -485,9 +395,9 @@ class FleetPhysics:
         """A double-bit ECC error on GPU ``i``: counters, a remapped row or retired page, XID 48."""
         self._check_index(i)
         c = self._counters
-        for key in _DBE:
+        for key in ff.DBE:
             c[key][i] += 1
-        c[f"{_P}UNCORRECTABLE_REMAPPED_ROWS" if self._remap[i] else f"{_P}RETIRED_DBE"][i] += 1
+        c[f"{ff.P}UNCORRECTABLE_REMAPPED_ROWS" if self._remap[i] else f"{ff.P}RETIRED_DBE"][i] += 1
         self.inject_xid(i, XID_DBE, at)
 
     def inject_thermal(self, i: int, extra_c: float = 20.0) -> None:
@@ -503,10 +413,29 @@ class FleetPhysics:
         self._check_index(i)
         self._extra_c[i] = 0.0
 
+    def set_power_limit(self, i: int, watts: float | None) -> None:
+        """Lower GPU ``i``'s power limit to ``watts`` (None: back to its TDP).
+
+        As ``nvidia-smi -pl`` or a power brake does: power is held at the limit,
+        the clock falls (under base if need be) and POWER_VIOLATION counts the time.
+        """
+        self._check_index(i)
+        self.power_limit_w[i] = self._tdp[i] if watts is None else watts
+
+    def set_clock_cap(self, i: int, share: float) -> None:
+        """Hold GPU ``i``'s SM clock at or below ``share`` of boost (1: no cap)."""
+        self._check_index(i)
+        self.clock_cap[i] = share
+
+    def set_memory_held(self, i: int, share: float) -> None:
+        """Make GPU ``i``'s FB_USED at least ``share`` of its usable framebuffer (0: none)."""
+        self._check_index(i)
+        self._held_share[i] = share
+
     def inject_row_remap_failure(self, i: int, at: float) -> None:
         """Row remapping failed on GPU ``i``: ROW_REMAP_FAILURE=1 and XID 64."""
         self._check_index(i)
-        self._counters[_REMAP_FAILURE][i] = 1.0
+        self._counters[ff.REMAP_FAILURE][i] = 1.0
         self.inject_xid(i, XID_ROW_REMAP_FAILURE, at)
 
     def drain_xid_events(self) -> list[tuple[int, float, int]]:

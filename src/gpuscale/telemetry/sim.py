@@ -5,6 +5,12 @@ no GPU, and tests need faults on demand: a GPU falling off the bus, an ECC doubl
 error, a failed fan. This source drives ``FleetPhysics`` with a load profile on the
 wall clock (or any injected clock), and schedules faults given on the command line
 (``--fault gpu-lost@30:gpu=3``, grammar in ``telemetry.faults``) or injected by tests.
+
+Faults act where they act on real hardware: the physics (a hot card, a lowered power
+limit, a capped clock, a full framebuffer), the work (an idle GPU a pod still holds,
+a straggler busy longer for the same work), or the exporter itself (a GPU whose values
+stop updating, an exporter that stops answering). docs/telemetry-model.md says what
+each does to the series.
 """
 
 import logging
@@ -16,12 +22,18 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from gpuscale.errors import config_error, require
+from gpuscale.errors import TransientError, config_error, require
 from gpuscale.ids import GpuUuid
 from gpuscale.telemetry.base import DeviceSample, GpuInfo, Snapshot, Vendor, XidEvent
-from gpuscale.telemetry.faults import Fault, validate
+from gpuscale.telemetry.faults import DEFAULT_LIMIT_SHARE, HOST_KINDS, Fault, validate
 from gpuscale.telemetry.loads import LoadProfile, sine
-from gpuscale.telemetry.physics import XID_FELL_OFF_BUS, FleetPhysics, GpuModel, gpu_model
+from gpuscale.telemetry.physics import (
+    IDLE_BUSY,
+    XID_FELL_OFF_BUS,
+    FleetPhysics,
+    GpuModel,
+    gpu_model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +51,8 @@ _REASON_OF_VIOLATION: tuple[tuple[str, int], ...] = (
     (f"{_D}POWER_VIOLATION", 0x4),
     (f"{_D}THERMAL_VIOLATION", 0x20),
 )
+HW_SLOWDOWN = 0x8  # DCGM_CLOCKS_EVENT_REASON_HW_SLOWDOWN: a straggler's clock held down
+DOWN_ERROR = "simulated exporter down (exporter-down fault)"
 DERIVED = (
     f"{_D}POWER_MGMT_LIMIT",
     f"{_D}FB_USED_PERCENT",
@@ -138,6 +152,14 @@ class SimSource:
             )
             self._devices.append(info)
         self._tdp = np.array([s.tdp_w for s in specs])
+        self._idle_w = np.array([s.idle_w for s in specs])
+        # What work-side faults change: the share of its speed each GPU keeps
+        # (straggler) and which GPUs a pod holds without using (idle-allocated).
+        self._speed, self._idle = np.ones(gpus), np.zeros(gpus, dtype=bool)
+        self._served: list[dict[str, float]] = [{} for _ in range(gpus)]
+        self._frozen: dict[int, dict[str, float]] = {}  # stale GPUs: values they repeat
+        self.answering = True
+        """False while an ``exporter-down`` fault lasts: ``sample`` raises."""
         self._links = np.array([float(s.nvlink_links) for s in specs])
         self._max_links = max(s.nvlink_links for s in specs)
         self._violations: dict[str, np.ndarray] | None = None
@@ -155,8 +177,8 @@ class SimSource:
     def inject(self, fault: Fault) -> None:
         """Schedule ``fault``: it fires at the first sample at or after ``start + at_s``.
 
-        A thermal fault with a ``duration_s`` is cleared at the first sample at or
-        after ``start + at_s + duration_s``.
+        A fault with a ``duration_s`` is cleared at the first sample at or after
+        ``start + at_s + duration_s``.
 
         Raises:
             ConfigError: The exporter cannot inject the fault (its kind, no ``gpu``),
@@ -164,11 +186,19 @@ class SimSource:
         """
         validate(fault, "exporter")
         gpu = fault.gpu if fault.gpu is not None else -1
-        if not 0 <= gpu < len(self._devices):
+        if fault.kind not in HOST_KINDS and not 0 <= gpu < len(self._devices):
             raise config_error(
                 f"--fault {fault.spec()!r}",
                 f"this simulated host has GPUs 0..{len(self._devices) - 1}",
                 "pick an index in that range",
+            )
+        if fault.kind == "power-cap" and fault.limit_w is not None:
+            idle, tdp = self._idle_w[gpu], self._tdp[gpu]
+            require(
+                idle < fault.limit_w <= tdp,
+                f"--fault {fault.spec()!r}",
+                f"limit_w must be above GPU {gpu}'s idle power and at most its TDP",
+                f"give watts in ({idle:g}, {tdp:g}]",
             )
         fire_at = max(self._start + fault.at_s, self._last)
         self._pending.append((fire_at, fault, False))
@@ -182,7 +212,11 @@ class SimSource:
 
         Returns:
             A snapshot stamped with the clock (seconds since the epoch). A lost GPU has
-            ``up=False`` and no values; XID events ride on the sample of their GPU.
+            ``up=False`` and no values; XID events ride on the sample of their GPU; a
+            stale GPU repeats the values it had when its fault began.
+
+        Raises:
+            TransientError: An ``exporter-down`` fault lasts; the GPUs run on.
         """
         now = float(self._clock())
         dt = min(max(now - self._last, 0.0), MAX_STEP_S)
@@ -190,6 +224,8 @@ class SimSource:
         self._fire_due(now)
         n = len(self._devices)
         load = np.clip(np.asarray(self._load(now - self._start, n), dtype=float), 0.0, 1.0)
+        # The same work keeps a slower GPU busy longer; a held idle GPU runs nothing.
+        load = np.where(self._idle, 0.0, np.minimum(load / self._speed, 1.0))
         self._physics.time_s = now - dt
         self._physics.step(dt, load, self._working_full * load)
         fields = self._physics.fields()
@@ -197,6 +233,8 @@ class SimSource:
         events: dict[int, list[XidEvent]] = {}
         for gpu, at, xid in self._physics.drain_xid_events():
             events.setdefault(gpu, []).append(XidEvent(timestamp=at, xid=xid))
+        if not self.answering:
+            raise TransientError(DOWN_ERROR, delay=1.0)
         names = list(fields)
         rows = np.vstack([fields[name] for name in names]).T.tolist()
         samples = []
@@ -204,8 +242,13 @@ class SimSource:
             xids = tuple(events.get(info.index, ()))
             if lost:
                 samples.append(DeviceSample(info, {}, up=False, error=LOST_ERROR, xid_events=xids))
+            elif self._frozen.get(info.index):  # a watch that stopped: old values, no events
+                samples.append(DeviceSample(info, dict(self._frozen[info.index])))
             else:
                 values = {k: v for k, v in zip(names, row, strict=True) if not math.isnan(v)}
+                self._served[info.index] = values
+                if info.index in self._frozen:  # stale from the first sample: freeze this one
+                    self._frozen[info.index] = values
                 samples.append(DeviceSample(info, values, xid_events=xids))
         return Snapshot(timestamp=now, hostname=self._hostname, devices=tuple(samples))
 
@@ -215,7 +258,7 @@ class SimSource:
         Each follows its inputs: NaN (absent) wherever an input is NaN.
         """
         fields[f"{_D}POWER_MGMT_LIMIT"] = np.where(
-            np.isnan(fields[f"{_D}POWER_USAGE"]), np.nan, self._tdp
+            np.isnan(fields[f"{_D}POWER_USAGE"]), np.nan, self._physics.power_limit_w
         )
         usable = fields[f"{_D}FB_TOTAL"] - fields[f"{_D}FB_RESERVED"]
         fields[f"{_D}FB_USED_PERCENT"] = fields[f"{_D}FB_USED"] / usable  # DCGM: 0.0-1.0
@@ -226,6 +269,8 @@ class SimSource:
             now = fields[key]
             grew = now > previous[key] if previous is not None else np.zeros_like(now, bool)
             reasons += np.where(grew, bit, 0)
+        held = (self._physics.clock_cap < 1.0) & (self._physics.busy >= IDLE_BUSY)
+        reasons += np.where(held, HW_SLOWDOWN, 0)
         fields[f"{_D}CLOCKS_EVENT_REASONS"] = np.where(np.isnan(usable), np.nan, reasons)
         total = fields[f"{_D}NVLINK_BANDWIDTH_TOTAL"]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -236,22 +281,46 @@ class SimSource:
     def _fire_due(self, now: float) -> None:
         while self._pending and self._pending[0][0] <= now:
             at, fault, ends = self._pending.pop(0)
-            physics, i = self._physics, int(fault.gpu or 0)
-            if ends:
-                logger.warning("ending %s fault on simulated GPU %d", fault.kind, i)
-                physics.clear_thermal(i)
-                continue
-            logger.warning("injecting %s fault on simulated GPU %d", fault.kind, i)
-            if fault.kind == "gpu-lost":
-                physics.inject_xid(i, XID_FELL_OFF_BUS, at)
-            elif fault.kind == "xid":
-                physics.inject_xid(i, int(fault.code or XID_FELL_OFF_BUS), at)
-            elif fault.kind == "ecc-dbe":
-                physics.inject_ecc_dbe(i, at)
-            elif fault.kind == "thermal":
+            i = int(fault.gpu or 0)
+            where = "the host" if fault.kind in HOST_KINDS else f"simulated GPU {i}"
+            logger.warning(
+                "%s %s fault on %s", "ending" if ends else "injecting", fault.kind, where
+            )
+            self._apply(fault, i, at, on=not ends)
+
+    def _apply(self, fault: Fault, i: int, at: float, *, on: bool) -> None:
+        """Start (``on``) or end ``fault`` on GPU ``i``; ``at`` stamps its XID events."""
+        physics, kind = self._physics, fault.kind
+        if kind == "gpu-lost":
+            physics.inject_xid(i, XID_FELL_OFF_BUS, at)
+        elif kind == "xid":
+            physics.inject_xid(i, int(fault.code or XID_FELL_OFF_BUS), at)
+        elif kind == "ecc-dbe":
+            physics.inject_ecc_dbe(i, at)
+        elif kind == "row-remap":
+            physics.inject_row_remap_failure(i, at)
+        elif kind == "thermal":
+            if on:
                 physics.inject_thermal(i, fault.rise_c)
             else:
-                physics.inject_row_remap_failure(i, at)
+                physics.clear_thermal(i)
+        elif kind == "straggler":
+            self._speed[i] = fault.factor if on else 1.0
+            physics.set_clock_cap(i, fault.factor if on else 1.0)
+        elif kind == "power-cap":
+            limit = fault.limit_w or DEFAULT_LIMIT_SHARE * float(self._tdp[i])
+            physics.set_power_limit(i, limit if on else None)
+        elif kind == "memory-full":
+            physics.set_memory_held(i, fault.share if on else 0.0)
+        elif kind == "idle-allocated":
+            self._idle[i] = on
+        elif kind == "stale":
+            if on:
+                self._frozen[i] = self._served[i]
+            else:
+                self._frozen.pop(i, None)
+        else:  # exporter-down
+            self.answering = not on
 
     def close(self) -> None:
         """Nothing to release; present for the ``GpuSource`` protocol."""

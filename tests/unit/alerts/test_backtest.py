@@ -61,3 +61,23 @@ def test_sweeps_read_durations_for_for_and_numbers_otherwise():
         parse_sweep("GpuTemperatureHigh=80")
     with pytest.raises(ConfigError, match="'hot' is not a number"):
         parse_sweep("GpuTemperatureHigh.threshold=hot")
+
+
+def test_delays_count_from_the_start_and_from_the_observable_onset():
+    fault = LabelledFault("h0", "1", "thermal", 100, None, (("GpuThermalThrottling", 160.0),))
+    found = episodes("GpuThermalThrottling", [(GPU1, _points(250, 265))], 0, 15)
+    s = score("GpuThermalThrottling", found, [fault], 999, 0)
+    assert (s.delays_s, s.onset_delays_s, s.median_onset_delay_s) == ([150], [90], 90)
+    # An alert with no onset noted sees the fault from its start.
+    assert fault.onset("GpuTemperatureHigh") == 100
+
+
+def test_a_host_fault_is_labelled_without_a_gpu_and_matched_by_the_scrape_instance():
+    runs = [HostRun("h0", 2, 0, (parse_fault("exporter-down@20:duration=60", "exporter"),))]
+    onsets = {("h0", 0): {"GpuExporterDown": 1035.0}}
+    (fault,) = labelled_faults(runs, start_s=1000, step_s=15, onsets=onsets)
+    assert (fault.gpu, fault.start_s, fault.end_s) == ("", 1030, 1090)
+    assert fault.onsets == (("GpuExporterDown", 1035.0),)
+    up = ((("instance", "h0:9400"), ("job", "gpuscale-exporter")), _points(1150))
+    s = score("GpuExporterDown", episodes("GpuExporterDown", [up], 0, 15), [fault], 2000, 0)
+    assert (s.true_positives, s.false_positives, s.onset_delays_s) == (1, 0, [115])

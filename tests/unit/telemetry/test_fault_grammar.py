@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.telemetry import faults as grammar
-from gpuscale.telemetry.faults import DEFAULT_RISE_C, Fault, parse_fault, validate
+from gpuscale.telemetry.faults import DEFAULT_RISE_C, DEFAULT_SHARE, Fault, parse_fault, validate
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +34,24 @@ def fresh_warnings(monkeypatch):
         ("row-remap@5:gpu=2", "exporter", Fault("row-remap", 5.0, gpu=2)),
         ("straggler@120:factor=0.3", "simulator", Fault("straggler", 120.0, factor=0.3)),
         (" gpu-lost@1.5:duration=60 ", "simulator", Fault("gpu-lost", 1.5, duration_s=60.0)),
+        ("straggler@9:gpu=2:factor=0.4", "exporter", Fault("straggler", 9.0, gpu=2, factor=0.4)),
+        (
+            "power-cap@60:gpu=1:limit_w=300:duration=600",
+            "exporter",
+            Fault("power-cap", 60.0, gpu=1, duration_s=600.0, limit_w=300.0),
+        ),
+        (
+            "memory-full@5:gpu=0:share=0.97",
+            "exporter",
+            Fault("memory-full", 5.0, gpu=0, share=0.97),
+        ),
+        ("idle-allocated@5:gpu=3", "exporter", Fault("idle-allocated", 5.0, gpu=3)),
+        ("stale@5:gpu=0:duration=60", "exporter", Fault("stale", 5.0, gpu=0, duration_s=60.0)),
+        (
+            "exporter-down@30:duration=120",
+            "exporter",
+            Fault("exporter-down", 30.0, duration_s=120.0),
+        ),
     ],
 )
 def test_documented_forms_parse_for_their_command(spec, injector, fault):
@@ -71,6 +89,11 @@ def test_one_thermal_default_for_both_commands():
         ("xid:0:gpu=1", "code must be an XID number >= 1"),
         ("ecc-dbe:gpu=1:gpu=2", "gpu is given twice"),
         ("row-remap:gpu=1:extra=3", "'extra=3' is not one of"),
+        ("thermal@5:limit_w=300", "'limit_w=300' is not one of"),
+        ("power-cap@5:limit_w=0", "limit_w must be watts > 0"),
+        ("memory-full@5:share=0", "share must be in (0, 1]"),
+        ("memory-full@5:share=1.5", "share must be in (0, 1]"),
+        ("stale@5:factor=0.5", "'factor=0.5' is not one of"),
     ],
 )
 def test_bad_specs_are_one_line_config_errors_naming_spec_problem_and_forms(spec, problem):
@@ -85,11 +108,18 @@ def test_bad_specs_are_one_line_config_errors_naming_spec_problem_and_forms(spec
 @pytest.mark.parametrize(
     ("spec", "injector", "problem", "forms"),
     [
+        ("straggler@5", "exporter", "gpu=N is required", "straggler@SECONDS:gpu=N"),
         (
-            "straggler@5",
+            "power-cap@5:replica=0",
+            "simulator",
+            "the simulator (gpuscale evaluate) cannot inject power-cap faults",
+            "straggler@SECONDS[:replica=N]",
+        ),
+        (
+            "exporter-down@5:gpu=1",
             "exporter",
-            "gpuscale exporter cannot inject straggler faults",
-            "gpu-lost@SECONDS:gpu=N",
+            "exporter-down hits the whole host, not one GPU",
+            "exporter-down@SECONDS[:duration=SECONDS]",
         ),
         (
             "xid@5:code=13",
@@ -198,6 +228,8 @@ def faults(draw):
         duration_s=draw(st.one_of(st.none(), TIMES)) if "duration" in keys else None,
         factor=draw(st.floats(1e-6, 1.0)) if "factor" in keys else 0.5,
         rise_c=draw(st.floats(0.01, 200.0)) if "rise_c" in keys else DEFAULT_RISE_C,
+        limit_w=draw(st.one_of(st.none(), st.floats(1e-3, 1e5))) if "limit_w" in keys else None,
+        share=draw(st.floats(1e-6, 1.0)) if "share" in keys else DEFAULT_SHARE,
     )
 
 

@@ -220,7 +220,8 @@ def test_thermal_fault_with_a_duration_cools_down_again():
 @pytest.mark.parametrize(
     ("fault", "message"),
     [
-        (Fault("straggler", 0.0, replica=0), "gpuscale exporter cannot inject straggler faults"),
+        (Fault("straggler", 0.0, replica=0), "replica=N does not apply to gpuscale exporter"),
+        (Fault("exporter-down", 0.0, gpu=1), "exporter-down hits the whole host"),
         (Fault("ecc-dbe", 0.0), "gpu=N is required"),
     ],
 )
