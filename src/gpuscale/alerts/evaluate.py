@@ -29,6 +29,7 @@ from gpuscale.alerts.evaluate_promql import (
     NAME,
     Engine,
     Labels,
+    RemoteSelectors,
     SampleSource,
     UnsupportedQuery,
     check_supported,
@@ -132,17 +133,25 @@ class RuleEvaluator:
         groups: The catalogue (``build_catalogue``), in evaluation order.
         store: Where expressions read samples and results are written.
         lookback_s: The instant selectors' lookback (Prometheus's 5 minutes by default).
+        remote: Answers the selectors of every series but the rules' own records and
+            ``ALERTS`` (a real Prometheus: ``evaluate_remote``); None reads ``store``.
 
     Raises:
         ConfigError: A rule does not parse or uses a construct not supported here.
     """
 
     def __init__(
-        self, groups: Sequence[RuleGroup], store: RuleStore, lookback_s: float = LOOKBACK_MS / 1000
+        self,
+        groups: Sequence[RuleGroup],
+        store: RuleStore,
+        lookback_s: float = LOOKBACK_MS / 1000,
+        remote: RemoteSelectors | None = None,
     ) -> None:
         self.groups = tuple(groups)
         self.store = store
-        self.engine = Engine(store, round(lookback_s * 1000))
+        records = {r.record for g in self.groups for r in g.rules if isinstance(r, RecordingRule)}
+        local = frozenset({*records, "ALERTS", "ALERTS_FOR_STATE"})
+        self.engine = Engine(store, round(lookback_s * 1000), remote, local)
         self._exprs = [[_parse(g, r) for r in g.rules] for g in self.groups]
         self.status = [[RuleStatus(r) for r in g.rules] for g in self.groups]
         self._last: list[float | None] = [None] * len(self.groups)
@@ -285,6 +294,35 @@ class RuleEvaluator:
             The alerts; resolved ones have state ``inactive``.
         """
         return [a for row in self.status for s in row for a in s.alerts.values()]
+
+
+def window_s(groups: Sequence[RuleGroup]) -> float:
+    """How far back the rules read: their longest range plus offset, seconds.
+
+    Returns:
+        Seconds of history a store must keep for the rules to see what Prometheus sees.
+    """
+    longest = 0.0
+
+    def walk(node: object) -> None:
+        nonlocal longest
+        if isinstance(node, pp.MatrixSelector):
+            vs = node.vector_selector
+            extra = vs.offset.total_seconds() if vs.offset is not None else 0.0
+            longest = max(longest, extra + node.range.total_seconds())
+        elif isinstance(node, pp.VectorSelector) and node.offset is not None:
+            longest = max(longest, node.offset.total_seconds())
+        for attr in ("expr", "lhs", "rhs", "param"):
+            child = getattr(node, attr, None)
+            if isinstance(child, pp.Expr):
+                walk(child)
+        for arg in getattr(node, "args", None) or ():
+            walk(arg)
+
+    for group in groups:
+        for rule in group.rules:
+            walk(pp.parse(rule.expr))
+    return longest
 
 
 def _name(rule: Rule) -> str:

@@ -52,6 +52,18 @@ class SampleSource(Protocol):
         ...
 
 
+class RemoteSelectors(Protocol):
+    """Selectors answered elsewhere (a real Prometheus: ``evaluate_remote``)."""
+
+    def instant(self, text: str, ts_ms: int) -> Vector:
+        """An instant selector's samples at ``ts_ms``, sorted by labels."""
+        ...
+
+    def range(self, text: str, ts_ms: int) -> Matrix:
+        """A range selector's raw samples at ``ts_ms``, sorted by labels."""
+        ...
+
+
 def _ms(delta: object) -> int:
     """A parser duration (``timedelta`` or None) in milliseconds."""
     if delta is None:
@@ -93,12 +105,27 @@ class Engine:
     Args:
         source: Where selectors read samples.
         lookback_ms: How far back an instant selector looks for a sample.
+        remote: Where selectors of metrics not in ``local`` are answered instead, if set.
+        local: Metric names always read from ``source`` (the rules' own records).
     """
 
-    def __init__(self, source: SampleSource, lookback_ms: int = LOOKBACK_MS) -> None:
+    def __init__(
+        self,
+        source: SampleSource,
+        lookback_ms: int = LOOKBACK_MS,
+        remote: RemoteSelectors | None = None,
+        local: frozenset[str] = frozenset(),
+    ) -> None:
         self.source = source
         self.lookback_ms = lookback_ms
+        self.remote, self.local = remote, local
         self._columns: dict[tuple[str, str], _Columns] = {}
+
+    def _is_remote(self, node: pp.VectorSelector) -> bool:
+        if self.remote is None:
+            return False
+        name = node.name or next((m.value for m in node.matchers.matchers if m.name == NAME), "")
+        return name not in self.local
 
     # ------------------------------------------------------------- selectors
     def _select(
@@ -140,6 +167,8 @@ class Engine:
         return t_ms, values, cached.columns, cached.sets
 
     def _instant(self, node: pp.VectorSelector, ts: int) -> Vector:
+        if self.remote is not None and self._is_remote(node):
+            return self.remote.instant(str(node), ts)
         ref = ts - _ms(node.offset)
         t_ms, values, columns, sets = self._select(node, ref - self.lookback_ms, ref)
         if t_ms.size == 0 or not columns:
@@ -152,6 +181,8 @@ class Engine:
 
     def _range(self, node: pp.MatrixSelector, ts: int) -> Matrix:
         vs = node.vector_selector
+        if self.remote is not None and self._is_remote(vs):
+            return self.remote.range(str(node), ts)
         end = ts - _ms(vs.offset)
         t_ms, values, columns, sets = self._select(vs, end - _ms(node.range), end)
         out: Matrix = []

@@ -28,12 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import promql_parser as pp
 
 from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.config import AlertConfig
-from gpuscale.alerts.evaluate import RuleEvaluator
-from gpuscale.alerts.model import RuleGroup
+from gpuscale.alerts.evaluate import RuleEvaluator, window_s
 from gpuscale.metrics.store import MetricStore
 from gpuscale.sim.cluster import READY, Cluster
 from gpuscale.sim.faults import AppliedFault
@@ -65,36 +63,6 @@ def alert_window_s(config: AlertConfig | None = None) -> float:
         Seconds.
     """
     return window_s(build_catalogue(config))
-
-
-def window_s(groups: Sequence[RuleGroup]) -> float:
-    """How far back the catalogue reads: its longest range plus offset, seconds.
-
-    Returns:
-        Seconds of history the store must keep for the rules to see what Prometheus sees.
-    """
-    longest = 0.0
-
-    def walk(node: object, offset: float) -> None:
-        nonlocal longest
-        if isinstance(node, pp.MatrixSelector):
-            vs = node.vector_selector
-            extra = vs.offset.total_seconds() if vs.offset is not None else 0.0
-            longest = max(longest, offset + extra + node.range.total_seconds())
-        elif isinstance(node, pp.VectorSelector):
-            extra = node.offset.total_seconds() if node.offset is not None else 0.0
-            longest = max(longest, offset + extra)
-        for attr in ("expr", "lhs", "rhs", "param"):
-            child = getattr(node, attr, None)
-            if child is not None and not isinstance(child, str | float | int):
-                walk(child, offset)
-        for arg in getattr(node, "args", None) or ():
-            walk(arg, offset)
-
-    for group in groups:
-        for rule in group.rules:
-            walk(pp.parse(rule.expr), 0.0)
-    return longest
 
 
 class SimAlerting:

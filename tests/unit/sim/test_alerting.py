@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from gpuscale.alerts.catalogue import build_catalogue
+from gpuscale.alerts.evaluate import window_s
 from gpuscale.alerts.model import alert_names
 from gpuscale.metrics.signal import Signal
-from gpuscale.sim.alerting import window_s
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.faults import parse_sim_fault
