@@ -23,6 +23,7 @@ here from the XIDs the injected faults raise.
 """
 
 import logging
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,8 @@ class SimAlerting:
         uuids: ``UUID`` label of each physical GPU (``SeriesWriter.uuids``).
         model_name: ``modelName`` label of the GPUs.
         interval_s: Rule evaluation interval, seconds.
+        collect: dcgm-exporter's collect (interval, offset of the first periodic one),
+            seconds: an XID shows in the exporter's count from the first collect after it.
         config: Alert settings (defaults when None).
     """
 
@@ -84,15 +87,18 @@ class SimAlerting:
         uuids: Sequence[str],
         model_name: str,
         interval_s: float,
+        collect: tuple[float, float] = (30.0, 7.0),
         config: AlertConfig | None = None,
     ) -> None:
         self.store, self.cluster, self.uuids = store, cluster, uuids
+        self.collect = collect
         self.model_name, self.interval_s = model_name, interval_s
         self.evaluator = RuleEvaluator(build_catalogue(config), store)
         self.evaluations = 0
         self._next_eval = 0.0
         self._tracked: list[_Tracked] = []
-        self._xids: deque[tuple[float, Mapping[str, str]]] = deque()
+        # (first collect that reports it, XID time, labels) of each XID the faults raised
+        self._xids: deque[tuple[float, float, Mapping[str, str]]] = deque()
 
     def _gpu_labels(self, slot: int, pod: str | None) -> dict[str, str]:
         c = self.cluster
@@ -114,7 +120,15 @@ class SimAlerting:
             self._tracked.append(_Tracked(a, uuid))
             xid = _XID_OF.get(a.fault.kind)
             if xid is not None and a.slot >= 0:
-                self._xids.append((a.at_s, {**self._gpu_labels(a.slot, a.pod), "xid": str(xid)}))
+                labels = {**self._gpu_labels(a.slot, a.pod), "xid": str(xid)}
+                self._xids.append((self._collected(a.at_s), a.at_s, labels))
+
+    def _collected(self, at: float) -> float:
+        """The first collect at or after ``at`` (one at 0 s, then offset + k x interval)."""
+        interval, offset = self.collect
+        if at <= 0:
+            return 0.0
+        return max(offset + interval * math.ceil((at - offset) / interval), offset)
 
     def step(self, t: float, applied: Sequence[AppliedFault]) -> None:
         """Note newly applied faults and whether any fault is mitigated by now (``t`` seconds)."""
@@ -137,10 +151,12 @@ class SimAlerting:
         """After a scrape at ``t``: write the XID counts, and evaluate the rules when due."""
         if len(applied) > len(self._tracked):
             self._track(t, applied)
-        while self._xids and self._xids[0][0] < t - XID_WINDOW_S:
+        while self._xids and self._xids[0][1] < t - XID_WINDOW_S:
             self._xids.popleft()
         counts: dict[tuple[tuple[str, str], ...], float] = {}
-        for _, labels in self._xids:
+        for seen, _, labels in self._xids:
+            if seen > t:
+                continue
             key = tuple(sorted(labels.items()))
             counts[key] = counts.get(key, 0.0) + 1.0
         self.store.ingest(t, XID_COUNT, [dict(k) for k in counts], np.array(list(counts.values())))

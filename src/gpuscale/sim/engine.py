@@ -220,7 +220,8 @@ class _Run:
         self.alerting: SimAlerting | None = None
         if alerting:
             args = (self.store, self.cluster, self.writer.uuids, model.name)
-            self.alerting = SimAlerting(*args, scenario.alert_interval_s)
+            collect = (scenario.collect_interval_s, scenario.collect_offset_s)
+            self.alerting = SimAlerting(*args, scenario.alert_interval_s, collect)
 
     # ----------------------------------------------------------------- capacity
     def _flush(self) -> None:
