@@ -14,7 +14,6 @@ from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
 from tests.unit.sim.test_faults import Watcher
 
-
 COLLECT_S = 30.0  # Scenario's default collect interval
 SCRAPE_S = 15.0  # its scrape interval, and the rules' evaluation interval
 
