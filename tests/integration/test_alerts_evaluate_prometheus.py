@@ -196,26 +196,44 @@ def both(tmp_path_factory) -> tuple[dict, dict, float, History]:
     return mine, theirs, spent, h
 
 
-def test_every_record_and_alert_state_matches_prometheus_at_every_step(both):
-    mine, theirs, spent, h = both
-    mismatches, nan_records = [], 0
+def _differences(mine: dict, theirs: dict) -> list[tuple[float, dict, float | None, float | None]]:
+    out = []
     for t in sorted(theirs):
-        expected = theirs[t]
-        # A record whose value is NaN (a z-score over a flat history) is compared too; the
-        # store then reads it as absent (NaN marks an absent series there), which the
-        # catalogue only compares with thresholds, where NaN is false either way.
-        nan_records += sum(1 for v in expected.values() if math.isnan(v))
-        got = mine[t]
+        got, expected = mine.get(t, {}), theirs[t]
         for key in expected.keys() | got.keys():
             a, b = got.get(key), expected.get(key)
             if a is None or b is None or not _close(a, b):
-                mismatches.append((t, dict(key), a, b))
+                out.append((t, dict(key), a, b))
+    return out
+
+
+def test_every_record_and_alert_state_matches_prometheus_at_every_step(both):
+    mine, theirs, spent, h = both
+    mismatches = _differences(mine, theirs)
     assert not mismatches, f"{len(mismatches)} differences, first: {mismatches[:5]}"
+    # A record whose value is NaN (a z-score over a flat history) is compared too; the
+    # store then reads it as absent (NaN marks an absent series there), which the
+    # catalogue only compares with thresholds, where NaN is false either way.
+    nan_records = sum(math.isnan(v) for got in theirs.values() for v in got.values())
     print(
         f"\n{h.sample_count()} samples, {len(theirs)} steps, "
         f"{sum(len(v) for v in theirs.values())} result series compared, "
         f"{nan_records} of them NaN; in-process evaluation {spent:.2f} s"
     )
+
+
+def test_the_comparison_sees_a_changed_value_a_missing_alert_and_a_changed_state(both):
+    mine, theirs, _, _ = both
+    t = max(t for t, got in mine.items() if any(dict(k)["__name__"] == "ALERTS" for k in got))
+    changed = {step: dict(got) for step, got in mine.items()}
+    record = next(k for k in changed[t] if dict(k)["__name__"].startswith("gpuscale:"))
+    changed[t][record] *= 1 + 1e-7
+    alert = next(k for k in changed[t] if dict(k)["__name__"] == "ALERTS")
+    value = changed[t].pop(alert)
+    state = "pending" if dict(alert)["alertstate"] == "firing" else "firing"
+    changed[t][tuple(sorted({**dict(alert), "alertstate": state}.items()))] = value
+    # The value, and the alert twice (missing in one state, extra in the other).
+    assert len(_differences(changed, theirs)) == 3
 
 
 def test_the_history_exercises_every_record_and_the_faults_alerts(both):
