@@ -14,16 +14,12 @@ back (Go prints them with ``strconv.FormatFloat(v, 'E', -1, 64)``, exact).
 """
 
 import math
-import re
-import shutil
-import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.evaluate import RuleEvaluator
@@ -31,7 +27,9 @@ from gpuscale.alerts.model import alert_names
 from gpuscale.alerts.render import render
 from gpuscale.metrics.store import MetricStore
 from gpuscale.telemetry.faults import parse_fault
-from tests.support.rulehistory import History, amd_host, nvidia_host, promtool_values, vllm_counters
+from tests.support import promtool
+from tests.support.promtool import promtool_values, series_text
+from tests.support.rulehistory import History, amd_host, nvidia_host, vllm_counters
 
 pytestmark = pytest.mark.integration
 
@@ -108,77 +106,22 @@ def _in_process(h: History, groups) -> tuple[dict[float, dict[Key, float]], floa
     return out, spent
 
 
-_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-_SAMPLE = re.compile(r'\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\} (\S+?)(?:,|$)')
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def _seconds(text: str) -> float:
-    return sum(int(n) * _UNIT_S[u] for n, u in _DURATION.findall(text))
-
-
 def _prometheus(h: History, groups, workdir: Path) -> dict[float, dict[Key, float]]:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
     (workdir / "rules.yml").write_text(render(groups))
     series = [
-        {"series": _series_text(name, key), "values": promtool_values(values)}
+        {"series": series_text(name, key), "values": promtool_values(values)}
         for name, rows in h.values.items()
         for key, values in rows.items()
     ]
     times = [i * EVAL_S for i in range(int(DURATION_S // EVAL_S) + 1)]
-    doc = {
-        "rule_files": ["rules.yml"],
-        "evaluation_interval": f"{int(EVAL_S)}s",
-        "group_eval_order": [g.name for g in groups],
-        "tests": [
-            {
-                "interval": f"{int(STEP_S)}s",
-                "input_series": series,
-                "promql_expr_test": [
-                    {"expr": QUERY, "eval_time": f"{int(t)}s", "exp_samples": []} for t in times
-                ],
-            }
-        ],
-    }
-    (workdir / "test.yml").write_text(yaml.safe_dump(doc, sort_keys=False, width=1 << 30))
-    run = subprocess.run(
-        [promtool, "test", "rules", "test.yml"],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    results = promtool.evaluate(
+        workdir, series, [QUERY], times, STEP_S, EVAL_S, ["rules.yml"], [g.name for g in groups]
     )
-    out: dict[float, dict[Key, float]] = {t: {} for t in times}
-    current: float | None = None
-    text = run.stdout + run.stderr
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("expr:"):
-            current = _seconds(stripped.rsplit("time: ", 1)[1].rstrip(","))
-        elif stripped.startswith("got:") and current is not None:
-            body = stripped[4:].strip()
-            if body != "nil":
-                for labels, value in _SAMPLE.findall(body):
-                    key = tuple(
-                        sorted(
-                            (k, bytes(v, "utf-8").decode("unicode_escape"))
-                            for k, v in _LABEL.findall(labels)
-                        )
-                    )
-                    out[current][key] = float(value)
-        elif "err:" in stripped or "rule:" in stripped:
-            pytest.fail(f"promtool failed to evaluate: {stripped[:500]}")
-    assert "FAILED" in text or run.returncode == 0, text[-2000:]
+    out: dict[float, dict[Key, float]] = {}
+    for (_, t), got in results.items():
+        assert not isinstance(got, str), f"Prometheus failed at {t}: {got}"
+        out[t] = got
     return out
-
-
-def _series_text(name: str, key: Key) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in key)
-    return f'{{__name__="{name}",{inner}}}' if ":" in name else f"{name}{{{inner}}}"
 
 
 def _close(a: float, b: float) -> bool:

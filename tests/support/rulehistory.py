@@ -152,16 +152,3 @@ def vllm_counters(h: History, outage: tuple[float, float], reset_at_s: float) ->
             }
             h.put("vllm:time_to_first_token_seconds_bucket", labels | {"le": "2.5"}, i, acc[0])
             h.put("vllm:time_to_first_token_seconds_count", labels, i, acc[1])
-
-
-def promtool_values(values: np.ndarray) -> str:
-    """Series values in promtool's notation: numbers, ``stale`` where a series vanished, ``_``."""
-    out, present = [], False
-    for v in values.tolist():
-        if math.isnan(v):
-            out.append("stale" if present else "_")
-            present = False
-        else:
-            out.append(repr(float(v)))
-            present = True
-    return " ".join(out)

@@ -258,9 +258,9 @@ class Engine:
         if name == "absent":
             return self._absent(node, ts)
         if name in ("abs", "ceil", "floor", "exp", "sqrt", "ln", "log2", "log10"):
-            fn1: Callable[[float], float] = getattr(math, name if name != "ln" else "log")
-            if name == "abs":
-                fn1 = abs
+            fn1: Callable[[float], float] = (
+                abs if name == "abs" else getattr(math, "log" if name == "ln" else name)
+            )
             vec = _vector(self.evaluate(args[0], ts))
             return _unique([(without_name(lab), _safe(fn1, v)) for lab, v in vec], name)
         if name in ("clamp_min", "clamp_max"):
