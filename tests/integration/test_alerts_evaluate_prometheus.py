@@ -31,7 +31,9 @@ from tests.support import promtool
 from tests.support.promtool import promtool_values, series_text
 from tests.support.rulehistory import History, amd_host, nvidia_host, vllm_counters
 
-pytestmark = pytest.mark.integration
+# The first test builds a two-hour fleet history and runs promtool over it: tens of
+# seconds alone, more on a busy shared machine than the suite's 120 s default allows.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 STEP_S = 15.0  # scrape interval of the history
 EVAL_S = 30.0  # rule evaluation interval, a multiple of the scrape interval
