@@ -48,3 +48,12 @@ def test_results_json_carries_the_timings_and_no_table_without_them():
     )
     assert fault_table(_evaluation(())) is None
     assert "Injected faults" not in render_html(_evaluation(()), [])
+
+
+def test_evaluate_alerts_switches_the_catalogue_on_in_every_run():
+    from gpuscale.evaluate.runner import EvaluationRequest
+
+    on = EvaluationRequest("ramp", duration_s=900, faults=("gpu-lost@300",), alerts=True)
+    off = EvaluationRequest("ramp", duration_s=900, faults=("gpu-lost@300",))
+    assert on.prepare().scenario.alerting is True
+    assert off.prepare().scenario.alerting is False
