@@ -95,13 +95,14 @@ def _apply_renamed_env(subcommand: str | None) -> None:
 @functools.cache
 def _register_subcommands() -> None:
     """Add every subcommand to ``app``, once per process."""
-    from gpuscale.cli import autoscale, evaluate, exporter, fields, rules
+    from gpuscale.cli import autoscale, evaluate, exporter, fields, rules, up
 
     exporter.register(app)
     fields.register(app)
     evaluate.register(app)
     autoscale.register(app)
     rules.register(app)
+    up.register(app)
 
 
 def _wrap(text: str, width: int, indent: str = "") -> list[str]:

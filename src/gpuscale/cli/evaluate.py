@@ -163,6 +163,16 @@ def evaluate(
             show_default=False,
         ),
     ] = None,
+    alerts: Annotated[
+        bool,
+        typer.Option(
+            "--alerts/--no-alerts",
+            help="Evaluate the alert catalogue in every run, as Prometheus would over the "
+            "run's metrics: firing alerts reach the policies' health checks and the report "
+            "gives each fault's time to detect and to mitigate (about ten times slower).",
+            envvar="GPUSCALE_ALERTS",
+        ),
+    ] = False,
     out: Annotated[
         Path,
         typer.Option(help="Directory for results.json and report.html.", envvar="GPUSCALE_OUT"),
@@ -249,6 +259,7 @@ def evaluate(
         traces_dir=traces_dir,
         service_s=service_time,
         queue_model=_queue_model(queue_model),
+        alerts=alerts,
     )
     sweep = SweepRequest(
         request,
@@ -267,7 +278,7 @@ def evaluate(
 def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path) -> None:
     """Plan, run with a live progress display, then write and print the results."""
     from gpuscale.evaluate.executor import open_runner
-    from gpuscale.evaluate.report import comparison_table, write_report
+    from gpuscale.evaluate.report import comparison_table, fault_table, write_report
     from gpuscale.evaluate.scoring import evaluation_from_sweep
     from gpuscale.evaluate.sweep import keys_by_policy, policy_of, run_sweep
 
@@ -317,6 +328,9 @@ def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path
     if not table_console.is_terminal:  # piped: don't squeeze the table to 80 columns
         table_console = Console(width=160)
     table_console.print(comparison_table(evaluation))
+    faults = fault_table(evaluation)
+    if faults is not None:
+        table_console.print(faults)
     typer.echo(f"wrote {json_path} and {html_path}")
 
 

@@ -162,6 +162,51 @@ def comparison_table(evaluation: Evaluation) -> Table:
     return table
 
 
+FAULT_COLUMNS = ("Policy", "Fault", "Pod", "First alert", "Detect (s)", "Mitigate (s)")
+"""Columns of the fault table: each injected fault's time to detect and to mitigate."""
+
+
+def fault_rows(evaluation: Evaluation) -> list[list[str]]:
+    """Per policy and injected fault: the first alert, time to detect and to mitigate.
+
+    Returns:
+        Rows of text (``-`` where not detected or not mitigated); empty when the runs
+        did not evaluate the alert catalogue.
+    """
+    return [
+        [
+            name,
+            f.spec,
+            f.pod or "-",
+            f.alert or "-",
+            _number(f.detect_s, ".0f"),
+            _number(f.mitigate_s, ".0f"),
+        ]
+        for name, s in evaluation.policies.items()
+        for f in s.fault_timings
+    ]
+
+
+def fault_table(evaluation: Evaluation) -> Table | None:
+    """The fault table for the terminal, or None when there is nothing to show.
+
+    Returns:
+        A rich table with one row per policy and fault.
+    """
+    rows = fault_rows(evaluation)
+    if not rows:
+        return None
+    table = Table(
+        title="Injected faults: time to detect (first firing alert on the GPU) "
+        "and to mitigate (replica Ready again, or the faulty pod out of service)"
+    )
+    for i, column in enumerate(FAULT_COLUMNS):
+        table.add_column(column, justify="left" if i < 4 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def markdown_table(evaluation: Evaluation) -> str:
     """The comparison as a Markdown table, ready for the README.
 
@@ -175,6 +220,11 @@ def markdown_table(evaluation: Evaluation) -> str:
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(evaluation)]
+    faults = fault_rows(evaluation)
+    if faults:
+        lines += ["", "| " + " | ".join(FAULT_COLUMNS) + " |"]
+        lines.append("|" + "|".join("---" if i < 4 else "---:" for i in range(6)) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in faults]
     return "\n".join(lines) + "\n"
 
 
@@ -220,6 +270,17 @@ def render_html(evaluation: Evaluation, results: Sequence[RunResult]) -> str:
         "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
         for row in parameter_rows(evaluation)
     )
+    fault_head = "".join(f"<th>{c}</th>" for c in FAULT_COLUMNS)
+    fault_body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+        for row in fault_rows(evaluation)
+    )
+    faults = (
+        "<h2>Injected faults: time to detect and to mitigate</h2>"
+        f"<table><thead><tr>{fault_head}</tr></thead><tbody>{fault_body}</tbody></table>"
+        if fault_body
+        else ""
+    )
     figures = "".join(
         f'<figure><h3>{html.escape(title)}</h3><img alt="{html.escape(title)}" '
         f'src="data:image/png;base64,{png}"></figure>'
@@ -244,6 +305,7 @@ img {{ display: block; width: 100%; height: auto; }}
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 <h2>Policy parameters</h2>
 <table class="params"><thead><tr>{param_head}</tr></thead><tbody>{params}</tbody></table>
+{faults}
 <h2>Timelines</h2>
 {figures}
 </body></html>

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpuscale.sim.faults import SimFault
-from gpuscale.sim.outcome import FloatArray, RunResult
+from gpuscale.sim.outcome import FaultTiming, FloatArray, RunResult
 
 Interval = tuple[float | None, float | None]
 """A 95 % confidence interval, (low, high); None ends when unknown (one seed)."""
@@ -68,6 +68,9 @@ class PolicySummary:
         burst_recovery_s: Mean time from a burst's onset to the SLO held again
             (``evaluate.bursts``), seconds, mean over seeds; None without bursts.
         burst_recovery_s_ci95: Its 95 % interval.
+        fault_timings: Each injected fault's time to detect and to mitigate, in the
+            first seed's run with the fair parameters; empty unless the runs evaluated
+            the alert catalogue.
     """
 
     gpu_hours: float
@@ -99,6 +102,7 @@ class PolicySummary:
     energy_kwh_ci95: Interval = (None, None)
     burst_recovery_s: float | None = None
     burst_recovery_s_ci95: Interval = (None, None)
+    fault_timings: tuple[FaultTiming, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +222,7 @@ def summarise(
         completed_requests=float(result.completed_requests),
         in_flight_requests=float(result.in_flight_requests),
         allocated_gpu_hours=gpu_seconds / 3600.0,
+        fault_timings=result.fault_timings,
     )
 
 

@@ -102,6 +102,7 @@ class EvaluationRequest:
         cluster: Cluster template; its node counts are sized to the trace.
         queue_model: The simulated queue (``Scenario.queue_model``): ``auto``, ``fluid``
             or ``requests``.
+        alerts: Evaluate the alert catalogue in every run (``Scenario.alerting``).
     """
 
     trace: str
@@ -116,6 +117,7 @@ class EvaluationRequest:
     service_s: float | None = None
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     queue_model: QueueModel = "auto"
+    alerts: bool = False
 
     def prepare(self) -> "PreparedEvaluation":
         """Load the trace, check every input and derive each policy's parameters.
@@ -170,6 +172,7 @@ class EvaluationRequest:
             cluster=self.cluster,
             scenario_faults=faults,
             queue_model=self.queue_model,
+            alerting=self.alerts,
         )
 
 
@@ -243,6 +246,7 @@ def plan(
     cluster: ClusterConfig | None = None,
     scenario_faults: Sequence[SimFault] | None = None,
     queue_model: QueueModel = "auto",
+    alerting: bool = False,
 ) -> PreparedEvaluation:
     """Size the cluster to the workload and derive each policy's parameters.
 
@@ -277,6 +281,7 @@ def plan(
         initial_replicas=initial,
         faults=parsed,
         queue_model=queue_model,
+        alerting=alerting,
     )
     grows = peak * gpr > initial_nodes * per_node
     cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)

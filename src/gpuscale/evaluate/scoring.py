@@ -342,6 +342,7 @@ def evaluation_from_sweep(
             energy_kwh_ci95=_interval(energy),
             burst_recovery_s=None if recovery is None else recovery.mean,
             burst_recovery_s_ci95=_interval(recovery),
+            fault_timings=next((s.result.fault_timings for s in fair if s.result), ()),
         )
     kept = [s.result for _, s in runs if s.result is not None]
     sc = base.scenario

@@ -225,6 +225,24 @@ class MetricStore:
         fam = self._families.get(metric)
         return 0 if fam is None else len(fam.labels)
 
+    def samples(
+        self, metric: str, start: float, end: float
+    ) -> tuple[FloatArray, FloatArray, Sequence[Mapping[str, str]]]:
+        """The raw rows of one family with ``start <= time <= end``, for PromQL evaluation.
+
+        Returns:
+            Scrape times (seconds), values (a row per scrape, a column per series,
+            NaN where the series was absent: a staleness marker) and each column's
+            labels. Read-only views; empty when the family is unknown.
+        """
+        fam = self._families.get(metric)
+        if fam is None or fam.rows == 0:
+            return np.zeros(0), np.zeros((0, 0)), []
+        ts = fam.times[: fam.rows]
+        lo = int(np.searchsorted(ts, start, side="left"))
+        hi = int(np.searchsorted(ts, end, side="right"))
+        return ts[lo:hi], fam.values[lo:hi, : len(fam.labels)], fam.labels
+
     def instant(self, signal: Signal, at: float) -> list[LabelledValue]:
         """Evaluate a signal at one time, as a Prometheus instant query would.
 

@@ -13,12 +13,16 @@ not to count, and why:
   (``gpuscale.fields.xid.WORK_LOST_XIDS``) that changed since the pod was last
   seen, or was present when first seen.
 * ``dbe``: the volatile double-bit ECC count rose.
+* ``alert``: a health alert of the catalogue fires on the pod's GPU
+  (``ALERTS{alertstate="firing"}`` for ``HEALTH_ALERTS``, as the controller's
+  remediation reads Prometheus; the simulator writes the same series when it
+  evaluates the catalogue).
 * ``throttled``: the GPU spent more than ``throttle_share`` of the time since the
   last decision in thermal violation (``DCGM_FI_DEV_THERMAL_VIOLATION``, ns).
 * ``straggler``: its completion rate since the last decision is below
   ``straggler_ratio`` of the median of at least ``min_peers`` other Ready pods.
 
-A pod flagged ``lost``, ``xid`` or ``dbe`` stays out of the count for
+A pod flagged ``lost``, ``xid``, ``dbe`` or ``alert`` stays out of the count for
 ``quarantine_s``; ``throttled`` and ``straggler`` are re-judged each decision.
 State per live pod: the counters last seen and the quarantine end.
 """
@@ -40,12 +44,23 @@ THERMAL = "thermal"
 DONE = "done"
 
 
+HEALTH_ALERTS = ("GpuFellOffBus", "GpuEccDoubleBitError", "GpuRowRemapFailure")
+"""Alerts after which a GPU's pod is not capacity (as ``control.remediate`` reads them)."""
+ALERT = "alert:"
+"""Key prefix of the alert signals: ``alert:<alertname>``."""
+
 POD_SIGNALS: Mapping[str, Signal] = {
     SM: Signal("DCGM_FI_PROF_SM_ACTIVE", aggregation="avg", by=("pod",)),
     XID: Signal("DCGM_FI_DEV_XID_ERRORS", aggregation="max", by=("pod",)),
     DBE: Signal("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", aggregation="max", by=("pod",)),
     THERMAL: Signal("DCGM_FI_DEV_THERMAL_VIOLATION", aggregation="max", by=("pod",)),
     DONE: Signal("gpuscale_serving_requests_total", aggregation="sum", by=("pod",)),
+    **{
+        f"{ALERT}{name}": Signal(
+            "ALERTS", {"alertname": name, "alertstate": "firing"}, "max", ("pod",)
+        )
+        for name in HEALTH_ALERTS
+    },
 }
 """The per-pod series health is judged on, by the key they have in ``pod_metrics``."""
 
@@ -123,6 +138,9 @@ def assess(
             why = f"xid {int(xid)}"
         elif dbe is not None and dbe > float(prev.get(DBE) or 0.0):
             why = "dbe"
+        else:
+            firing = [a for a in HEALTH_ALERTS if _value(observation, ALERT + a, pod.name)]
+            why = f"alert {firing[0]}" if firing else None
         if why is not None:
             rec["until"], rec["why"] = now + cfg.quarantine_s, why
         if rec["until"] is not None and now < float(rec["until"]):

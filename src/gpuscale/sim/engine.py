@@ -41,6 +41,7 @@ from gpuscale.metrics.signal import MetricsSource
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
 from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
+from gpuscale.sim.alerting import SimAlerting, alert_window_s
 from gpuscale.sim.cluster import (
     NODE_READY,
     READY,
@@ -96,6 +97,11 @@ class Scenario:
         queue_model: The deployment's queue: ``fluid`` (``fluid.FluidQueue``),
             ``requests`` (one request at a time, exact: ``requests.RequestQueue``), or
             ``auto``: requests wherever that is cheap (``queue_model.choose``).
+        alerting: Evaluate the alert catalogue over the run's store (``sim.alerting``):
+            firing alerts become ``ALERTS`` series and the result times each fault's
+            detection and mitigation. Off by default: it costs about ten times a
+            small run's simulation (docs/alerts.md).
+        alert_interval_s: Rule evaluation interval when alerting, seconds.
     """
 
     workload: Workload
@@ -112,6 +118,8 @@ class Scenario:
     collect_interval_s: float = 30.0
     collect_offset_s: float = 7.0
     queue_model: QueueModel = "auto"
+    alerting: bool = False
+    alert_interval_s: float = 15.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -126,6 +134,7 @@ class Scenario:
             "collect_interval_s": self.collect_interval_s >= 1,
             "collect_offset_s": self.collect_offset_s >= 0,
             "queue_model": self.queue_model in QUEUE_MODELS,
+            "alert_interval_s": self.alert_interval_s >= 1,
         }
         check_ranges(
             "scenario",
@@ -159,8 +168,15 @@ class _Run:
         self.path = signal_path_of(policy, SignalPath(delay_s=scenario.rule_delay_s))
         windows = [s.window for s in (*policy.signals.values(), *policy.pod_signals.values())]
         retention = policy.history_s + max(windows, default=0.0) + self.path.delay_s + LOOKBACK_S
+        alerting = scenario.alerting
+        if alerting:  # the rules read further back than the policy may
+            retention = max(retention, alert_window_s() + LOOKBACK_S)
         self.store = MetricStore(retention_s=retention + 4 * scenario.scrape_interval_s)
-        metrics = {s.metric for s in (*policy.signals.values(), *policy.pod_signals.values())}
+        metrics: set[str] | None = {
+            s.metric for s in (*policy.signals.values(), *policy.pod_signals.values())
+        }
+        if alerting:
+            metrics = None  # every DCGM family: the rules read them
         self.writer = SeriesWriter(self.store, self.cluster, model.name, scenario.seed, metrics)
         self.ring: SecondTotals | None = None
         self.source: MetricsSource = self.store
@@ -196,11 +212,16 @@ class _Run:
         self._ready_uids = np.zeros(0, dtype=np.int64)
         self._loading = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
         self._stopping = np.zeros(0, dtype=np.int64)
-        read = self.ring is None and bool(policy.signals or policy.pod_signals)  # else unread
+        read = alerting or (self.ring is None and bool(policy.signals or policy.pod_signals))
         tel_args = (self.cluster, self.physics, self.writer, serving, scenario.workload)
         self.tel = Telemetry(*tel_args, self.slots, scraped=read)
         self._drain_dev: dict[int, np.ndarray] = {}  # pod uid -> its devices, of each pod drained
         self._power_w = 0.0  # GPUs of the Ready nodes, at the last collect
+        self.alerting: SimAlerting | None = None
+        if alerting:
+            args = (self.store, self.cluster, self.writer.uuids, model.name)
+            collect = (scenario.collect_interval_s, scenario.collect_offset_s)
+            self.alerting = SimAlerting(*args, scenario.alert_interval_s, collect)
 
     # ----------------------------------------------------------------- capacity
     def _flush(self) -> None:
@@ -339,6 +360,8 @@ class _Run:
                     next_collect = sc.collect_offset_s + collect_s * max(periods, 0)
                 if scrape:
                     next_scrape += sc.scrape_interval_s
+                    if self.alerting is not None:
+                        self.alerting.scrape(float(t), self.faults.applied)
             if ring is not None and t >= next_sample:  # the controller's own 1 s scrape
                 ring.record(t, (queue.busy, queue.waiting))
                 next_sample += sample_s
@@ -347,6 +370,8 @@ class _Run:
                 next_decision += self.policy.interval_s
             if self._cap_dirty or cluster.version != self._cap_version:
                 self._refresh_capacity(t)
+            if self.alerting is not None:
+                self.alerting.step(float(t), self.faults.applied)
             # Nothing changes servers or capacity before the next of these falls due (a
             # threshold x falls due at the first whole second >= x), nor while no pod
             # drains, so the queue advances over the block in one call.
@@ -446,6 +471,7 @@ class _Run:
             ttft_within_slo=summary.ttft_within_slo,
             tpot_within_slo=summary.tpot_within_slo,
             node_gpu_seconds=float(nodes.sum()),
+            fault_timings=self.alerting.timings() if self.alerting is not None else (),
         )
         check_conservation(result)
         return result

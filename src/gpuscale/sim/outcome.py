@@ -54,6 +54,31 @@ class Timeline:
 
 
 @dataclass(frozen=True, slots=True)
+class FaultTiming:
+    """How fast one injected fault was seen and handled.
+
+    Attributes:
+        spec: The fault as specified (``gpu-lost@600``).
+        kind: Its kind.
+        injected_s: When it was applied, seconds.
+        pod: The pod it hit (None when it found none).
+        uuid: The GPU it hit.
+        detect_s: Time to detect, seconds (None: no alert about that GPU fired).
+        alert: The first alert that fired about it.
+        mitigate_s: Time to mitigate, seconds (None: not mitigated in the run).
+    """
+
+    spec: str
+    kind: str
+    injected_s: float
+    pod: str | None
+    uuid: str | None
+    detect_s: float | None
+    alert: str | None
+    mitigate_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class RunResult:
     """The outcome of one policy on one scenario.
 
@@ -79,6 +104,8 @@ class RunResult:
         node_gpu_seconds: GPU time of the Ready nodes, from each node's joining to its
             removal (idle time until scale-down included), seconds; at least
             ``gpu_seconds`` when recorded, 0 when not.
+        fault_timings: Per injected fault, time to detect and to mitigate, when the
+            run evaluated the alert catalogue (``Scenario.alerting``); else empty.
 
     Every arrival ends exactly once: ``completed_requests + dropped_requests +
     in_flight_requests == requests`` (``check_conservation``).
@@ -100,6 +127,7 @@ class RunResult:
     ttft_within_slo: float | None = None
     tpot_within_slo: float | None = None
     node_gpu_seconds: float = 0.0
+    fault_timings: tuple[FaultTiming, ...] = ()
 
     @property
     def dropped_requests(self) -> float:
