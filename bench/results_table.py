@@ -38,7 +38,7 @@ def row(name: str, p: dict[str, Any]) -> str:
         f"{100 * p['slo_attainment']:.1f} ±{100 * _half(p.get('slo_attainment_ci95')):.1f} %",
         f"{100 * p['mean_gpu_utilization']:.1f} %",
         f"{p['p99_latency_s']:.1f} s",
-        f"{p['dropped_requests']:g}",
+        f"{p['dropped_requests']:.0f}",
         str(p["scale_events"]),
     ]
     return "| " + " | ".join(cells) + " |"
