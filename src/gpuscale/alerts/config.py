@@ -109,11 +109,9 @@ class ThermalThrottling(ShareOfTime):
 
 
 class PowerCapped(ShareOfTime):
-    """``GpuPowerCapped``: clocks held at the power limit over ``threshold`` of ``window``.
+    """``GpuPowerCapped``: held at the power limit over ``threshold`` of a ``window``.
 
-    ``dip_window`` bridges load dips: a GPU counts as capped while any ``window`` within
-    the last ``dip_window`` was, so a lull that takes it under its limit for less than
-    that does not restart ``for``.
+    Any such ``window`` in the last ``dip_window`` counts, so a load lull does not restart ``for``.
     """
 
     for_: Duration = Field(default="15m", alias="for")
@@ -140,9 +138,7 @@ class Idle(AlertSettings):
 class Straggler(AlertSettings):
     """``GpuStraggler``: SM clock below ``threshold`` of its model's median while busy.
 
-    A GPU is compared only while at least ``min_utilization`` busy; its last comparison
-    stands for ``dip_window`` while its load dips under that, so a serving load's lull
-    does not restart ``for``.
+    Busy is ``min_utilization`` or more; the last busy comparison stands for ``dip_window``.
     """
 
     for_: Duration = Field(default="5m", alias="for")
@@ -168,8 +164,7 @@ class ZScore(AlertSettings):
 class RisingFast(AlertSettings):
     """The mean temperature over ``window`` against the one before, in Celsius per second.
 
-    ``window`` should span several periods of the load's swing, so the two means cancel
-    it (the simulator's serving load swings every 5 minutes).
+    ``window`` should span several periods of the load's swing, so the means cancel it.
     """
 
     for_: Duration = Field(default="0s", alias="for")
@@ -187,8 +182,7 @@ class ExporterDown(AlertSettings):
 class Stale(AlertSettings):
     """``GpuMetricsStale``: values older than ``threshold`` seconds, or frozen over ``window``.
 
-    ``window`` must exceed the exporter's update interval plus a scrape interval
-    (dcgm-exporter collects every 30 s by default), or a healthy GPU looks frozen.
+    ``window`` must exceed the exporter's update interval (dcgm-exporter: 30 s) plus a scrape.
     """
 
     for_: Duration = Field(default="2m", alias="for")

@@ -67,11 +67,17 @@ WATCHES: dict[str, Watch] = {
         f"{_D}GPU_UTIL" in v
         and v[f"{_D}GPU_UTIL"] / 100 <= c.alerts.GpuIdleWhileAllocated.threshold
     ),
+    # A GPU is compared with its peers only while busy: a straggler injected in a
+    # load dip shows at the first busy sample.
+    "GpuStraggler": lambda v, _, c: (
+        v.get(f"{_D}GPU_UTIL", 0.0) / 100 >= c.alerts.GpuStraggler.min_utilization
+    ),
 }
 """The observable onset of a fault for the alerts that watch a gradual signal: the first
 sample from the injection on where the raw series show it (the violation counter
 rises, the temperature or memory share crosses the threshold, utilisation drops to
-it; ``GpuTemperatureAnomaly``'s is ``unusually_hot``). For every other alert the fault
+it, a straggler is busy enough to be compared; ``GpuTemperatureAnomaly``'s is
+``unusually_hot``). For every other alert the fault
 is observable at the sample it is injected in: an XID, a vanished GPU, a frozen value,
 a failed scrape or a capped clock shows at once."""
 ANOMALY = "GpuTemperatureAnomaly"
