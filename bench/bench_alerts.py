@@ -71,34 +71,42 @@ FAULTS = {
     "idle-allocated": "idle-allocated@{at}:gpu={gpu}",
     "stale": "stale@{at}:gpu={gpu}",
     "straggler": "straggler@{at}:gpu={gpu}",
+    "straggler-serving": "straggler@{at}:gpu={gpu}",
     "exporter-down": "exporter-down@{at}",
 }
+"""Fault spec of each faulty host, by the host's name suffix."""
 WINDOWS_MIN = {
     # GpuIdleWhileAllocated holds for 1 h: injected early enough to fire in the history.
     "idle-allocated": (15, 35),
-    # GpuPowerCapped needs half its 10 m window capped, then 15 m of for:.
-    "power-cap": (60, 80),
 }
 """Injection window (minutes) of the kinds that do not use the default, 75 to 95."""
 LOADS = {"straggler": TRAINING}
+"""Load of the faulty hosts that do not run the default serving sine."""
 SWEEPS = (
-    Sweep("GpuTemperatureHigh", "threshold", (60.0, 70.0, 80.0, 85.0, 90.0)),
+    Sweep("GpuTemperatureHigh", "threshold", (70.0, 80.0, 85.0, 90.0)),
+    Sweep("GpuTemperatureHigh", "for", (0.0, 60.0, 120.0)),
     Sweep("GpuTemperatureRisingFast", "threshold", (0.002, 0.005, 0.01, 0.02)),
-    Sweep("GpuTemperatureAnomaly", "threshold", (0.5, 1.0, 2.0, 3.0)),
+    Sweep("GpuTemperatureRisingFast", "window", (120.0, 300.0, 600.0)),
+    Sweep("GpuTemperatureAnomaly", "threshold", (1.0, 1.5, 2.0, 3.0)),
     Sweep("GpuThermalThrottling", "for", (0.0, 120.0, 300.0)),
+    Sweep("GpuPowerCapped", "dip_window", (15.0, 120.0, 300.0)),
+    Sweep("GpuStraggler", "dip_window", (15.0, 120.0, 300.0)),
+    Sweep("GpuMetricsStale", "window", (30.0, 45.0, 60.0)),
 )
+DURATION_KEYS = frozenset({"for", "window", "dip_window"})
+"""Swept keys whose values are seconds."""
 
 
 def fleet(seed: int) -> list[HostRun]:
     rng = np.random.default_rng([seed, 11])
     runs = []
-    for i, (kind, spec) in enumerate(FAULTS.items()):
-        low, high = WINDOWS_MIN.get(kind, (75, 95))
+    for i, (name, spec) in enumerate(FAULTS.items()):
+        low, high = WINDOWS_MIN.get(name, (75, 95))
         at = int(rng.integers(low * 60, high * 60))
         gpu = int(rng.integers(0, GPUS))
         fault = parse_fault(spec.format(at=at, gpu=gpu), "exporter")
-        load = LOADS.get(kind)
-        runs.append(HostRun(f"s{seed}-{kind}", GPUS, 1000 * seed + i, (fault,), load=load))
+        load = LOADS.get(name)
+        runs.append(HostRun(f"s{seed}-{name}", GPUS, 1000 * seed + i, (fault,), load=load))
     for j, load in enumerate(FAULT_FREE):
         runs.append(HostRun(f"s{seed}-ok{j}", GPUS, 1000 * seed + 100 + j, load=load))
     return runs
@@ -177,7 +185,7 @@ def markdown(result: dict) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in result["sweeps"]:
-        value = f"{r['value']:g} s" if r["key"] == "for" else f"{r['value']:g}"
+        value = f"{r['value']:g} s" if r["key"] in DURATION_KEYS else f"{r['value']:g}"
         lines.append(
             f"| {r['alert']}.{r['key']} | {value} | {r['detected']}/{r['faults']} "
             f"| {r['false_episodes']} | {_delay(r['median_delay_s'])} |"
@@ -330,7 +338,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-alerts-") as tmp:
             e2e.append(end_to_end(Path(tmp)))
         print(f"end to end: {e2e[-1]:.2f} s", flush=True)
-    kinds = {kind: list(DETECTS[kind]) for kind in FAULTS}
+    fault_kinds = sorted({spec.split("@")[0] for spec in FAULTS.values()})
+    kinds = {kind: list(DETECTS[kind]) for kind in fault_kinds}
     result = {
         "seeds": args.seeds,
         "hosts_per_seed": len(FAULTS) + len(FAULT_FREE),

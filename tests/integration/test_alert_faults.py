@@ -2,7 +2,9 @@
 real Prometheus, in time, and a fault-free host at the same load raises nothing.
 
 One host runs a training job (every GPU 90 % busy) with five faults on five GPUs,
-a second host's exporter goes down, a third is fault-free at the same load. The
+a second host's exporter goes down, a third is fault-free at the same load, and a
+fourth serves (the simulator's 5-minute load swing) with a straggler, whose load
+dips take it out of the peer comparison now and then. The
 rules with an hour-long or 15-minute ``for:`` get 5 minutes here so the history
 stays half an hour; the bound on each delay is the principle the benchmark
 judges by (README, "Alert benchmark"): from the fault's observable onset, two
@@ -61,6 +63,7 @@ def scored(tmp_path_factory):
         HostRun("faulty", 8, 11, faults, load=TRAINING),
         HostRun("down", 2, 12, (parse_fault(f"exporter-down@{AT_S}", "exporter"),)),
         HostRun("fine", 8, 13, load=TRAINING),
+        HostRun("serving", 8, 14, (parse_fault(f"straggler@{AT_S}:gpu=6", "exporter"),)),
     ]
     scores, _ = run_backtest(runs, 1800, STEP_S, config=config)
     return config, {s.alert: s for s in scores}
@@ -70,11 +73,13 @@ def scored(tmp_path_factory):
 def test_each_fault_is_caught_by_its_rule_within_the_bound_from_its_onset(scored, alert):
     config, scores = scored
     s = scores[alert]
-    assert (s.faults, s.detected, s.false_positives) == (1, 1, 0)
+    n = 2 if alert == "GpuStraggler" else 1  # on the training and the serving host
+    assert (s.faults, s.detected, s.false_positives) == (n, n, 0)
     bound = 2 * STEP_S + s.for_s + window_fill_s(alert, config)
-    assert 0 <= s.onset_delays_s[0] <= bound
-    # The rule cannot fire before its for: has passed since the fault showed.
-    assert s.onset_delays_s[0] >= s.for_s
+    for delay in s.onset_delays_s:
+        assert 0 <= delay <= bound
+        # The rule cannot fire before its for: has passed since the fault showed.
+        assert delay >= s.for_s
 
 
 def test_nothing_fires_on_the_fault_free_host(scored):

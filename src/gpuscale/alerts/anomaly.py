@@ -5,18 +5,23 @@ Three ways to tell a sick GPU from a busy one without a per-fleet threshold:
 * **Peer comparison**: a GPU against the median of the busy GPUs of the same model
   (``GpuStraggler``). Power capping holds clocks no lower than the base clock
   (80 % of boost on an H100), so a clock well under its busy peers' median is a
-  GPU that is slower at equal load, not one that is working harder.
-* **Z-score against its own history**: the temperature's recent mean against the
-  mean and spread of its own past hour, the last minutes left out so a fault does
-  not hide in its own baseline (``GpuTemperatureAnomaly``). A minimum rise in
-  Celsius keeps a GPU with a flat history from paging on 1 C.
+  GPU that is slower at equal load, not one that is working harder. A GPU's last
+  busy comparison stands through a load dip, so a serving lull does not restart
+  ``for:``.
+* **Z-score against its own history**: the temperature's mean over the last
+  30 seconds against the mean and spread of its own past hour, the last minutes left
+  out so a fault does not hide in its own baseline (``GpuTemperatureAnomaly``).
+  A load swing is in that spread (a sine strays at most 1.41 sigma from its mean),
+  so the short mean does not read load as a fault. A minimum rise in Celsius keeps
+  a GPU with a flat history from paging on 1 C.
 * **Rate of change**: how fast the temperature's 10-minute mean rises
-  (``GpuTemperatureRisingFast``), which sees a failed fan minutes before the
-  temperature crosses a threshold.
+  (``GpuTemperatureRisingFast``). Its windows span several periods of the load's
+  swing: a serving GPU's temperature follows its load by 20 C within minutes, so
+  the slope of shorter means is mostly load.
 
-Both compare means over minutes, not single samples, because a serving GPU's
-temperature follows its load up and down by 20 C within minutes: a raw sample's
-slope or distance from its mean is mostly load.
+Both temperature rules hold only while the GPU's exporter was up through the
+windows they read: over an outage Prometheus holds the last sample for its
+5-minute lookback, and a mean over that is no sign of the GPU's state.
 """
 
 from gpuscale.alerts.config import duration_seconds
@@ -50,6 +55,12 @@ def anomaly_rules(b: Builder) -> list[Rule]:
     z_age = duration_seconds(z.window) + duration_seconds(z.gap)
     z_rise = f"({rise} > {z.min_rise_c}) and {TEMPERATURE} offset {z_age}s"
     slope_full = f"({slope} > {fast.threshold}) and {TEMPERATURE} offset {2 * w}s"
+    # Only while the GPU's exporter was scraped through the whole recent window: the
+    # samples from before an outage (held for the lookback once it starts) are no
+    # sign of the GPU's state, and a mean over them moves for no reason on the GPU.
+    job = b.config.exporter_job
+    z_up = f'min_over_time(up{{job=~"{job}"}}[{z.recent}]) == 1'
+    fast_up = f'min_over_time(up{{job=~"{job}"}}[{2 * w}s]) == 1'
     rules: list[Rule] = [
         RecordingRule(
             PEER_RATIO,
@@ -62,7 +73,9 @@ def anomaly_rules(b: Builder) -> list[Rule]:
         b.alert(
             "GpuStraggler",
             strag,
-            per_gpu(f"{PEER_RATIO} < {strag.threshold}"),
+            # Its last busy comparison: a dip under min_utilization (a serving load's
+            # lull) leaves no comparison, and must not restart for:.
+            per_gpu(f"last_over_time({PEER_RATIO}[{strag.dip_window}]) < {strag.threshold}"),
             f"{THE_GPU} runs at {{{{ $value | humanizePercentage }}}} of its peers' clock",
             "While busy, its SM clock is far below the median of the busy "
             "{{ $labels.modelName }} GPUs, so it is slower at equal load and holds back "
@@ -72,7 +85,10 @@ def anomaly_rules(b: Builder) -> list[Rule]:
         b.alert(
             "GpuTemperatureAnomaly",
             z,
-            per_gpu(f"{ZSCORE} > {z.threshold} and on (Hostname, gpu) ({z_rise})"),
+            per_gpu(
+                f"{ZSCORE} > {z.threshold} and on (Hostname, gpu) ({z_rise}) "
+                f"and on (instance, job) ({z_up})"
+            ),
             f'{THE_GPU} is unusually hot for itself ({{{{ $value | printf "%.1f" }}}} sigma)',
             f"Its mean temperature over {z.recent} is more than {z.threshold:g} standard "
             f"deviations and {z.min_rise_c:g} C above its own {z.window} before the last "
@@ -81,7 +97,7 @@ def anomaly_rules(b: Builder) -> list[Rule]:
         b.alert(
             "GpuTemperatureRisingFast",
             fast,
-            per_gpu(slope_full),
+            per_gpu(f"{slope_full} and on (instance, job) ({fast_up})"),
             f'{THE_GPU} heats up {{{{ $value | printf "%.3f" }}}} C/s',
             f"Its mean temperature over the last {fast.window} is more than "
             f"{fast.threshold * w:g} C above the {fast.window} before.{HELD_BY} "

@@ -17,6 +17,7 @@ from gpuscale.alerts.model import (
     THE_GPU,
     AlertRule,
     Builder,
+    RecordingRule,
     RuleGroup,
     any_of,
     from_amd,
@@ -109,12 +110,30 @@ def _row_remap(b: Builder) -> AlertRule:
     )
 
 
-def _violation(b: Builder, name: str, counter: str, what: str, action: str) -> AlertRule:
-    s = getattr(b.config.alerts, name)
+POWER_CAPPED = "gpuscale:gpu_power_capped:ratio"
+"""Share of the last ``GpuPowerCapped.window`` the GPU's clocks were held at its power limit."""
+
+
+def _held_share(b: Builder, counter: str, window: str) -> str:
     # DCGM's violation counters count micro- (or, in newer releases, nano-) seconds
     # of held-down clocks; divided, the rate is the share of time held down.
     per_s = "1e9" if b.config.violation_unit == "ns" else "1e6"
-    expr = per_gpu(f"rate({counter}[{s.window}]) / {per_s} > {s.threshold}")
+    return f"rate({counter}[{window}]) / {per_s}"
+
+
+def health_records(b: Builder) -> list[RecordingRule]:
+    """Records the health alerts read: the power-capped share, which ``GpuPowerCapped`` spans.
+
+    Returns:
+        The recording rules, to be evaluated before the alerts.
+    """
+    window = b.config.alerts.GpuPowerCapped.window
+    return [RecordingRule(POWER_CAPPED, _held_share(b, "DCGM_FI_DEV_POWER_VIOLATION", window))]
+
+
+def _violation(b: Builder, name: str, counter: str, what: str, action: str) -> AlertRule:
+    s = getattr(b.config.alerts, name)
+    expr = per_gpu(f"{_held_share(b, counter, s.window)} > {s.threshold}")
     return b.alert(
         name,
         s,
@@ -122,6 +141,24 @@ def _violation(b: Builder, name: str, counter: str, what: str, action: str) -> A
         f"{THE_GPU} is {what}",
         f"Clocks were held down {{{{ $value | humanizePercentage }}}} of the last {s.window} "
         f"({counter}).{HELD_BY} {action}",
+    )
+
+
+def _power_capped(b: Builder) -> AlertRule:
+    s = b.config.alerts.GpuPowerCapped
+    # The highest capped share of any window in the last dip_window: a lull in the load
+    # that takes the GPU under its limit for a while does not restart for:.
+    expr = per_gpu(f"max_over_time({POWER_CAPPED}[{s.dip_window}]) > {s.threshold}")
+    return b.alert(
+        "GpuPowerCapped",
+        s,
+        expr,
+        f"{THE_GPU} is held at its power limit",
+        f"Clocks were held at the power limit over {s.threshold:.0%} of a {s.window} window "
+        f"within the last {s.dip_window}, for {s.for_} (DCGM_FI_DEV_POWER_VIOLATION; peak "
+        f"share {{{{ $value | humanizePercentage }}}}).{HELD_BY} Expected under heavy "
+        "load; if it persists at modest load, check the power limit "
+        "(nvidia-smi -q -d POWER) and the PSU.",
     )
 
 
@@ -162,6 +199,9 @@ def _exporter(b: Builder) -> list[AlertRule]:
     down, stale = a.GpuExporterDown, a.GpuMetricsStale
     frozen = (
         f"changes(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[{stale.window}]) == 0 "
+        # Two samples at least: a window shorter than the scrape interval holds one,
+        # which never changes.
+        f"and count_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[{stale.window}]) > 1 "
         "and DCGM_FI_DEV_POWER_USAGE > 0 "
         # Only a series that existed a whole window ago: a new one has not had time to move.
         f"and DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION offset {stale.window}"
@@ -211,14 +251,7 @@ def health_rules(b: Builder) -> list[AlertRule]:
             "thermally throttled",
             "Check fans, inlet air and neighbouring cards; the GPU serves slower until it cools.",
         ),
-        _violation(
-            b,
-            "GpuPowerCapped",
-            "DCGM_FI_DEV_POWER_VIOLATION",
-            "held at its power limit",
-            "Expected under heavy load; if it persists at modest load, check the power "
-            "limit (nvidia-smi -q -d POWER) and the PSU.",
-        ),
+        _power_capped(b),
         *_gauges(b),
         *_exporter(b),
     ]
@@ -238,7 +271,7 @@ def build_catalogue(config: AlertConfig | None = None) -> tuple[RuleGroup, ...]:
     # Prometheus runs groups concurrently (and promtool in no fixed order), so the
     # neutral records share a group with the alerts that read them: a group's rules
     # run in order, and an alert sees the records of the same evaluation.
-    gpu = (*neutral_rules(), *health_rules(b), *anomaly_rules(b))
+    gpu = (*neutral_rules(), *health_records(b), *health_rules(b), *anomaly_rules(b))
     groups = [RuleGroup("gpuscale.gpu", gpu, interval)]
     slo = slo_rules(b)
     if slo:

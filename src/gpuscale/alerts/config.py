@@ -89,9 +89,9 @@ class ShareOfTime(AlertSettings):
 
 
 class TemperatureHigh(AlertSettings):
-    """``GpuTemperatureHigh``: die temperature above ``threshold`` Celsius."""
+    """``GpuTemperatureHigh``: die temperature above ``threshold`` Celsius for ``for``."""
 
-    for_: Duration = Field(default="2m", alias="for")
+    for_: Duration = Field(default="1m", alias="for")
     threshold: float = 85.0
 
 
@@ -109,12 +109,16 @@ class ThermalThrottling(ShareOfTime):
 
 
 class PowerCapped(ShareOfTime):
-    """``GpuPowerCapped``: clocks held at the power limit over ``threshold`` of the time."""
+    """``GpuPowerCapped``: held at the power limit over ``threshold`` of a ``window``.
+
+    Any such ``window`` in the last ``dip_window`` counts, so a load lull does not restart ``for``.
+    """
 
     for_: Duration = Field(default="15m", alias="for")
     severity: Severity = "info"
     threshold: Share = 0.5
-    window: Duration = "10m"
+    window: Duration = "1m"
+    dip_window: Duration = "5m"
 
 
 class RowRemapFailure(AlertSettings):
@@ -132,11 +136,15 @@ class Idle(AlertSettings):
 
 
 class Straggler(AlertSettings):
-    """``GpuStraggler``: SM clock below ``threshold`` of its model's median while busy."""
+    """``GpuStraggler``: SM clock below ``threshold`` of its model's median while busy.
+
+    Busy is ``min_utilization`` or more; the last busy comparison stands for ``dip_window``.
+    """
 
     for_: Duration = Field(default="5m", alias="for")
     threshold: Share = 0.75
     min_utilization: Share = 0.3
+    dip_window: Duration = "5m"
 
 
 class ZScore(AlertSettings):
@@ -148,13 +156,16 @@ class ZScore(AlertSettings):
     for_: Duration = Field(default="1m", alias="for")
     threshold: float = Field(default=2.0, gt=0)
     min_rise_c: float = Field(default=10.0, ge=0)
-    recent: Duration = "5m"
+    recent: Duration = "30s"
     window: Duration = "1h"
     gap: Duration = "10m"
 
 
 class RisingFast(AlertSettings):
-    """The mean temperature over ``window`` against the one before, in Celsius per second."""
+    """The mean temperature over ``window`` against the one before, in Celsius per second.
+
+    ``window`` should span several periods of the load's swing, so the means cancel it.
+    """
 
     for_: Duration = Field(default="0s", alias="for")
     threshold: float = Field(default=0.01, gt=0)
@@ -169,11 +180,14 @@ class ExporterDown(AlertSettings):
 
 
 class Stale(AlertSettings):
-    """``GpuMetricsStale``: values older than ``threshold`` seconds, or frozen over ``window``."""
+    """``GpuMetricsStale``: values older than ``threshold`` seconds, or frozen over ``window``.
+
+    ``window`` must exceed the exporter's update interval (dcgm-exporter: 30 s) plus a scrape.
+    """
 
     for_: Duration = Field(default="2m", alias="for")
     threshold: float = Field(default=60.0, gt=0)
-    window: Duration = "5m"
+    window: Duration = "45s"
 
 
 class Alerts(_Settings):

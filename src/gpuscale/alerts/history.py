@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuscale.alerts.config import AlertConfig
+from gpuscale.alerts.config import AlertConfig, duration_seconds
 from gpuscale.errors import TransientError
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.telemetry.base import Snapshot
@@ -67,12 +67,42 @@ WATCHES: dict[str, Watch] = {
         f"{_D}GPU_UTIL" in v
         and v[f"{_D}GPU_UTIL"] / 100 <= c.alerts.GpuIdleWhileAllocated.threshold
     ),
+    # A GPU is compared with its peers only while busy: a straggler injected in a
+    # load dip shows at the first busy sample.
+    "GpuStraggler": lambda v, _, c: (
+        v.get(f"{_D}GPU_UTIL", 0.0) / 100 >= c.alerts.GpuStraggler.min_utilization
+    ),
 }
 """The observable onset of a fault for the alerts that watch a gradual signal: the first
 sample from the injection on where the raw series show it (the violation counter
 rises, the temperature or memory share crosses the threshold, utilisation drops to
-it). For every other alert the fault is observable at the sample it is injected in:
-an XID, a vanished GPU, a frozen value, a failed scrape or a capped clock shows at once."""
+it, a straggler is busy enough to be compared; ``GpuTemperatureAnomaly``'s is
+``unusually_hot``). For every other alert the fault
+is observable at the sample it is injected in: an XID, a vanished GPU, a frozen value,
+a failed scrape or a capped clock shows at once."""
+ANOMALY = "GpuTemperatureAnomaly"
+
+
+def unusually_hot(temp_c: float, past: Sequence[float], config: AlertConfig) -> bool:
+    """Whether one temperature sample is what ``GpuTemperatureAnomaly`` looks for.
+
+    Args:
+        temp_c: The sample, Celsius.
+        past: The GPU's samples over the rule's ``window`` ending ``gap`` before it.
+        config: The settings whose ``threshold`` (sigma) and ``min_rise_c`` apply.
+
+    Returns:
+        True when the sample is more than ``threshold`` standard deviations and
+        ``min_rise_c`` above the mean of ``past``: the first such sample is the
+        fault's onset for that rule, whose mean over ``recent`` then follows.
+    """
+    z = config.alerts.GpuTemperatureAnomaly
+    if len(past) < 2:
+        return False
+    mean = sum(past) / len(past)
+    sd = (sum((x - mean) ** 2 for x in past) / len(past)) ** 0.5
+    rise = temp_c - mean
+    return rise > z.min_rise_c and rise > z.threshold * sd
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +140,24 @@ class _Watcher:
     config: AlertConfig
     onsets: Onsets = field(default_factory=dict)
     _before: dict[int, Values] = field(default_factory=dict)
+    _temps: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)
+
+    def _past(self, gpu: int, now_s: float) -> list[float]:
+        """The GPU's temperatures over the anomaly rule's window, ``gap`` before now."""
+        z = self.config.alerts.GpuTemperatureAnomaly
+        end = now_s - duration_seconds(z.gap)
+        begin = end - duration_seconds(z.window)
+        return [c for t, c in self._temps.get(gpu, ()) if begin <= t <= end]
+
+    def _remember(self, now_s: float, values: Mapping[int, Values]) -> None:
+        z = self.config.alerts.GpuTemperatureAnomaly
+        keep = duration_seconds(z.window) + duration_seconds(z.gap)
+        for gpu, v in values.items():
+            if f"{_D}GPU_TEMP" in v:
+                temps = self._temps.setdefault(gpu, deque())
+                temps.append((now_s, v[f"{_D}GPU_TEMP"]))
+                while temps[0][0] < now_s - keep:
+                    temps.popleft()
 
     def see(self, now_s: float, snapshot: Snapshot | None) -> None:
         values = {} if snapshot is None else {d.info.index: d.values for d in snapshot.devices}
@@ -126,7 +174,12 @@ class _Watcher:
                     and watch(now, self._before.get(gpu, {}), self.config)
                 ):
                     found[alert] = now_s
+            temp = now.get(f"{_D}GPU_TEMP")
+            past = self._past(gpu, now_s) if ANOMALY not in found else []
+            if temp is not None and unusually_hot(temp, past, self.config):
+                found[ANOMALY] = now_s
         self._before.update(values)
+        self._remember(now_s, values)
 
 
 def _escape(value: str) -> str:

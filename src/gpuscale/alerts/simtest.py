@@ -90,7 +90,9 @@ def _variant(config: AlertConfig, sweep: Sweep, value: float) -> AlertConfig:
         raise config_error(where, "no such alert setting", "name an alert and one of its keys")
     key = "for" if sweep.key in ("for", "for_") else sweep.key
     data = config.model_dump(by_alias=True)
-    data["alerts"][sweep.alert][key] = f"{int(value)}s" if key == "for" else value
+    # Durations (for:, windows) are swept in seconds and written as Prometheus durations.
+    duration = isinstance(data["alerts"][sweep.alert][key], str)
+    data["alerts"][sweep.alert][key] = f"{int(value)}s" if duration else value
     return AlertConfig.model_validate(data)
 
 

@@ -122,4 +122,9 @@ def test_violation_counters_default_to_nanoseconds_and_microseconds_divide_by_1e
     changed = {a.alert: a.expr for a in alerts_of(build_catalogue(us))}
     assert "[5m]) / 1e9 > 0.05" in default["GpuThermalThrottling"]
     assert "[5m]) / 1e6 > 0.05" in changed["GpuThermalThrottling"]
-    assert "[10m]) / 1e6 > 0.5" in changed["GpuPowerCapped"]
+    # GpuPowerCapped reads the capped share through its recording rule.
+    records = {
+        r.record: r.expr for g in build_catalogue(us) for r in g.rules if hasattr(r, "record")
+    }
+    assert records["gpuscale:gpu_power_capped:ratio"].endswith("[1m]) / 1e6")
+    assert "gpuscale:gpu_power_capped:ratio[5m]) > 0.5" in changed["GpuPowerCapped"]
