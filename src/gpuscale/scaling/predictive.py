@@ -68,6 +68,11 @@ class PredictiveConfig:
         cold_starts_kept: Most recent cold starts kept in the state.
         node_provision_s: Added to the horizon for replicas beyond ``fast_capacity``.
         fast_capacity: Replicas the always-up nodes hold; None: every replica fits.
+        smoothing_s: Demand is read as its trailing mean over this window (Knative's
+            stable window is 60 s): a sampled count of requests in flight scatters
+            around its mean, and a plan or a peak read off single samples holds
+            replicas for that scatter, which ``per_replica``'s headroom already covers.
+            0 reads the samples as they are.
         scale_in_window_s: Scale-in never goes below what this window's peak demand needs.
         rise_window_s: Window over which the observed load is judged rising.
         stabilization_window_s: Scale-in never goes below a recommendation this recent.
@@ -75,8 +80,8 @@ class PredictiveConfig:
         scale_up_percent: Percent of the current replicas a scale-out may add.
         scale_down_percent: Percent of the current replicas a scale-in may remove (min 1).
         scale_in_cooldown_s: No scale-in within this long of the last one: a deleted pod
-            drains for its termination grace, and scale-ins that overlap remove many
-            pods at once.
+            drains for its termination grace (30 s by default in Kubernetes), and
+            scale-ins that overlap within one grace remove many pods at once.
         min_replicas: Lower bound.
         max_replicas: Upper bound.
     """
@@ -90,13 +95,14 @@ class PredictiveConfig:
     cold_starts_kept: int = field(default=50, metadata={"unit": "pods"})
     node_provision_s: float = field(default=0.0, metadata={"unit": "s"})
     fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
+    smoothing_s: float = field(default=60.0, metadata={"unit": "s"})
     scale_in_window_s: float = field(default=300.0, metadata={"unit": "s"})
     rise_window_s: float = field(default=120.0, metadata={"unit": "s"})
     stabilization_window_s: float = field(default=120.0, metadata={"unit": "s"})
     scale_up_pods: int = field(default=8, metadata={"unit": "replicas"})
     scale_up_percent: float = field(default=100.0, metadata={"unit": "%"})
-    scale_down_percent: float = field(default=5.0, metadata={"unit": "%"})
-    scale_in_cooldown_s: float = field(default=60.0, metadata={"unit": "s"})
+    scale_down_percent: float = field(default=20.0, metadata={"unit": "%"})
+    scale_in_cooldown_s: float = field(default=30.0, metadata={"unit": "s"})
     min_replicas: int = field(default=1, metadata={"unit": "replicas"})
     max_replicas: int = field(default=100, metadata={"unit": "replicas"})
 
@@ -114,7 +120,7 @@ class PredictiveConfig:
         check(self.cold_starts_kept >= 1, "cold_starts_kept", "use 1 or more")
         check(self.node_provision_s >= 0, "node_provision_s", "use 0 or more seconds")
         check(self.fast_capacity is None or self.fast_capacity >= 0, "fast_capacity", "use >= 0")
-        windows = ("scale_in_window_s", "rise_window_s", "stabilization_window_s")
+        windows = ("smoothing_s", "scale_in_window_s", "rise_window_s", "stabilization_window_s")
         for key in (*windows, "scale_in_cooldown_s"):
             check(0 <= getattr(self, key) <= 3600, key, "use 0..3600 seconds")
         check(self.scale_up_pods >= 1, "scale_up_pods", "use 1 or more")
@@ -126,7 +132,8 @@ class PredictiveConfig:
     def history_s(self) -> float:
         """History each decision needs: the longest window read, seconds."""
         f = self.forecast
-        return max(f.trend_window_s, f.bucket_s, self.scale_in_window_s, self.rise_window_s)
+        peak = self.scale_in_window_s + self.smoothing_s  # its first point's mean looks back
+        return max(f.trend_window_s, f.bucket_s, peak, self.rise_window_s)
 
 
 def cold_start_s(
@@ -159,22 +166,61 @@ def cold_start_s(
     return ordered[index], new
 
 
+def smooth(points: Series, window_s: float) -> Series:
+    """Each point replaced by the mean of the points in the ``window_s`` up to it.
+
+    Returns:
+        (time, trailing mean) points at the same times; ``points`` when the window is 0.
+    """
+    if window_s <= 0 or len(points) < 2:
+        return points
+    out: list[tuple[float, float]] = []
+    total, lo = 0.0, 0
+    for t, v in points:
+        total += v
+        while points[lo][0] <= t - window_s:
+            total -= points[lo][1]
+            lo += 1
+        out.append((t, total / (len(out) + 1 - lo)))
+    return tuple(out)
+
+
+RISE_T = 2.0
+"""A rise counts when its least-squares slope is this many standard errors above 0.
+
+About 95 % two-sided: the samples of a steady load (a count of requests in flight
+scatters around its mean) show a positive slope half the time, and a rule that
+held every scale-in on such a slope would hold the fleet at its noise's peaks.
+"""
+
+
 def rising(points: Series, now: float, window_s: float) -> bool:
     """Whether the observed load rises over the window.
 
-    Rising means a positive least-squares slope and the newest point above the mean.
+    Rising means a least-squares slope ``RISE_T`` standard errors above 0 and the
+    newest point above the mean (a line through the points without scatter rises
+    whenever its slope is positive).
 
     Returns:
         True when both hold over the points in ``(now - window_s, now]``.
     """
     recent = [(t, v) for t, v in points if now - window_s < t <= now]
-    if len(recent) < 2:
-        return False
     n = len(recent)
+    if n < 2:
+        return False
     mean_t = sum(t for t, _ in recent) / n
     mean_v = sum(v for _, v in recent) / n
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent)
-    return slope > 0 and recent[-1][1] > mean_v
+    sxx = sum((t - mean_t) ** 2 for t, _ in recent)
+    if sxx <= 0 or recent[-1][1] <= mean_v:
+        return False
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent) / sxx
+    if slope <= 0:
+        return False
+    if n < 3:
+        return True
+    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
+    se = math.sqrt(sse / (n - 2) / sxx)
+    return slope >= RISE_T * se
 
 
 def horizon_s(cold_s: float, replicas: int, cfg: PredictiveConfig) -> float:
@@ -205,7 +251,7 @@ def plan(
 
     Args:
         observation: The decision's observation (its time and pods).
-        points: The demand history.
+        points: The demand samples; the bound is for their mean over ``smoothing_s``.
         state: The policy state (``forecast`` and ``cold`` parts are read).
         cfg: Settings.
         unsaturated_since: When requests were last queued, seconds. While they are, the
@@ -223,12 +269,12 @@ def plan(
         points = tuple(p for p in points if p[0] > unsaturated_since)
     cold, cold_state = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
     horizon = cold
-    f = fc.forecast(fstate, points, now, horizon, fcfg)
+    f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
     need = math.ceil(f.upper / cfg.per_replica - 1e-9)
     longer = horizon_s(cold, need, cfg)
     if longer > horizon:
         horizon = longer
-        f = fc.forecast(fstate, points, now, horizon, fcfg)
+        f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
         need = max(need, math.ceil(f.upper / cfg.per_replica - 1e-9))
     why = (
         f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
@@ -296,16 +342,19 @@ def agree(
     now: float,
     cfg: PredictiveConfig,
     started_at: float,
+    samples: Series | None = None,
 ) -> tuple[int, bool, str]:
     """Scale in only as far as the observed load agrees.
 
     Args:
         proposal: Replicas planned.
         current: Desired replicas now.
-        points: The demand history.
+        points: The (smoothed) demand history; its peak bounds the scale-in.
         now: Decision time, seconds.
         cfg: Windows and demand per replica.
         started_at: Time of the policy's first decision, seconds.
+        samples: The demand as sampled, on which a rise is judged (its scatter is
+            what ``rising`` tests the slope against); None: ``points``.
 
     Returns:
         (proposal raised to what the observed peak needs; whether no scale-in may
@@ -314,7 +363,8 @@ def agree(
     """
     if proposal >= current:
         return proposal, False, ""
-    up = rising(points, now, cfg.rise_window_s) or now - started_at < cfg.scale_in_window_s
+    seen = points if samples is None else samples
+    up = rising(seen, now, cfg.rise_window_s) or now - started_at < cfg.scale_in_window_s
     peak = max((v for t, v in points if t > now - cfg.scale_in_window_s), default=0.0)
     observed = math.ceil(peak / cfg.per_replica - 1e-9)
     if observed > proposal:
@@ -416,9 +466,12 @@ class PredictivePolicy:
         if isinstance(points, Decision):
             return points
         now, current = float(observation.now), observation.target.desired
-        need, why, parts = plan(observation, points, state, cfg)
+        # The forecast fits the samples (a trailing mean would lag a rise) and bounds
+        # their mean over smoothing_s; the observed peak is smoothed.
+        samples, points = points, smooth(points, cfg.smoothing_s)
+        need, why, parts = plan(observation, samples, state, cfg)
         started = float(state.get("started_at", now))
-        proposal, up, agreed = agree(need, current, points, now, cfg, started)
+        proposal, up, agreed = agree(need, current, points, now, cfg, started, samples)
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
         reason = f"{why}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)

@@ -264,7 +264,14 @@ def summarise_latency(
     pe[pe < NO_WAIT] = 0.0  # skips the wait term's work where no request waits
     theta = 0.5 * (1.0 + service_scv) * np.maximum(m, 1e-12) / (k * (1.0 - rho[step]))
     delay = np.asarray(records.wait_s, dtype=float)
-    d0 = backlog_delay(step, n, delay, servers.size, rate_window_s)
+    # A retry enters service ahead of the queue, its wait counted from its first
+    # arrival: that wait is its own, not the queue's, so it sets its own delay and
+    # does not spread over the first tries of the window around it.
+    again = np.fromiter(records.retried, dtype=np.int64, count=len(records.retried))
+    firsts = n.copy()
+    firsts[again] = 0.0
+    d0 = backlog_delay(step, firsts, delay, servers.size, rate_window_s)
+    d0[again] = delay[again]
     d0 = np.maximum(d0 - BACKLOG_FACTOR * pe * theta, 0.0)
     tail = pe * np.exp(-np.maximum(timeout_s - d0, 0.0) / theta)
     backlog = d0 > 1e-9
