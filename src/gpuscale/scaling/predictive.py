@@ -81,7 +81,9 @@ class PredictiveConfig:
         scale_down_percent: Percent of the current replicas a scale-in may remove (min 1).
         scale_in_cooldown_s: No scale-in within this long of the last one: a deleted pod
             drains for its termination grace (30 s by default in Kubernetes), and
-            scale-ins that overlap within one grace remove many pods at once.
+            scale-ins that overlap within one grace remove many pods at once. With
+            ``scale_down_percent`` it also holds capacity between bursts that recur
+            within minutes (docs/predictive.md).
         min_replicas: Lower bound.
         max_replicas: Upper bound.
     """
@@ -101,8 +103,8 @@ class PredictiveConfig:
     stabilization_window_s: float = field(default=120.0, metadata={"unit": "s"})
     scale_up_pods: int = field(default=8, metadata={"unit": "replicas"})
     scale_up_percent: float = field(default=100.0, metadata={"unit": "%"})
-    scale_down_percent: float = field(default=20.0, metadata={"unit": "%"})
-    scale_in_cooldown_s: float = field(default=30.0, metadata={"unit": "s"})
+    scale_down_percent: float = field(default=5.0, metadata={"unit": "%"})
+    scale_in_cooldown_s: float = field(default=60.0, metadata={"unit": "s"})
     min_replicas: int = field(default=1, metadata={"unit": "replicas"})
     max_replicas: int = field(default=100, metadata={"unit": "replicas"})
 
