@@ -35,6 +35,7 @@ from typing import Any
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import health
+from gpuscale.scaling.demand import recent_view, smooth
 from gpuscale.scaling.health import HealthConfig
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series, State
 from gpuscale.scaling.predictive import (
@@ -45,9 +46,7 @@ from gpuscale.scaling.predictive import (
     horizon_s,
     last_scale_in,
     plan,
-    recent_view,
     settle,
-    smooth,
 )
 
 logger = logging.getLogger(__name__)

@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.scaling import health
+from gpuscale.scaling.demand import rising
 from gpuscale.scaling.hybrid import TTFT, HybridConfig, HybridPolicy
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
-from gpuscale.scaling.predictive import DEMAND_METRICS, rising
+from gpuscale.scaling.predictive import DEMAND_METRICS
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
 STEP_S = 15.0

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
+from gpuscale.scaling.demand import rising, smooth
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import (
     DEMAND_METRICS,
@@ -16,8 +17,6 @@ from gpuscale.scaling.predictive import (
     PredictivePolicy,
     cold_start_s,
     horizon_s,
-    rising,
-    smooth,
 )
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
