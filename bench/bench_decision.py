@@ -127,7 +127,7 @@ def main() -> None:
     if not args.no_write:
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         results["decision"] = result
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

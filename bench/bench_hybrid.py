@@ -19,6 +19,9 @@ The target attainment is the run's (0.99), or the trace's ceiling when that is
 lower. Run:
 
     python bench/bench_hybrid.py out/azure-conv/results.json out/ramp/results.json ...
+
+``--write`` also stores the figures and verdicts as the ``hybrid`` key of
+bench/results.json, keeping the other keys.
 """
 
 import argparse
@@ -169,11 +172,54 @@ def verdict(doc: dict[str, Any]) -> str:
     return f"{head}: " + "; ".join(parts)
 
 
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """One trace's figures per policy and hybrid's verdict, for bench/results.json.
+
+    Returns:
+        A JSON-ready dict.
+    """
+    hpa_hours, how = hpa_reference(doc)
+    policies = {}
+    for name, p in doc["policies"].items():
+        at = p["gpu_hours_at_target"]
+        fewer = None
+        if at is not None and hpa_hours and name != "hpa":
+            fewer = round(1.0 - at / hpa_hours, 4)
+        policies[name] = {
+            "gpu_hours_at_target": at,
+            "gpu_hours_at_target_ci95": p["gpu_hours_at_target_ci95"],
+            "x_oracle_at_target": p["x_oracle_at_target"],
+            "x_oracle_at_target_ci95": p["x_oracle_at_target_ci95"],
+            "fewer_than_hpa": fewer,
+            "slo_attainment_fair": p["slo_attainment"],
+            "energy_kwh_fair": p.get("energy_kwh"),
+            "burst_recovery_s_fair": p.get("burst_recovery_s"),
+        }
+    return {
+        "trace": doc["trace"],
+        "faults": doc["faults"],
+        "seeds": doc["seeds"],
+        "target_attainment": doc["target_attainment"],
+        "ceiling": doc["ceiling"],
+        "hpa_reference": how,
+        "policies": policies,
+        "verdict": verdict(doc),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="results.json files")
+    parser.add_argument(
+        "--write", action="store_true", help="store them as the hybrid key of bench/results.json"
+    )
     args = parser.parse_args()
     docs = [json.loads(path.read_text()) for path in args.results]
+    if args.write:
+        store = Path(__file__).with_name("results.json")
+        kept = json.loads(store.read_text()) if store.exists() else {}
+        kept["hybrid"] = {"queue_model": "auto", "traces": [summary(d) for d in docs]}
+        store.write_text(json.dumps(kept, indent=2) + "\n")
     print(
         "| trace | policy | GPU-h at target | x oracle | fewer than HPA | within SLO "
         "(fair) | kWh (fair) | burst recovery s |"

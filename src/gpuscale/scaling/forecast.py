@@ -111,6 +111,15 @@ ANCHOR_S = 60.0
 MIN_LINE_POINTS = 8
 """Fewer points than this give the fallback no slope (two minutes at a 15 s step)."""
 
+SLOPE_T = 2.0
+"""The fallback extrapolates a slope only when it is this many standard errors from 0.
+
+About 95 % two-sided. A steady load's samples scatter, their line's slope is as
+often up as down, and a chance slope times a horizon of minutes (a cold start
+plus a node) moves the forecast by more than the scatter itself; without a
+slope the fallback is the window's mean level.
+"""
+
 
 def _z(quantile: float) -> float:
     return NormalDist().inv_cdf(quantile)
@@ -258,8 +267,20 @@ def _recent(points: Series, now: float, window_s: float) -> list[tuple[float, fl
     return [(t, v) for t, v in points if t > now - window_s and not math.isnan(v)]
 
 
-def trend_forecast(points: Series, now: float, horizon_s: float, cfg: ForecastConfig) -> Forecast:
+def trend_forecast(
+    points: Series, now: float, horizon_s: float, cfg: ForecastConfig, average_s: float = 0.0
+) -> Forecast:
     """The fallback: a least-squares line through the last ``trend_window_s`` of points.
+
+    Args:
+        points: (time seconds, demand) samples, oldest first.
+        now: Decision time, seconds.
+        horizon_s: How far ahead, seconds.
+        cfg: Window, quantile and bounds.
+        average_s: The bound is for the mean of the samples over this long at the
+            horizon (as many as the last ``average_s`` holds), not for one sample:
+            the prediction interval of a mean of ``k`` new samples has ``1 / k`` where
+            one sample's has 1. 0: one sample.
 
     Returns:
         The line's value at ``now + horizon_s`` (at least 0) and its upper bound.
@@ -268,6 +289,7 @@ def trend_forecast(points: Series, now: float, horizon_s: float, cfg: ForecastCo
     if not recent:
         return Forecast(0.0, 0.0, "none", horizon_s)
     n = len(recent)
+    new = 1.0 / max(sum(1 for t, _ in recent if t > now - average_s), 1)
     mean_v = sum(v for _, v in recent) / n
     floor = cfg.min_sigma_ratio * abs(mean_v)
     if n < MIN_LINE_POINTS:  # too few points for a slope: the level, and their spread
@@ -279,6 +301,12 @@ def trend_forecast(points: Series, now: float, horizon_s: float, cfg: ForecastCo
     mean_t = sum(t for t, _ in recent) / n
     sxx = sum((t - mean_t) ** 2 for t, _ in recent)
     slope = sum((t - mean_t) * (v - mean_v) for t, v in recent) / sxx if sxx > 0 else 0.0
+    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
+    if sxx <= 0 or abs(slope) < SLOPE_T * math.sqrt(sse / (n - 2) / sxx):
+        # No slope the scatter cannot explain: the level, and a new point's spread.
+        spread = math.sqrt(sum((v - mean_v) ** 2 for _, v in recent) / (n - 1))
+        upper = mean_v + _z(cfg.quantile) * max(spread, floor) * math.sqrt(new + 1 / n)
+        return Forecast(max(mean_v, 0.0), max(upper, 0.0), "trend", horizon_s)
     x = now + horizon_s
     # Anchored on the last minute's level, not the line's value at now: a load that
     # rose and fell inside the window would otherwise keep the line high.
@@ -287,16 +315,20 @@ def trend_forecast(points: Series, now: float, horizon_s: float, cfg: ForecastCo
     at_now = sum(v for _, v in last) / len(last) + slope * (now - last_t)
     bound = cfg.max_rise_ratio * abs(mean_v)
     point = at_now + min(max(slope * horizon_s, -bound), bound)
-    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
     sigma = max(math.sqrt(sse / (n - 2)), floor)
-    spread = sigma * math.sqrt(1 + 1 / n + ((x - mean_t) ** 2 / sxx if sxx > 0 else 0.0))
+    spread = sigma * math.sqrt(new + 1 / n + (x - mean_t) ** 2 / sxx)
     return Forecast(
         max(point, 0.0), max(point + _z(cfg.quantile) * spread, 0.0), "trend", horizon_s
     )
 
 
 def forecast(
-    state: Mapping[str, Any], points: Series, now: float, horizon_s: float, cfg: ForecastConfig
+    state: Mapping[str, Any],
+    points: Series,
+    now: float,
+    horizon_s: float,
+    cfg: ForecastConfig,
+    average_s: float = 0.0,
 ) -> Forecast:
     """Demand at ``now + horizon_s``: seasonal once fitted, else the fallback line.
 
@@ -306,16 +338,17 @@ def forecast(
         now: Decision time, seconds.
         horizon_s: How far ahead, seconds.
         cfg: Model settings.
+        average_s: The fallback bounds the mean over this long (``trend_forecast``).
 
     Returns:
         The forecast and its upper bound, in the demand's unit.
     """
     fit = state.get("fit")
     if not fit:
-        return trend_forecast(points, now, horizon_s, cfg)
+        return trend_forecast(points, now, horizon_s, cfg, average_s)
     recent = _recent(points, now, min(cfg.bucket_s, cfg.trend_window_s))
     if not recent:
-        return trend_forecast(points, now, horizon_s, cfg)
+        return trend_forecast(points, now, horizon_s, cfg, average_s)
     k_now = math.floor(now / cfg.bucket_s)
     error = sum(v for _, v in recent) / len(recent) - _seasonal_at(fit, k_now)
     k_then = math.floor((now + horizon_s) / cfg.bucket_s)

@@ -35,6 +35,7 @@ from typing import Any
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import health
+from gpuscale.scaling.demand import recent_view, smooth
 from gpuscale.scaling.health import HealthConfig
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series, State
 from gpuscale.scaling.predictive import (
@@ -45,7 +46,6 @@ from gpuscale.scaling.predictive import (
     horizon_s,
     last_scale_in,
     plan,
-    recent_view,
     settle,
 )
 
@@ -81,6 +81,9 @@ class HybridConfig(PredictiveConfig):
             been so this long, seconds.
         backlog_metric: The queued part of the demand (one of ``metrics``); None counts
             the queue in full.
+        panic_ratio: When the newest demand sample needs this many times the Ready
+            replicas, the reactive need reads it unsmoothed (Knative's panic threshold,
+            200 %): a burst must not wait for ``smoothing_s`` to fill.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -93,6 +96,7 @@ class HybridConfig(PredictiveConfig):
     backlog_metric: str | None = field(
         default="gpuscale_serving_queue_requests", metadata={"unit": ""}
     )
+    panic_ratio: float = field(default=2.0, metadata={"unit": "ratio"})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -103,6 +107,7 @@ class HybridConfig(PredictiveConfig):
         check(bool(self.sm_metric), "sm_metric", "name a per-pod series")
         check(0 < self.sm_target <= 1, "sm_target", "use a ratio in (0, 1]")
         check(self.ttft_slo_s > 0, "ttft_slo_s", "use > 0 s")
+        check(self.panic_ratio >= 1, "panic_ratio", "use a ratio of 1 or more")
 
 
 def reactive_need(
@@ -208,6 +213,27 @@ def backlog_demand(
     return (*weighed[:-1], (t, v + growth)), note
 
 
+def steady_demand(
+    total: Series, backlog: Series | None, ready: int, cfg: HybridConfig
+) -> tuple[Series, Series, Series]:
+    """The requests in service, sampled and smoothed, and the demand the need reads.
+
+    The demand is the smoothed requests in service plus the queue as sampled: a queue
+    is a burst's edge, not scatter. Like Knative's panic mode, when the newest sample
+    needs ``panic_ratio`` times the Ready replicas, the newest point is that sample.
+
+    Returns:
+        (in service as sampled, in service smoothed, demand) points.
+    """
+    samples = weigh_backlog(total, backlog, 0.0)
+    points = smooth(samples, cfg.smoothing_s)
+    queued = dict(backlog or ())
+    demand = [(t, v + queued.get(t, 0.0)) for t, v in points]
+    if demand and total[-1][1] / cfg.per_replica >= cfg.panic_ratio * max(ready, 1):
+        demand[-1] = total[-1]
+    return samples, points, tuple(demand)
+
+
 def last_saturated(in_service: Series, backlog: Series | None) -> float | None:
     """The newest time at which requests were queued beyond ``SATURATED_SHARE``.
 
@@ -298,23 +324,24 @@ class HybridPolicy:
         now, current = float(observation.now), observation.target.desired
         old_health = state.get("health", {})
         sick, health_state = health.assess(observation, old_health, cfg.health)
-        now_points, since, queued = points, None, ""
+        ready = sum(1 for p in observation.target.pods if p.ready)
+        backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
+        samples, points, now_points = steady_demand(points, backlog, ready, cfg)
+        since, queued = None, ""
         if cfg.backlog_metric is not None:
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.
-            cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
-            backlog = observation.series.get(cfg.backlog_metric)
-            points = weigh_backlog(now_points, backlog, 0.0)
             # The queue is drained by replicas beyond the current ones: they may need a node.
+            cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
             reach = horizon_s(cold, current + 1, cfg)
             now_points, queued = backlog_demand(observation, now_points, backlog, old_health, reach)
-            since = last_saturated(points, backlog)
-        planned, why, parts = plan(observation, points, state, cfg, unsaturated_since=since)
+            since = last_saturated(samples, backlog)
+        planned, why, parts = plan(observation, samples, state, cfg, unsaturated_since=since)
         need, seen = reactive_need(observation, now_points, sick, cfg)
         seen += queued
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
-        proposal, up, agreed = agree(proposal, current, points, now, cfg, started)
+        proposal, up, agreed = agree(proposal, current, points, now, cfg, started, samples)
         # Requests queued now: the pods are short, whatever the served load says.
         up = up or (since is not None and since >= float(points[-1][0]))
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)

@@ -26,8 +26,6 @@ Demand is the summed ``metrics`` (requests in flight plus queued, by default);
 Prometheus, queried at each decision, like HPA's.
 """
 
-import bisect
-import dataclasses
 import logging
 import math
 from collections.abc import Mapping
@@ -39,6 +37,7 @@ from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import forecast as fc
 from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_series
+from gpuscale.scaling.demand import recent_view, rising, smooth
 from gpuscale.scaling.policy import (
     PROMETHEUS_QUERY,
     Decision,
@@ -68,6 +67,11 @@ class PredictiveConfig:
         cold_starts_kept: Most recent cold starts kept in the state.
         node_provision_s: Added to the horizon for replicas beyond ``fast_capacity``.
         fast_capacity: Replicas the always-up nodes hold; None: every replica fits.
+        smoothing_s: Demand is read as its trailing mean over this window (Knative's
+            stable window is 60 s): a sampled count of requests in flight scatters
+            around its mean, and a plan or a peak read off single samples holds
+            replicas for that scatter, which ``per_replica``'s headroom already covers.
+            0 reads the samples as they are.
         scale_in_window_s: Scale-in never goes below what this window's peak demand needs.
         rise_window_s: Window over which the observed load is judged rising.
         stabilization_window_s: Scale-in never goes below a recommendation this recent.
@@ -75,8 +79,10 @@ class PredictiveConfig:
         scale_up_percent: Percent of the current replicas a scale-out may add.
         scale_down_percent: Percent of the current replicas a scale-in may remove (min 1).
         scale_in_cooldown_s: No scale-in within this long of the last one: a deleted pod
-            drains for its termination grace, and scale-ins that overlap remove many
-            pods at once.
+            drains for its termination grace (30 s by default in Kubernetes), and
+            scale-ins that overlap within one grace remove many pods at once. With
+            ``scale_down_percent`` it also holds capacity between bursts that recur
+            within minutes (docs/predictive.md).
         min_replicas: Lower bound.
         max_replicas: Upper bound.
     """
@@ -90,6 +96,7 @@ class PredictiveConfig:
     cold_starts_kept: int = field(default=50, metadata={"unit": "pods"})
     node_provision_s: float = field(default=0.0, metadata={"unit": "s"})
     fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
+    smoothing_s: float = field(default=60.0, metadata={"unit": "s"})
     scale_in_window_s: float = field(default=300.0, metadata={"unit": "s"})
     rise_window_s: float = field(default=120.0, metadata={"unit": "s"})
     stabilization_window_s: float = field(default=120.0, metadata={"unit": "s"})
@@ -114,7 +121,7 @@ class PredictiveConfig:
         check(self.cold_starts_kept >= 1, "cold_starts_kept", "use 1 or more")
         check(self.node_provision_s >= 0, "node_provision_s", "use 0 or more seconds")
         check(self.fast_capacity is None or self.fast_capacity >= 0, "fast_capacity", "use >= 0")
-        windows = ("scale_in_window_s", "rise_window_s", "stabilization_window_s")
+        windows = ("smoothing_s", "scale_in_window_s", "rise_window_s", "stabilization_window_s")
         for key in (*windows, "scale_in_cooldown_s"):
             check(0 <= getattr(self, key) <= 3600, key, "use 0..3600 seconds")
         check(self.scale_up_pods >= 1, "scale_up_pods", "use 1 or more")
@@ -126,7 +133,8 @@ class PredictiveConfig:
     def history_s(self) -> float:
         """History each decision needs: the longest window read, seconds."""
         f = self.forecast
-        return max(f.trend_window_s, f.bucket_s, self.scale_in_window_s, self.rise_window_s)
+        peak = self.scale_in_window_s + self.smoothing_s  # its first point's mean looks back
+        return max(f.trend_window_s, f.bucket_s, peak, self.rise_window_s)
 
 
 def cold_start_s(
@@ -159,24 +167,6 @@ def cold_start_s(
     return ordered[index], new
 
 
-def rising(points: Series, now: float, window_s: float) -> bool:
-    """Whether the observed load rises over the window.
-
-    Rising means a positive least-squares slope and the newest point above the mean.
-
-    Returns:
-        True when both hold over the points in ``(now - window_s, now]``.
-    """
-    recent = [(t, v) for t, v in points if now - window_s < t <= now]
-    if len(recent) < 2:
-        return False
-    n = len(recent)
-    mean_t = sum(t for t, _ in recent) / n
-    mean_v = sum(v for _, v in recent) / n
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent)
-    return slope > 0 and recent[-1][1] > mean_v
-
-
 def horizon_s(cold_s: float, replicas: int, cfg: PredictiveConfig) -> float:
     """How far ahead ``replicas`` must be asked for: the cold start, plus a node's wait.
 
@@ -205,7 +195,7 @@ def plan(
 
     Args:
         observation: The decision's observation (its time and pods).
-        points: The demand history.
+        points: The demand samples; the bound is for their mean over ``smoothing_s``.
         state: The policy state (``forecast`` and ``cold`` parts are read).
         cfg: Settings.
         unsaturated_since: When requests were last queued, seconds. While they are, the
@@ -223,12 +213,12 @@ def plan(
         points = tuple(p for p in points if p[0] > unsaturated_since)
     cold, cold_state = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
     horizon = cold
-    f = fc.forecast(fstate, points, now, horizon, fcfg)
+    f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
     need = math.ceil(f.upper / cfg.per_replica - 1e-9)
     longer = horizon_s(cold, need, cfg)
     if longer > horizon:
         horizon = longer
-        f = fc.forecast(fstate, points, now, horizon, fcfg)
+        f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
         need = max(need, math.ceil(f.upper / cfg.per_replica - 1e-9))
     why = (
         f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
@@ -296,16 +286,19 @@ def agree(
     now: float,
     cfg: PredictiveConfig,
     started_at: float,
+    samples: Series | None = None,
 ) -> tuple[int, bool, str]:
     """Scale in only as far as the observed load agrees.
 
     Args:
         proposal: Replicas planned.
         current: Desired replicas now.
-        points: The demand history.
+        points: The (smoothed) demand history; its peak bounds the scale-in.
         now: Decision time, seconds.
         cfg: Windows and demand per replica.
         started_at: Time of the policy's first decision, seconds.
+        samples: The demand as sampled, on which a rise is judged (its scatter is
+            what ``rising`` tests the slope against); None: ``points``.
 
     Returns:
         (proposal raised to what the observed peak needs; whether no scale-in may
@@ -314,7 +307,8 @@ def agree(
     """
     if proposal >= current:
         return proposal, False, ""
-    up = rising(points, now, cfg.rise_window_s) or now - started_at < cfg.scale_in_window_s
+    seen = points if samples is None else samples
+    up = rising(seen, now, cfg.rise_window_s) or now - started_at < cfg.scale_in_window_s
     peak = max((v for t, v in points if t > now - cfg.scale_in_window_s), default=0.0)
     observed = math.ceil(peak / cfg.per_replica - 1e-9)
     if observed > proposal:
@@ -334,28 +328,6 @@ def last_scale_in(
         return now
     last = state.get("last_in")
     return None if last is None else float(last)
-
-
-def recent_view(observation: Observation, state: State, history_s: float) -> Observation:
-    """The observation with each series cut to what a decision reads.
-
-    That is the last ``history_s``, and every point the forecaster has not ingested
-    yet (all of them on a first decision). A caller may pass a day of points; the
-    decision then costs what the window costs, not the day.
-
-    Returns:
-        The same observation with shorter series (itself when nothing is cut).
-    """
-    seen = state.get("forecast", {}).get("last_t")
-    since = float(observation.now) - history_s
-    if seen is None:
-        return observation
-    since = min(since, float(seen))
-    cut = {}
-    for key, points in observation.series.items():
-        i = bisect.bisect_right(points, since, key=lambda p: p[0])
-        cut[key] = points[i:] if i else points
-    return dataclasses.replace(observation, series=cut)
 
 
 def demand_or_hold(
@@ -416,9 +388,12 @@ class PredictivePolicy:
         if isinstance(points, Decision):
             return points
         now, current = float(observation.now), observation.target.desired
-        need, why, parts = plan(observation, points, state, cfg)
+        # The forecast fits the samples (a trailing mean would lag a rise) and bounds
+        # their mean over smoothing_s; the observed peak is smoothed.
+        samples, points = points, smooth(points, cfg.smoothing_s)
+        need, why, parts = plan(observation, samples, state, cfg)
         started = float(state.get("started_at", now))
-        proposal, up, agreed = agree(need, current, points, now, cfg, started)
+        proposal, up, agreed = agree(need, current, points, now, cfg, started, samples)
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
         reason = f"{why}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)

@@ -144,3 +144,17 @@ def test_config_errors_are_one_line(kwargs, message):
         fc.ForecastConfig(**kwargs)
     assert str(info.value).startswith(message)
     assert "\n" not in str(info.value)
+
+
+def test_a_slope_inside_the_scatter_is_not_extrapolated():
+    # +-4 scatter around a rise of 0.002 per second: the slope's standard error is
+    # 4 / sqrt(sum (t - mean t)^2) = 0.0036 over the 40 points of the window, so the
+    # slope is 0.55 of it. Extrapolated over 240 s it would lift the forecast by 1;
+    # the fallback gives the window's mean level instead.
+    cfg = fc.ForecastConfig()
+    points = tuple((STEP_S * j, 20.0 + 4.0 * (-1) ** j + 0.002 * STEP_S * j) for j in range(41))
+    window = [v for t, v in points if t > 0.0]
+    f = fc.trend_forecast(points, 600.0, 240.0, cfg)
+    assert f.mean == pytest.approx(sum(window) / len(window))
+    steep = tuple((t, v + 0.02 * t) for t, v in points)  # 5.5 standard errors: a rise
+    assert fc.trend_forecast(steep, 600.0, 240.0, cfg).mean > max(v for _, v in steep[-4:])

@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.scaling import health
+from gpuscale.scaling.demand import rising
 from gpuscale.scaling.hybrid import TTFT, HybridConfig, HybridPolicy
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
-from gpuscale.scaling.predictive import DEMAND_METRICS, rising
+from gpuscale.scaling.predictive import DEMAND_METRICS
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
 STEP_S = 15.0
@@ -332,3 +333,13 @@ def test_a_day_of_points_decides_as_its_window_does():
     whole = policy.decide(observe(86400.0, target, day, metrics(4)), first.state)
     window = policy.decide(observe(86400.0, target, day[-41:], metrics(4)), first.state)
     assert whole == window
+
+
+def test_a_sample_below_the_panic_ratio_is_smoothed():
+    # 30 in flight on 2 Ready pods at 10 each needs 3 < 2 x 2: the need reads the
+    # 60 s mean (20, 20, 20, 30), 22.5; 95 needs 10 >= 4 and is read as sampled.
+    target = TargetStatus(2, ready_pods(2))
+    d = HybridPolicy(FLAT).decide(
+        observe(600.0, target, [20.0] * 40 + [30.0], metrics(2)), LONG_AGO
+    )
+    assert "demand 22.50 -> 3" in d.reason

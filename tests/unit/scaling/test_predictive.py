@@ -1,12 +1,15 @@
 """Predictive scaling: a measured horizon, scale-out on the forecast, scale-in when load agrees."""
 
 import json
+import math
+from statistics import NormalDist
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
+from gpuscale.scaling.demand import rising, smooth
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import (
     DEMAND_METRICS,
@@ -14,7 +17,6 @@ from gpuscale.scaling.predictive import (
     PredictivePolicy,
     cold_start_s,
     horizon_s,
-    rising,
 )
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
@@ -58,7 +60,9 @@ def test_cold_start_defaults_until_a_pod_has_been_seen_starting():
 
 
 def test_scales_out_ahead_of_a_rising_trend():
-    cfg = PredictiveConfig(per_replica=1.0, max_replicas=100, default_cold_start_s=120.0)
+    cfg = PredictiveConfig(
+        per_replica=1.0, max_replicas=100, default_cold_start_s=120.0, smoothing_s=0.0
+    )
     demand = [10.0 + 0.5 * i for i in range(41)]  # +2 requests per minute, 30 now
     d = PredictivePolicy(cfg).decide(observe(600.0, 30, demand), LONG_AGO)
     # The line reaches 34 at +120 s; the upper bound is a little above it.
@@ -74,7 +78,8 @@ def test_horizon_adds_node_provisioning_beyond_fast_capacity():
     demand = [10.0 + 0.5 * i for i in range(41)]
     d = PredictivePolicy(cfg).decide(observe(600.0, 30, demand), LONG_AGO)
     assert "+240 s" in d.reason
-    assert d.replicas >= 40  # 30 + 0.5 / 15 s x 240 s
+    assert "trend forecast 38.00" in d.reason  # 30 + 0.5 / 15 s x 240 s
+    assert d.replicas >= 38
 
 
 def test_a_measured_cold_start_longer_than_a_node_holds_its_wait():
@@ -235,3 +240,34 @@ def test_property_no_scale_in_while_load_rises_whatever_the_current_count(data):
         assert d.replicas >= current, d.reason
     else:
         assert d.replicas >= 1
+
+
+def test_smooth_is_the_trailing_mean_of_its_window():
+    points = ((0.0, 0.0), (15.0, 4.0), (30.0, 8.0), (45.0, 0.0))
+    assert smooth(points, 30.0) == ((0.0, 0.0), (15.0, 2.0), (30.0, 6.0), (45.0, 4.0))
+    assert smooth(points, 0.0) == points
+
+
+def test_scatter_is_no_rise():
+    # A steady load's samples: the newest is high and the slope positive, but the
+    # slope is well inside its scatter (t about 0.6), so scale-in is not held.
+    noisy = tuple((STEP_S * i, v) for i, v in enumerate([10.0, 14.0, 8.0, 13.0, 9.0, 12.0, 14.0]))
+    assert not rising(noisy, noisy[-1][0], 120.0)
+    line = tuple((STEP_S * i, 10.0 + 0.2 * i) for i in range(8))
+    assert rising(line, line[-1][0], 120.0)
+
+
+def test_a_steady_noisy_load_scales_in_to_its_mean_not_its_peaks():
+    # In flight alternates 5 and 15 (mean 10) at 1 request per replica. Read sample by
+    # sample, the 5-minute peak alone holds 15 replicas. Smoothed, the peak is 10, and
+    # the level's bound is for the mean of the 4 samples of the next 60 s: the mean
+    # plus z(0.9) sample deviations times sqrt(1/4 + 1/40) (the 40 window samples).
+    cfg = PredictiveConfig(per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=100.0)
+    demand = [5.0 if i % 2 else 15.0 for i in range(41)]
+    d = PredictivePolicy(cfg).decide(observe(600.0, 20, demand), LONG_AGO)
+    sd = 5.0 * math.sqrt(40 / 39)
+    assert d.replicas == math.ceil(10.0 + NormalDist().inv_cdf(0.9) * sd * math.sqrt(0.275)) < 15
+    raw = PredictiveConfig(
+        per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=100.0, smoothing_s=0.0
+    )
+    assert PredictivePolicy(raw).decide(observe(600.0, 20, demand), LONG_AGO).replicas >= 15

@@ -1,0 +1,94 @@
+"""How a policy reads the demand it observes: its mean, its rises, its window.
+
+A sampled count of requests in flight scatters around its mean, and a policy
+that reads single samples sizes for the scatter's peaks and takes a chance
+positive slope for a rise. ``predictive`` and ``hybrid`` read the demand through
+these functions: a trailing mean (``smooth``), a rise judged against the
+samples' scatter (``rising``), and only the window a decision needs
+(``recent_view``).
+"""
+
+import bisect
+import dataclasses
+import math
+
+from gpuscale.scaling.policy import Observation, Series, State
+
+
+def smooth(points: Series, window_s: float) -> Series:
+    """Each point replaced by the mean of the points in the ``window_s`` up to it.
+
+    Returns:
+        (time, trailing mean) points at the same times; ``points`` when the window is 0.
+    """
+    if window_s <= 0 or len(points) < 2:
+        return points
+    out: list[tuple[float, float]] = []
+    total, lo = 0.0, 0
+    for t, v in points:
+        total += v
+        while points[lo][0] <= t - window_s:
+            total -= points[lo][1]
+            lo += 1
+        out.append((t, total / (len(out) + 1 - lo)))
+    return tuple(out)
+
+
+RISE_T = 2.0
+"""A rise counts when its least-squares slope is this many standard errors above 0.
+
+About 95 % two-sided: the samples of a steady load (a count of requests in flight
+scatters around its mean) show a positive slope half the time, and a rule that
+held every scale-in on such a slope would hold the fleet at its noise's peaks.
+"""
+
+
+def rising(points: Series, now: float, window_s: float) -> bool:
+    """Whether the observed load rises over the window.
+
+    Rising means a least-squares slope ``RISE_T`` standard errors above 0 and the
+    newest point above the mean (a line through the points without scatter rises
+    whenever its slope is positive).
+
+    Returns:
+        True when both hold over the points in ``(now - window_s, now]``.
+    """
+    recent = [(t, v) for t, v in points if now - window_s < t <= now]
+    n = len(recent)
+    if n < 2:
+        return False
+    mean_t = sum(t for t, _ in recent) / n
+    mean_v = sum(v for _, v in recent) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in recent)
+    if sxx <= 0 or recent[-1][1] <= mean_v:
+        return False
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent) / sxx
+    if slope <= 0:
+        return False
+    if n < 3:
+        return True
+    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
+    se = math.sqrt(sse / (n - 2) / sxx)
+    return slope >= RISE_T * se
+
+
+def recent_view(observation: Observation, state: State, history_s: float) -> Observation:
+    """The observation with each series cut to what a decision reads.
+
+    That is the last ``history_s``, and every point the forecaster has not ingested
+    yet (all of them on a first decision). A caller may pass a day of points; the
+    decision then costs what the window costs, not the day.
+
+    Returns:
+        The same observation with shorter series (itself when nothing is cut).
+    """
+    seen = state.get("forecast", {}).get("last_t")
+    since = float(observation.now) - history_s
+    if seen is None:
+        return observation
+    since = min(since, float(seen))
+    cut = {}
+    for key, points in observation.series.items():
+        i = bisect.bisect_right(points, since, key=lambda p: p[0])
+        cut[key] = points[i:] if i else points
+    return dataclasses.replace(observation, series=cut)
