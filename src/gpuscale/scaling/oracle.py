@@ -217,12 +217,19 @@ class OraclePolicy:
         Returns:
             Replicas.
         """
-        horizon = np.array([self.lead_s + self.interval_s + extra_s])
-        return int(self._window_max(now, horizon)[0])
+        plan = self._planned  # _window_max for one horizon, in scalars
+        start = max(0, math.floor(now - self.slack_s))
+        if start >= plan.size:
+            return int(plan[-1])
+        end = max(
+            start + 1, math.ceil(now + (self.lead_s + self.interval_s + extra_s) + self.slack_s)
+        )
+        return int(plan[start : min(end, plan.size)].max())
 
     def cold_start(self, k: int) -> float:
         """The cold start the ``k``-th pod created (0-based) will take, seconds."""
-        return float(self._colds(np.array([k]))[0])
+        known = self.cold_starts_s
+        return known[k] if 0 <= k < len(known) else float(self.lead_s)
 
     def _colds(self, index: np.ndarray) -> np.ndarray:
         known = self._cold_array
@@ -245,17 +252,29 @@ class OraclePolicy:
         wait = np.where(slots > self.fast_capacity, self.node_lead_s, 0.0)
         # Each live entry covers the slots up to its nodes' capacity with its wait; a slot's
         # wait is the least over the entries covering it (min is exact in any order).
-        caps, waits = [], []
+        # An entry gone within a provisioning is left out: a pod deferred past it asks for
+        # one. Entries whose nodes are up wait 0, so of those only the largest matters.
+        base, keep, size = (
+            now + self.interval_s + self.node_lead_s,
+            self.node_keep_s,
+            self.node_size,
+        )
+        up = -math.inf  # most replicas of a live entry whose nodes are up
+        live = []
         for last, held, ready_at in recent:
-            if now + self.interval_s + self.node_lead_s - last > self.node_keep_s:
-                continue  # gone within a provisioning: a pod deferred past it asks for one
-            caps.append(math.ceil(held / self.node_size) * self.node_size)
-            waits.append(max(0.0, ready_at - now))
-        if not caps:
+            if base - last > keep:
+                continue
+            if ready_at > now:
+                live.append((math.ceil(held / size) * size, ready_at - now))
+            elif held > up:
+                up = held
+        if up > -math.inf:
+            live.append((math.ceil(up / size) * size, 0.0))
+        if not live:
             return wait
-        order = np.argsort(caps)
-        cap = np.asarray(caps)[order]
-        least = np.minimum.accumulate(np.asarray(waits)[order][::-1])[::-1]  # over cap >= c
+        live.sort()  # by capacity; the order among equal capacities does not change the minima
+        cap = np.array([c for c, _ in live])
+        least = np.minimum.accumulate(np.array([w for _, w in live])[::-1])[::-1]  # over cap >= c
         first = np.searchsorted(cap, slots, side="left")  # first entry with cap >= slot
         covered = first < cap.size
         best = least[np.minimum(first, cap.size - 1)]
@@ -271,7 +290,8 @@ class OraclePolicy:
         last = state.get("at")
         if last is None:
             return len(pods)
-        since = sum(1 for p in pods if float(last) < p.created_at <= observation.now)
+        after, now = float(last), observation.now
+        since = sum(1 for p in pods if after < p.created_at <= now)
         return int(state.get("created", 0)) + since
 
     def _recent(self, now: float, desired: int, state: State) -> list[list[float]]:
@@ -284,12 +304,13 @@ class OraclePolicy:
             return []
         if "recent" not in state:
             return [[now, float(desired), now]]
-        out = []
-        for t, held, ready_at in state["recent"]:
-            last = now if held <= desired else t
-            if now - last <= self.node_keep_s:
-                out.append([last, held, ready_at])
-        return out
+        keep = self.node_keep_s
+        fresh = now - now <= keep  # a level still held counts as held now
+        return [
+            [now, held, ready_at] if held <= desired else [t, held, ready_at]
+            for t, held, ready_at in state["recent"]
+            if (fresh if held <= desired else now - t <= keep)
+        ]
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Ask now for every replica whose own lead would make it late at the next decision.

@@ -350,13 +350,19 @@ class _Run:
             # Nothing changes servers or capacity before the next of these falls due (a
             # threshold x falls due at the first whole second >= x), nor while no pod
             # drains, so the queue advances over the block in one call.
+            # The controller's own samples (``ring``) fall inside blocks: each is the queue's
+            # state at the end of the second before it, which the block reports.
             due = [cluster.next_event(), self.faults.next_due(), next_scrape, next_collect]
             due.append(next_decision)
-            if ring is not None:
-                due.append(next_sample)
             end = t + 1 if drains else min(n, max(_first_second(min(due)), t + 1))
-            block = (t, end, arrivals, work, self.servers, self.capacity)
+            waiting: list[float] | None = [] if ring is not None and end > t + 1 else None
+            block = (t, end, arrivals, work, self.servers, self.capacity, waiting)
             b_list, d_list = advance(*block) if advance else step_each_second(queue, *block)
+            if waiting is not None and ring is not None:
+                for s in range(t + 1, end):
+                    if s >= next_sample:
+                        ring.record(s, (b_list[s - 1 - t], waiting[s - 1 - t]))
+                        next_sample += sample_s
             servers, drain_busy = self.servers, queue.draining
             if end == t + 1:  # one second (a short policy interval, a drain): scalars
                 b = b_list[0]
