@@ -122,7 +122,13 @@ def summed_columns(
     times = columns[0][0]
     if all(c[0] == times for c in columns[1:]):
         # The common case (samples at the same times): add column by column.
-        values = list(map(sum, zip(*(c[1] for c in columns), strict=True)))
+        if len(columns) == 2:  # ``sum`` of two, 0 + a + b, without a call per point
+            values = [
+                s if (s := a + b) else 0 + a + b
+                for a, b in zip(columns[0][1], columns[1][1], strict=True)
+            ]
+        else:
+            values = list(map(sum, zip(*(c[1] for c in columns), strict=True)))
         if math.isnan(math.fsum(values)):  # NaN anywhere makes the sum NaN
             return None
         return times, values

@@ -213,11 +213,16 @@ class _Run:
         """
         c, q = self.cluster, self.queue
         per_server = q.busy / self.servers if self.servers else 0.0
-        ready = self._ready_uids.tolist(), self._ready_speed.tolist()
-        for uid, speed in zip(*ready, strict=True):
-            pod = c.pods.get(uid)
-            if pod is not None and pod.state == READY:
-                continue
+        pods = c.pods
+        left = [  # the pods Ready at the last refresh that are no longer
+            (uid, speed)
+            for uid, speed in zip(
+                self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
+            )
+            if uid not in pods or pods[uid].state != READY
+        ]
+        for uid, speed in left:
+            pod = pods.get(uid)
             serving = per_server * self.slots if speed > 0 else 0.0
             if pod is not None and pod.state == TERMINATING:
                 if q.start_drain(uid, serving, speed / self.slots):
@@ -228,19 +233,20 @@ class _Run:
             pod = c.pods.get(uid)
             if pod is None or pod.state != TERMINATING:
                 q.stop_drain(t, uid)
-        for uid in [p.uid for p in c.pods.values() if p.state == TERMINATING]:
-            if uid not in q.drains:
-                c.release(uid, float(t))
+        for uid in [
+            p.uid for p in pods.values() if p.state == TERMINATING and p.uid not in q.drains
+        ]:
+            c.release(uid, float(t))
 
     def _refresh_pods(self) -> None:
         """The Ready, starting and terminating pods' devices, after the cluster changed."""
         c = self.cluster
-        self.ready = c.ready_pods()
+        self.ready = ready = c.ready_pods()
         self.n_held = c.held_count()
-        devs = np.array([c.slot_phys[p.slot] for p in self.ready], dtype=np.int64)
-        self._ready_devs, self._ready_gpus = devs, c.devices(self.ready)
-        self._ready_slots = np.array([p.slot for p in self.ready], dtype=np.int64)
-        self._ready_uids = np.array([p.uid for p in self.ready], dtype=np.int64)
+        self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
+        self._ready_devs = c.slot_phys[self._ready_slots]
+        self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
+        self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
         loading = [p for p in c.pods.values() if p.state == STARTING]
         self._stopping = c.devices([p for p in c.pods.values() if p.state == TERMINATING])
         self._loading = (  # every GPU of a starting pod loads its share of the model
