@@ -60,10 +60,13 @@ def observe(
         names = {p.name for p in target.pods}
         for key, sig in policy.pod_signals.items():
             values = pod_metrics.setdefault(key, {})
-            for res in source.instant(sig, at):
-                pod = res.labels.get("pod")
-                if pod in names and res.points:
-                    values[pod] = res.points[-1][1]
+            values.update(
+                {
+                    pod: res.points[-1][1]
+                    for res in source.instant(sig, at)
+                    if (pod := res.labels.get("pod")) in names and res.points
+                }
+            )
     series: dict[str, Series] = {}
     hist = policy.history_s
     for key, sig in policy.signals.items():
