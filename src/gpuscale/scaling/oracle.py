@@ -161,6 +161,12 @@ class OraclePolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
+        self._slots = np.arange(1, max_replicas + 1)  # replica counts 1..max, one per slot
+        self._slot_wait = np.where(  # a slot's node wait with no recent request (read-only)
+            self._slots > (fast_capacity if fast_capacity is not None else max_replicas),
+            node_lead_s,
+            0.0,
+        )
 
     @classmethod
     def from_config(
@@ -204,9 +210,10 @@ class OraclePolicy:
         ends = np.maximum(start + 1, np.ceil(now + horizons + self.slack_s)).astype(np.int64)
         if start >= plan.size:
             return np.full(horizons.shape, int(plan[-1]), dtype=np.int64)
-        stop = int(np.max(ends))
-        running = np.maximum.accumulate(plan[start:stop])
-        return np.asarray(running[np.minimum(ends - start, running.size) - 1], dtype=np.int64)
+        stop = int(ends.max())
+        running = np.maximum.accumulate(plan[start:stop])  # int64, as the plan
+        at: np.ndarray = running[np.minimum(ends - start, running.size) - 1]
+        return at
 
     def needed(self, now: float, extra_s: float = 0.0) -> int:
         """Most replicas planned in ``[now, now + lead_s + interval_s + extra_s)``.
@@ -238,7 +245,7 @@ class OraclePolicy:
         inside = (index >= 0) & (index < known.size)
         return np.where(inside, known[np.clip(index, 0, known.size - 1)], self.lead_s)
 
-    def _node_waits(self, now: float, recent: list[list[float]], slots: np.ndarray) -> np.ndarray:
+    def _node_waits(self, now: float, recent: list[list[float]]) -> np.ndarray:
         """Seconds a pod filling each slot (1-based replica count) would wait for a node.
 
         Slots on the standing nodes wait nothing; slots on nodes that recent requests
@@ -248,8 +255,7 @@ class OraclePolicy:
         wait a node's provisioning.
         """
         if self.node_lead_s <= 0 or self.fast_capacity is None:
-            return np.zeros(slots.shape)
-        wait = np.where(slots > self.fast_capacity, self.node_lead_s, 0.0)
+            return np.zeros(self._slots.shape)
         # Each live entry covers the slots up to its nodes' capacity with its wait; a slot's
         # wait is the least over the entries covering it (min is exact in any order).
         # An entry gone within a provisioning is left out: a pod deferred past it asks for
@@ -270,15 +276,22 @@ class OraclePolicy:
                 up = held
         if up > -math.inf:
             live.append((math.ceil(up / size) * size, 0.0))
+        wait = self._slot_wait.copy()
         if not live:
             return wait
         live.sort()  # by capacity; the order among equal capacities does not change the minima
-        cap = np.array([c for c, _ in live])
-        least = np.minimum.accumulate(np.array([w for _, w in live])[::-1])[::-1]  # over cap >= c
-        first = np.searchsorted(cap, slots, side="left")  # first entry with cap >= slot
-        covered = first < cap.size
-        best = least[np.minimum(first, cap.size - 1)]
-        return np.where(covered, np.minimum(wait, best), wait)
+        least = [w for _, w in live]
+        for k in range(len(least) - 2, -1, -1):  # the least wait over the entries from k on
+            least[k] = min(least[k], least[k + 1])
+        # The slots (prev, cap] are covered first by the entry of capacity ``cap``; a slot
+        # past the largest capacity keeps its own wait.
+        prev = 0
+        for (cap, _), best in zip(live, least, strict=True):
+            if cap > prev:
+                segment = wait[prev:cap]  # slots prev + 1 .. cap
+                np.minimum(segment, best, out=segment)
+                prev = cap
+        return wait
 
     def _created(self, observation: Observation, state: State) -> int:
         """Pods the cluster has created so far: the index of the next pod's cold start.
@@ -328,11 +341,14 @@ class OraclePolicy:
         desired = observation.target.desired
         created = self._created(observation, state)
         recent = self._recent(now, desired, state)
-        slots = np.arange(1, self.max_replicas + 1)
-        index = created + np.maximum(slots - desired - 1, 0)
-        leads = self._colds(index) + self._node_waits(now, recent, slots) + self.interval_s
-        wanted = self._window_max(now, leads) >= slots
-        need = int(np.max(slots[wanted])) if wanted.any() else 0
+        slots = self._slots
+        if self._cold_array.size:
+            colds: np.ndarray | float = self._colds(created + np.maximum(slots - desired - 1, 0))
+        else:
+            colds = self.lead_s  # every pod is planned with lead_s (as _colds would give)
+        leads = colds + self._node_waits(now, recent) + self.interval_s
+        wanted = np.flatnonzero(self._window_max(now, leads) >= slots)
+        need = int(wanted[-1]) + 1 if wanted.size else 0  # the largest slot wanted
         # Never grow on the longer horizon, only decline to shrink across short dips.
         keep = min(desired, self.needed(now, self.hold_s))
         if now + self.interval_s + self.hold_s >= self._planned.size:
