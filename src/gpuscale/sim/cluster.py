@@ -286,7 +286,7 @@ class Cluster:
                 ready_since = -(p.ready_at if p.ready_at is not None else math.inf)
                 return (p.slot >= 0, p.state == READY, ready_since, -p.created_at)
 
-            for pod in sorted(live, key=rank)[: len(live) - self.desired]:
+            for pod in heapq.nsmallest(len(live) - self.desired, live, key=rank):  # = sorted[:k]
                 self._delete(pod, now)
         self._schedule(now)
         self.version += 1
