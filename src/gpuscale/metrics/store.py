@@ -233,6 +233,33 @@ class MetricStore:
         """
         return self._evaluate(signal, np.array([float(at)]))
 
+    def instant_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
+        """``instant``'s values keyed by one label, without a result object per series.
+
+        Per-pod signals are read at every decision for each pod; ``observe`` uses this
+        where the source has it (only this store), with the same values as ``instant``.
+
+        Returns:
+            {value of ``label``: the result's value} for each result carrying ``label``
+            (the last such result where several share a value), in result order.
+        """
+        fam = self._families.get(signal.metric)
+        if fam is None or fam.rows == 0:
+            return {}
+        grouping = self._grouping(fam, signal)
+        if grouping.columns.size == 0:
+            return {}
+        times = np.array([float(at)])
+        matrix = self._sample(fam, grouping.columns, times, signal)
+        agg, have = self._reduce(matrix, grouping, signal.aggregation)
+        row_vals: list[float] = agg[0].tolist()
+        row_have: list[bool] = have[0].tolist()
+        return {
+            key: v
+            for lab, v, h in zip(grouping.labels, row_vals, row_have, strict=True)
+            if h and (key := lab.get(label)) is not None
+        }
+
     def newest(self, signal: Signal, at: float) -> float | None:
         """Time of the newest sample among the signal's series that an instant query sees.
 
@@ -363,9 +390,10 @@ class MetricStore:
         return out
 
     @staticmethod
-    def _aggregate(
-        matrix: FloatArray, times: FloatArray, grouping: _Grouping, aggregation: str
-    ) -> list[LabelledValue]:
+    def _reduce(
+        matrix: FloatArray, grouping: _Grouping, aggregation: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per evaluation time and group: the aggregate, and whether any series had a value."""
         present = ~np.isnan(matrix)
         have: np.ndarray
         agg: np.ndarray
@@ -392,6 +420,13 @@ class MetricStore:
                 agg = count
             else:
                 raise ValueError(f"unknown aggregation {aggregation!r}")
+        return agg, have
+
+    @classmethod
+    def _aggregate(
+        cls, matrix: FloatArray, times: FloatArray, grouping: _Grouping, aggregation: str
+    ) -> list[LabelledValue]:
+        agg, have = cls._reduce(matrix, grouping, aggregation)
         time_list = times.tolist()
         if len(time_list) == 1:  # instant query: one point per result
             t0 = time_list[0]

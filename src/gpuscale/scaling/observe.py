@@ -58,8 +58,15 @@ def observe(
     pod_metrics: dict[str, dict[str, float]] = {}
     if policy.pod_signals:
         names = {p.name for p in target.pods}
+        # A source that can key an instant query's values by a label (the simulator's
+        # store) gives the same values without a result object per pod.
+        by_label = getattr(source, "instant_by", None)
         for key, sig in policy.pod_signals.items():
             values = pod_metrics.setdefault(key, {})
+            if by_label is not None:
+                keyed: dict[str, float] = by_label(sig, at, "pod")
+                values.update({pod: v for pod, v in keyed.items() if pod in names})
+                continue
             values.update(
                 {
                     pod: res.points[-1][1]
