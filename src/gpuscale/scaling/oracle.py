@@ -245,37 +245,15 @@ class OraclePolicy:
         inside = (index >= 0) & (index < known.size)
         return np.where(inside, known[np.clip(index, 0, known.size - 1)], self.lead_s)
 
-    def _node_waits(self, now: float, recent: list[list[float]]) -> np.ndarray:
+    def _node_waits(self, live: list[tuple[int, float]]) -> np.ndarray:
         """Seconds a pod filling each slot (1-based replica count) would wait for a node.
 
         Slots on the standing nodes wait nothing; slots on nodes that recent requests
-        brought up wait until those nodes join, while the nodes stay up for a further
-        ``node_lead_s`` past the next decision (idle nodes go ``node_keep_s`` after
-        their pods, so a pod deferred past that asks for a new node in time); the rest
-        wait a node's provisioning.
+        brought up wait until those nodes join (``live``, from ``_walk``); the rest wait a
+        node's provisioning.
         """
         if self.node_lead_s <= 0 or self.fast_capacity is None:
             return np.zeros(self._slots.shape)
-        # Each live entry covers the slots up to its nodes' capacity with its wait; a slot's
-        # wait is the least over the entries covering it (min is exact in any order).
-        # An entry gone within a provisioning is left out: a pod deferred past it asks for
-        # one. Entries whose nodes are up wait 0, so of those only the largest matters.
-        base, keep, size = (
-            now + self.interval_s + self.node_lead_s,
-            self.node_keep_s,
-            self.node_size,
-        )
-        up = -math.inf  # most replicas of a live entry whose nodes are up
-        live = []
-        for last, held, ready_at in recent:
-            if base - last > keep:
-                continue
-            if ready_at > now:
-                live.append((math.ceil(held / size) * size, ready_at - now))
-            elif held > up:
-                up = held
-        if up > -math.inf:
-            live.append((math.ceil(up / size) * size, 0.0))
         wait = self._slot_wait.copy()
         if not live:
             return wait
@@ -307,23 +285,53 @@ class OraclePolicy:
         since = sum(1 for p in pods if after < p.created_at <= now)
         return int(state.get("created", 0)) + since
 
-    def _recent(self, now: float, desired: int, state: State) -> list[list[float]]:
-        """Node memory: ``[last held, replicas, nodes ready at]`` of recent requests.
+    def _walk(
+        self, now: float, desired: int, state: State
+    ) -> tuple[list[list[float]], list[tuple[int, float]]]:
+        """Node memory, and what it says about node waits, in one pass over it.
 
-        A level still held is refreshed; one idle for ``node_keep_s`` is forgotten (its
+        The memory is ``[last held, replicas, nodes ready at]`` of recent requests. A
+        level still held is refreshed; one idle for ``node_keep_s`` is forgotten (its
         nodes are gone). At the first decision the current pods' nodes are up.
+
+        Each entry still up a further ``node_lead_s`` past the next decision (idle nodes
+        go ``node_keep_s`` after their pods, so a pod deferred past that asks for a new
+        node in time) covers the slots up to its nodes' capacity with its wait until
+        they join. Entries whose nodes are up wait 0, so of those only the largest
+        matters.
+
+        Returns:
+            (the new memory; ``(capacity in replicas, wait in seconds)`` of the entries
+            that cover slots, in no order).
         """
         if self.node_lead_s <= 0 or self.fast_capacity is None:
-            return []
-        if "recent" not in state:
-            return [[now, float(desired), now]]
-        keep = self.node_keep_s
-        fresh = now - now <= keep  # a level still held counts as held now
-        return [
-            [now, held, ready_at] if held <= desired else [t, held, ready_at]
-            for t, held, ready_at in state["recent"]
-            if (fresh if held <= desired else now - t <= keep)
-        ]
+            return [], []
+        keep, size = self.node_keep_s, self.node_size
+        base = now + self.interval_s + self.node_lead_s
+        old = state.get("recent")
+        fresh = old is None or now - now <= keep  # a level still held counts as held now
+        recent: list[list[float]] = []
+        live: list[tuple[int, float]] = []
+        up = -math.inf  # most replicas of a live entry whose nodes are up
+        for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
+            if held <= desired:
+                if not fresh:
+                    continue
+                last = now
+            elif now - t <= keep:
+                last = t
+            else:
+                continue
+            recent.append([last, held, ready_at])
+            if base - last > keep:
+                continue  # gone within a provisioning: a pod deferred past it asks for one
+            if ready_at > now:
+                live.append((math.ceil(held / size) * size, ready_at - now))
+            elif held > up:
+                up = held
+        if up > -math.inf:
+            live.append((math.ceil(up / size) * size, 0.0))
+        return recent, live
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Ask now for every replica whose own lead would make it late at the next decision.
@@ -340,13 +348,13 @@ class OraclePolicy:
         now = observation.now
         desired = observation.target.desired
         created = self._created(observation, state)
-        recent = self._recent(now, desired, state)
+        recent, live = self._walk(now, desired, state)
         slots = self._slots
         if self._cold_array.size:
             colds: np.ndarray | float = self._colds(created + np.maximum(slots - desired - 1, 0))
         else:
             colds = self.lead_s  # every pod is planned with lead_s (as _colds would give)
-        leads = colds + self._node_waits(now, recent) + self.interval_s
+        leads = colds + self._node_waits(live) + self.interval_s
         wanted = np.flatnonzero(self._window_max(now, leads) >= slots)
         need = int(wanted[-1]) + 1 if wanted.size else 0  # the largest slot wanted
         # Never grow on the longer horizon, only decline to shrink across short dips.
@@ -361,8 +369,8 @@ class OraclePolicy:
         logger.info("%s: %d -> %d: %s", self.name, desired, replicas, reason)
         if recent and replicas > desired:
             recent.append([now, float(replicas), now + self.node_lead_s])
-        live = len(observation.target.pods)
-        out: dict[str, object] = {"created": created + max(0, replicas - live), "at": now}
+        pods = len(observation.target.pods)
+        out: dict[str, object] = {"created": created + max(0, replicas - pods), "at": now}
         if recent:
             out["recent"] = recent
         return Decision(replicas, reason, out)
