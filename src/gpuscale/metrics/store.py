@@ -289,7 +289,7 @@ class MetricStore:
         """
         if step <= 0 or end < start:
             raise ValueError(f"bad range: start={start} end={end} step={step}")
-        n = int(np.floor((end - start) / step + 1e-9)) + 1
+        n = math.floor((end - start) / step + 1e-9) + 1
         return self._evaluate(signal, start + step * np.arange(n, dtype=np.float64))
 
     def _evaluate(self, signal: Signal, times: FloatArray) -> list[LabelledValue]:
@@ -342,11 +342,13 @@ class MetricStore:
                 if r >= 0 and at - float(ts[r]) <= self.lookback_s:
                     return np.asarray(fam.values[r, columns][None, :], dtype=float)
                 return np.full((1, columns.size), np.nan)
-            row = np.searchsorted(ts, times, side="right") - 1
-            ok = (row >= 0) & (times - ts[np.maximum(row, 0)] <= self.lookback_s)
-            out = fam.values[np.maximum(row, 0)][:, columns]
-            out[~ok] = np.nan
-            return np.asarray(out, dtype=float)
+            row = ts.searchsorted(times, side="right") - 1
+            at_row = np.maximum(row, 0)
+            ok = (row >= 0) & (times - ts[at_row] <= self.lookback_s)
+            out: FloatArray = fam.values[at_row[:, None], columns]  # only the columns read
+            if not ok.all():
+                out[~ok] = np.nan
+            return out
         window = max(float(signal.window), 1e-9)
         hi = np.searchsorted(ts, times, side="right")
         lo = np.searchsorted(ts, times - window, side="right")
