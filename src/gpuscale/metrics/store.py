@@ -47,6 +47,7 @@ class _Grouping:
     labels: list[Mapping[str, str]]
     seen: int = 0  # columns examined so far (new ones are added incrementally)
     members: dict[LabelKey, list[int]] = field(default_factory=dict)
+    by_label: dict[str, list[str | None]] = field(default_factory=dict)  # label -> per group
 
 
 @dataclass(slots=True)
@@ -252,12 +253,15 @@ class MetricStore:
         times = np.array([float(at)])
         matrix = self._sample(fam, grouping.columns, times, signal)
         agg, have = self._reduce(matrix, grouping, signal.aggregation)
+        keys = grouping.by_label.get(label)
+        if keys is None:  # each group's value of the label, kept until the groups change
+            keys = grouping.by_label[label] = [lab.get(label) for lab in grouping.labels]
         row_vals: list[float] = agg[0].tolist()
         row_have: list[bool] = have[0].tolist()
         return {
             key: v
-            for lab, v, h in zip(grouping.labels, row_vals, row_have, strict=True)
-            if h and (key := lab.get(label)) is not None
+            for key, v, h in zip(keys, row_vals, row_have, strict=True)
+            if h and key is not None
         }
 
     def newest(self, signal: Signal, at: float) -> float | None:
@@ -327,6 +331,7 @@ class MetricStore:
             grouping.labels = [fam.labels[cols[0]] for _, cols in ordered]
         else:
             grouping.labels = [{k: v for k, v in gkey if v != ""} for gkey, _ in ordered]
+        grouping.by_label = {}
         grouping.version = fam.version
         return grouping
 
