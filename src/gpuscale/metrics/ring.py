@@ -36,6 +36,12 @@ class SecondTotals:
         self.capacity_s = int(capacity_s)
         self._index = {m: i for i, m in enumerate(self.metrics)}
         self._rings = [[0.0] * self.capacity_s for _ in self.metrics]
+        # The same samples as (time, value) points, so a range query at 1 s steps over
+        # seconds that were all recorded slices points instead of building them.
+        self._points: list[list[tuple[float, float]]] = [
+            [(0.0, 0.0)] * self.capacity_s for _ in self.metrics
+        ]
+        self._unbroken = 0  # every second from this one to ``_last`` was recorded
         self._first: int | None = None
         self._last = -1
 
@@ -47,21 +53,31 @@ class SecondTotals:
             values: One value per metric, in ``metrics`` order.
         """
         i = t % self.capacity_s
-        for ring, v in zip(self._rings, values, strict=True):
+        at = float(t)
+        for ring, points, v in zip(self._rings, self._points, values, strict=True):
             ring[i] = v
+            points[i] = (at, v)
         if self._first is None:
             self._first = t
+        if t > self._last + 1:
+            self._unbroken = t
         self._last = t
 
-    def _ring(self, signal: Signal) -> list[float]:
-        if signal.metric not in self._index:
-            return []
+    def _column(self, signal: Signal) -> int:
+        """The index of the signal's metric, or -1 when it is not kept."""
+        k = self._index.get(signal.metric, -1)
+        if k < 0:
+            return k
         if signal.matchers or signal.window > 0 or signal.aggregation not in ("sum", "none"):
             raise ValueError(
                 f"per-second totals answer only sum({signal.metric}) with no matchers or "
                 f"window, got {signal!r}"
             )
-        return self._rings[self._index[signal.metric]]
+        return k
+
+    def _ring(self, signal: Signal) -> list[float]:
+        k = self._column(signal)
+        return self._rings[k] if k >= 0 else []
 
     def _oldest(self) -> int:
         first = 0 if self._first is None else self._first
@@ -108,9 +124,10 @@ class SecondTotals:
         """
         if step <= 0:
             raise ValueError(f"step must be > 0, got {step}")
-        ring = self._ring(signal)
-        if not ring or self._first is None:
+        k = self._column(signal)
+        if k < 0 or self._first is None:
             return []
+        ring = self._rings[k]
         oldest, cap = self._oldest(), self.capacity_s
         if step == 1.0 and start == math.floor(start):  # the common case: one point a second
             lo = max(int(start), oldest)
@@ -118,8 +135,12 @@ class SecondTotals:
             if hi < lo:
                 return []
             i, j = lo % cap, hi % cap
-            values = ring[i : j + 1] if i <= j else ring[i:] + ring[: j + 1]
-            points = tuple(zip(map(float, range(lo, hi + 1)), values, strict=True))
+            if lo >= self._unbroken:  # each stored point is that second's own sample
+                kept = self._points[k]
+                points = tuple(kept[i : j + 1] if i <= j else kept[i:] + kept[: j + 1])
+            else:
+                values = ring[i : j + 1] if i <= j else ring[i:] + ring[: j + 1]
+                points = tuple(zip(map(float, range(lo, hi + 1)), values, strict=True))
         else:
             n = math.floor((end - start) / step + 1e-9) + 1
             evals = (start + k * step for k in range(max(n, 0)))

@@ -47,6 +47,7 @@ class _Grouping:
     labels: list[Mapping[str, str]]
     seen: int = 0  # columns examined so far (new ones are added incrementally)
     members: dict[LabelKey, list[int]] = field(default_factory=dict)
+    by_label: dict[str, list[str | None]] = field(default_factory=dict)  # label -> per group
 
 
 @dataclass(slots=True)
@@ -251,6 +252,36 @@ class MetricStore:
         """
         return self._evaluate(signal, np.array([float(at)]))
 
+    def instant_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
+        """``instant``'s values keyed by one label, without a result object per series.
+
+        Per-pod signals are read at every decision for each pod; ``observe`` uses this
+        where the source has it (only this store), with the same values as ``instant``.
+
+        Returns:
+            {value of ``label``: the result's value} for each result carrying ``label``
+            (the last such result where several share a value), in result order.
+        """
+        fam = self._families.get(signal.metric)
+        if fam is None or fam.rows == 0:
+            return {}
+        grouping = self._grouping(fam, signal)
+        if grouping.columns.size == 0:
+            return {}
+        times = np.array([float(at)])
+        matrix = self._sample(fam, grouping.columns, times, signal)
+        agg, have = self._reduce(matrix, grouping, signal.aggregation)
+        keys = grouping.by_label.get(label)
+        if keys is None:  # each group's value of the label, kept until the groups change
+            keys = grouping.by_label[label] = [lab.get(label) for lab in grouping.labels]
+        row_vals: list[float] = agg[0].tolist()
+        row_have: list[bool] = have[0].tolist()
+        return {
+            key: v
+            for key, v, h in zip(keys, row_vals, row_have, strict=True)
+            if h and key is not None
+        }
+
     def newest(self, signal: Signal, at: float) -> float | None:
         """Time of the newest sample among the signal's series that an instant query sees.
 
@@ -280,7 +311,7 @@ class MetricStore:
         """
         if step <= 0 or end < start:
             raise ValueError(f"bad range: start={start} end={end} step={step}")
-        n = int(np.floor((end - start) / step + 1e-9)) + 1
+        n = math.floor((end - start) / step + 1e-9) + 1
         return self._evaluate(signal, start + step * np.arange(n, dtype=np.float64))
 
     def _evaluate(self, signal: Signal, times: FloatArray) -> list[LabelledValue]:
@@ -318,6 +349,7 @@ class MetricStore:
             grouping.labels = [fam.labels[cols[0]] for _, cols in ordered]
         else:
             grouping.labels = [{k: v for k, v in gkey if v != ""} for gkey, _ in ordered]
+        grouping.by_label = {}
         grouping.version = fam.version
         return grouping
 
@@ -333,11 +365,13 @@ class MetricStore:
                 if r >= 0 and at - float(ts[r]) <= self.lookback_s:
                     return np.asarray(fam.values[r, columns][None, :], dtype=float)
                 return np.full((1, columns.size), np.nan)
-            row = np.searchsorted(ts, times, side="right") - 1
-            ok = (row >= 0) & (times - ts[np.maximum(row, 0)] <= self.lookback_s)
-            out = fam.values[np.maximum(row, 0)][:, columns]
-            out[~ok] = np.nan
-            return np.asarray(out, dtype=float)
+            row = ts.searchsorted(times, side="right") - 1
+            at_row = np.maximum(row, 0)
+            ok = (row >= 0) & (times - ts[at_row] <= self.lookback_s)
+            out: FloatArray = fam.values[at_row[:, None], columns]  # only the columns read
+            if not ok.all():
+                out[~ok] = np.nan
+            return out
         window = max(float(signal.window), 1e-9)
         hi = np.searchsorted(ts, times, side="right")
         lo = np.searchsorted(ts, times - window, side="right")
@@ -381,9 +415,10 @@ class MetricStore:
         return out
 
     @staticmethod
-    def _aggregate(
-        matrix: FloatArray, times: FloatArray, grouping: _Grouping, aggregation: str
-    ) -> list[LabelledValue]:
+    def _reduce(
+        matrix: FloatArray, grouping: _Grouping, aggregation: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per evaluation time and group: the aggregate, and whether any series had a value."""
         present = ~np.isnan(matrix)
         have: np.ndarray
         agg: np.ndarray
@@ -410,6 +445,13 @@ class MetricStore:
                 agg = count
             else:
                 raise ValueError(f"unknown aggregation {aggregation!r}")
+        return agg, have
+
+    @classmethod
+    def _aggregate(
+        cls, matrix: FloatArray, times: FloatArray, grouping: _Grouping, aggregation: str
+    ) -> list[LabelledValue]:
+        agg, have = cls._reduce(matrix, grouping, aggregation)
         time_list = times.tolist()
         if len(time_list) == 1:  # instant query: one point per result
             t0 = time_list[0]

@@ -13,8 +13,10 @@ controller keeps recommendations and scale events in memory; here they live in
 the policy's JSON state as ``[time_s, value]`` pairs.
 """
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -118,11 +120,15 @@ def summed_columns(
     present = _present(observation, keys)
     if present is None:
         return None
-    columns = [tuple(zip(*points, strict=True)) for points in present]
+    columns = [tuple(zip(*points, strict=False)) for points in present]  # points are pairs
     times = columns[0][0]
     if all(c[0] == times for c in columns[1:]):
-        # The common case (samples at the same times): add column by column.
-        values = list(map(sum, zip(*(c[1] for c in columns), strict=True)))
+        # The common case (samples at the same times): add column by column, as sum()
+        # does per point (0 + a + b + ...), without a call per point.
+        added: Iterable[float] = map(operator.add, itertools.repeat(0), columns[0][1])
+        for c in columns[1:]:
+            added = map(operator.add, added, c[1])
+        values = list(added)
         if math.isnan(math.fsum(values)):  # NaN anywhere makes the sum NaN
             return None
         return times, values

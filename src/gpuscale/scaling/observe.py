@@ -58,12 +58,22 @@ def observe(
     pod_metrics: dict[str, dict[str, float]] = {}
     if policy.pod_signals:
         names = {p.name for p in target.pods}
+        # A source that can key an instant query's values by a label (the simulator's
+        # store) gives the same values without a result object per pod.
+        by_label = getattr(source, "instant_by", None)
         for key, sig in policy.pod_signals.items():
             values = pod_metrics.setdefault(key, {})
-            for res in source.instant(sig, at):
-                pod = res.labels.get("pod")
-                if pod in names and res.points:
-                    values[pod] = res.points[-1][1]
+            if by_label is not None:
+                keyed: dict[str, float] = by_label(sig, at, "pod")
+                values.update({pod: v for pod, v in keyed.items() if pod in names})
+                continue
+            values.update(
+                {
+                    pod: res.points[-1][1]
+                    for res in source.instant(sig, at)
+                    if (pod := res.labels.get("pod")) in names and res.points
+                }
+            )
     series: dict[str, Series] = {}
     hist = policy.history_s
     for key, sig in policy.signals.items():

@@ -161,6 +161,12 @@ class OraclePolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
+        self._slots = np.arange(1, max_replicas + 1)  # replica counts 1..max, one per slot
+        self._slot_wait = np.where(  # a slot's node wait with no recent request (read-only)
+            self._slots > (fast_capacity if fast_capacity is not None else max_replicas),
+            node_lead_s,
+            0.0,
+        )
 
     @classmethod
     def from_config(
@@ -204,9 +210,10 @@ class OraclePolicy:
         ends = np.maximum(start + 1, np.ceil(now + horizons + self.slack_s)).astype(np.int64)
         if start >= plan.size:
             return np.full(horizons.shape, int(plan[-1]), dtype=np.int64)
-        stop = int(np.max(ends))
-        running = np.maximum.accumulate(plan[start:stop])
-        return np.asarray(running[np.minimum(ends - start, running.size) - 1], dtype=np.int64)
+        stop = int(ends.max())
+        running = np.maximum.accumulate(plan[start:stop])  # int64, as the plan
+        at: np.ndarray = running[np.minimum(ends - start, running.size) - 1]
+        return at
 
     def needed(self, now: float, extra_s: float = 0.0) -> int:
         """Most replicas planned in ``[now, now + lead_s + interval_s + extra_s)``.
@@ -217,12 +224,19 @@ class OraclePolicy:
         Returns:
             Replicas.
         """
-        horizon = np.array([self.lead_s + self.interval_s + extra_s])
-        return int(self._window_max(now, horizon)[0])
+        plan = self._planned  # _window_max for one horizon, in scalars
+        start = max(0, math.floor(now - self.slack_s))
+        if start >= plan.size:
+            return int(plan[-1])
+        end = max(
+            start + 1, math.ceil(now + (self.lead_s + self.interval_s + extra_s) + self.slack_s)
+        )
+        return int(plan[start : min(end, plan.size)].max())
 
     def cold_start(self, k: int) -> float:
         """The cold start the ``k``-th pod created (0-based) will take, seconds."""
-        return float(self._colds(np.array([k]))[0])
+        known = self.cold_starts_s
+        return known[k] if 0 <= k < len(known) else float(self.lead_s)
 
     def _colds(self, index: np.ndarray) -> np.ndarray:
         known = self._cold_array
@@ -231,35 +245,31 @@ class OraclePolicy:
         inside = (index >= 0) & (index < known.size)
         return np.where(inside, known[np.clip(index, 0, known.size - 1)], self.lead_s)
 
-    def _node_waits(self, now: float, recent: list[list[float]], slots: np.ndarray) -> np.ndarray:
+    def _node_waits(self, live: list[tuple[int, float]]) -> np.ndarray:
         """Seconds a pod filling each slot (1-based replica count) would wait for a node.
 
         Slots on the standing nodes wait nothing; slots on nodes that recent requests
-        brought up wait until those nodes join, while the nodes stay up for a further
-        ``node_lead_s`` past the next decision (idle nodes go ``node_keep_s`` after
-        their pods, so a pod deferred past that asks for a new node in time); the rest
-        wait a node's provisioning.
+        brought up wait until those nodes join (``live``, from ``_walk``); the rest wait a
+        node's provisioning.
         """
         if self.node_lead_s <= 0 or self.fast_capacity is None:
-            return np.zeros(slots.shape)
-        wait = np.where(slots > self.fast_capacity, self.node_lead_s, 0.0)
-        # Each live entry covers the slots up to its nodes' capacity with its wait; a slot's
-        # wait is the least over the entries covering it (min is exact in any order).
-        caps, waits = [], []
-        for last, held, ready_at in recent:
-            if now + self.interval_s + self.node_lead_s - last > self.node_keep_s:
-                continue  # gone within a provisioning: a pod deferred past it asks for one
-            caps.append(math.ceil(held / self.node_size) * self.node_size)
-            waits.append(max(0.0, ready_at - now))
-        if not caps:
+            return np.zeros(self._slots.shape)
+        wait = self._slot_wait.copy()
+        if not live:
             return wait
-        order = np.argsort(caps)
-        cap = np.asarray(caps)[order]
-        least = np.minimum.accumulate(np.asarray(waits)[order][::-1])[::-1]  # over cap >= c
-        first = np.searchsorted(cap, slots, side="left")  # first entry with cap >= slot
-        covered = first < cap.size
-        best = least[np.minimum(first, cap.size - 1)]
-        return np.where(covered, np.minimum(wait, best), wait)
+        live.sort()  # by capacity; the order among equal capacities does not change the minima
+        least = [w for _, w in live]
+        for k in range(len(least) - 2, -1, -1):  # the least wait over the entries from k on
+            least[k] = min(least[k], least[k + 1])
+        # The slots (prev, cap] are covered first by the entry of capacity ``cap``; a slot
+        # past the largest capacity keeps its own wait.
+        prev = 0
+        for (cap, _), best in zip(live, least, strict=True):
+            if cap > prev:
+                segment = wait[prev:cap]  # slots prev + 1 .. cap
+                np.minimum(segment, best, out=segment)
+                prev = cap
+        return wait
 
     def _created(self, observation: Observation, state: State) -> int:
         """Pods the cluster has created so far: the index of the next pod's cold start.
@@ -271,25 +281,57 @@ class OraclePolicy:
         last = state.get("at")
         if last is None:
             return len(pods)
-        since = sum(1 for p in pods if float(last) < p.created_at <= observation.now)
+        after, now = float(last), observation.now
+        since = sum(1 for p in pods if after < p.created_at <= now)
         return int(state.get("created", 0)) + since
 
-    def _recent(self, now: float, desired: int, state: State) -> list[list[float]]:
-        """Node memory: ``[last held, replicas, nodes ready at]`` of recent requests.
+    def _walk(
+        self, now: float, desired: int, state: State
+    ) -> tuple[list[list[float]], list[tuple[int, float]]]:
+        """Node memory, and what it says about node waits, in one pass over it.
 
-        A level still held is refreshed; one idle for ``node_keep_s`` is forgotten (its
+        The memory is ``[last held, replicas, nodes ready at]`` of recent requests. A
+        level still held is refreshed; one idle for ``node_keep_s`` is forgotten (its
         nodes are gone). At the first decision the current pods' nodes are up.
+
+        Each entry still up a further ``node_lead_s`` past the next decision (idle nodes
+        go ``node_keep_s`` after their pods, so a pod deferred past that asks for a new
+        node in time) covers the slots up to its nodes' capacity with its wait until
+        they join. Entries whose nodes are up wait 0, so of those only the largest
+        matters.
+
+        Returns:
+            (the new memory; ``(capacity in replicas, wait in seconds)`` of the entries
+            that cover slots, in no order).
         """
         if self.node_lead_s <= 0 or self.fast_capacity is None:
-            return []
-        if "recent" not in state:
-            return [[now, float(desired), now]]
-        out = []
-        for t, held, ready_at in state["recent"]:
-            last = now if held <= desired else t
-            if now - last <= self.node_keep_s:
-                out.append([last, held, ready_at])
-        return out
+            return [], []
+        keep, size = self.node_keep_s, self.node_size
+        base = now + self.interval_s + self.node_lead_s
+        old = state.get("recent")
+        fresh = old is None or now - now <= keep  # a level still held counts as held now
+        recent: list[list[float]] = []
+        live: list[tuple[int, float]] = []
+        up = -math.inf  # most replicas of a live entry whose nodes are up
+        for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
+            if held <= desired:
+                if not fresh:
+                    continue
+                last = now
+            elif now - t <= keep:
+                last = t
+            else:
+                continue
+            recent.append([last, held, ready_at])
+            if base - last > keep:
+                continue  # gone within a provisioning: a pod deferred past it asks for one
+            if ready_at > now:
+                live.append((math.ceil(held / size) * size, ready_at - now))
+            elif held > up:
+                up = held
+        if up > -math.inf:
+            live.append((math.ceil(up / size) * size, 0.0))
+        return recent, live
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Ask now for every replica whose own lead would make it late at the next decision.
@@ -306,12 +348,15 @@ class OraclePolicy:
         now = observation.now
         desired = observation.target.desired
         created = self._created(observation, state)
-        recent = self._recent(now, desired, state)
-        slots = np.arange(1, self.max_replicas + 1)
-        index = created + np.maximum(slots - desired - 1, 0)
-        leads = self._colds(index) + self._node_waits(now, recent, slots) + self.interval_s
-        wanted = self._window_max(now, leads) >= slots
-        need = int(np.max(slots[wanted])) if wanted.any() else 0
+        recent, live = self._walk(now, desired, state)
+        slots = self._slots
+        if self._cold_array.size:
+            colds: np.ndarray | float = self._colds(created + np.maximum(slots - desired - 1, 0))
+        else:
+            colds = self.lead_s  # every pod is planned with lead_s (as _colds would give)
+        leads = colds + self._node_waits(live) + self.interval_s
+        wanted = np.flatnonzero(self._window_max(now, leads) >= slots)
+        need = int(wanted[-1]) + 1 if wanted.size else 0  # the largest slot wanted
         # Never grow on the longer horizon, only decline to shrink across short dips.
         keep = min(desired, self.needed(now, self.hold_s))
         if now + self.interval_s + self.hold_s >= self._planned.size:
@@ -324,8 +369,8 @@ class OraclePolicy:
         logger.info("%s: %d -> %d: %s", self.name, desired, replicas, reason)
         if recent and replicas > desired:
             recent.append([now, float(replicas), now + self.node_lead_s])
-        live = len(observation.target.pods)
-        out: dict[str, object] = {"created": created + max(0, replicas - live), "at": now}
+        pods = len(observation.target.pods)
+        out: dict[str, object] = {"created": created + max(0, replicas - pods), "at": now}
         if recent:
             out["recent"] = recent
         return Decision(replicas, reason, out)

@@ -50,7 +50,7 @@ class TargetStatus:
 
     def __post_init__(self) -> None:
         # Counted once: policies read ``ready`` many times per decision.
-        object.__setattr__(self, "_ready", sum(1 for p in self.pods if p.ready))
+        object.__setattr__(self, "_ready", [p.ready for p in self.pods].count(True))
 
     @property
     def ready(self) -> int:

@@ -101,7 +101,7 @@ class ClusterConfig:
         return self.max_nodes * self.gpus_per_node
 
 
-PENDING, STARTING, READY, TERMINATING, GONE = range(5)
+PENDING, STARTING, READY, TERMINATING, GONE = range(5)  # in lifecycle order (``status``)
 _NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY = range(3)
 NODE_READY = _NODE_READY
 """``Cluster.node_state`` of a node that has joined and takes pods."""
@@ -121,7 +121,7 @@ class Pod:
         ready_at: When it became Ready (None before).
         due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
         speed: Work multiplier (below 1 for a straggler).
-        status: Cached API view of the pod (rebuilt when it changes).
+        status: Cached API view of the pod (None where it must be rebuilt).
     """
 
     uid: int
@@ -134,6 +134,12 @@ class Pod:
     due: float = math.inf
     speed: float = 1.0
     status: PodStatus | None = None
+
+
+def _pod_status(p: Pod) -> PodStatus:
+    """The API view of ``p``, kept on it until it changes."""
+    p.status = PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
+    return p.status
 
 
 class Cluster:
@@ -207,19 +213,18 @@ class Cluster:
 
     def devices(self, pods: list[Pod]) -> np.ndarray:
         """Device indices of every GPU the pods hold, pod by pod."""
-        return np.asarray([self.slot_phys[s] for p in pods for s in p.gpus], dtype=np.int64)
+        slots = [s for p in pods for s in p.gpus]
+        return self.slot_phys[np.array(slots, dtype=np.intp)] if slots else np.zeros(0, np.int64)
 
     def status(self) -> TargetStatus:
         """The deployment's status as the API server reports it."""
         if self._status is None or self._status[0] != self.version:
-            pods = []
-            for p in self.live_pods():
-                ready = p.state == READY
-                st = p.status
-                if st is None or st.ready != ready or st.ready_at != p.ready_at:
-                    st = p.status = PodStatus(p.name, ready, p.created_at, p.ready_at)
-                pods.append(st)
-            self._status = (self.version, TargetStatus(self.desired, tuple(pods)))
+            # A pod's status is dropped where it turns Ready or not Ready (nothing else in
+            # it changes); live pods are the states before TERMINATING.
+            pods = tuple(
+                p.status or _pod_status(p) for p in self.pods.values() if p.state < TERMINATING
+            )
+            self._status = (self.version, TargetStatus(self.desired, pods))
         return self._status[1]
 
     def nodes_up(self) -> int:
@@ -243,7 +248,7 @@ class Cluster:
         for gpus in places:
             pod = self._new_pod(now)
             self._bind(pod, gpus)
-            pod.state, pod.ready_at = READY, now
+            pod.state, pod.ready_at, pod.status = READY, now, None
         self.version += 1
 
     def scale(self, replicas: int, now: float) -> None:
@@ -281,7 +286,7 @@ class Cluster:
                 ready_since = -(p.ready_at if p.ready_at is not None else math.inf)
                 return (p.slot >= 0, p.state == READY, ready_since, -p.created_at)
 
-            for pod in sorted(live, key=rank)[: len(live) - self.desired]:
+            for pod in heapq.nsmallest(len(live) - self.desired, live, key=rank):  # = sorted[:k]
                 self._delete(pod, now)
         self._schedule(now)
         self.version += 1
@@ -399,7 +404,7 @@ class Cluster:
         """The pod's container crashed (e.g. an ECC error): it cold-starts again in place."""
         if pod.state not in (STARTING, READY):
             return
-        pod.state, pod.ready_at = STARTING, None
+        pod.state, pod.ready_at, pod.status = STARTING, None, None
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
         self.version += 1
@@ -440,7 +445,7 @@ class Cluster:
             pod = self.pods.get(ident)
             if pod is None or pod.state != STARTING or pod.due != when:
                 return False
-            pod.state, pod.ready_at, pod.due = READY, when, math.inf
+            pod.state, pod.ready_at, pod.due, pod.status = READY, when, math.inf, None
             return True
         if kind == 1:  # termination grace over
             return self.release(ident, when)

@@ -234,11 +234,16 @@ class _Run:
         """
         c, q = self.cluster, self.queue
         per_server = q.busy / self.servers if self.servers else 0.0
-        ready = self._ready_uids.tolist(), self._ready_speed.tolist()
-        for uid, speed in zip(*ready, strict=True):
-            pod = c.pods.get(uid)
-            if pod is not None and pod.state == READY:
-                continue
+        pods = c.pods
+        left = [  # the pods Ready at the last refresh that are no longer
+            (uid, speed)
+            for uid, speed in zip(
+                self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
+            )
+            if uid not in pods or pods[uid].state != READY
+        ]
+        for uid, speed in left:
+            pod = pods.get(uid)
             serving = per_server * self.slots if speed > 0 else 0.0
             if pod is not None and pod.state == TERMINATING:
                 if q.start_drain(uid, serving, speed / self.slots):
@@ -249,21 +254,29 @@ class _Run:
             pod = c.pods.get(uid)
             if pod is None or pod.state != TERMINATING:
                 q.stop_drain(t, uid)
-        for uid in [p.uid for p in c.pods.values() if p.state == TERMINATING]:
-            if uid not in q.drains:
-                c.release(uid, float(t))
+        for uid in [
+            p.uid for p in pods.values() if p.state == TERMINATING and p.uid not in q.drains
+        ]:
+            c.release(uid, float(t))
 
     def _refresh_pods(self) -> None:
         """The Ready, starting and terminating pods' devices, after the cluster changed."""
         c = self.cluster
-        self.ready = c.ready_pods()
+        ready: list[Pod] = []
+        loading: list[Pod] = []
+        stopping: list[Pod] = []
+        by_state = {READY: ready.append, STARTING: loading.append, TERMINATING: stopping.append}
+        for p in c.pods.values():  # one pass, each list oldest first
+            add = by_state.get(p.state)
+            if add is not None:
+                add(p)
+        self.ready = ready
         self.n_held = c.held_count()
-        devs = np.array([c.slot_phys[p.slot] for p in self.ready], dtype=np.int64)
-        self._ready_devs, self._ready_gpus = devs, c.devices(self.ready)
-        self._ready_slots = np.array([p.slot for p in self.ready], dtype=np.int64)
-        self._ready_uids = np.array([p.uid for p in self.ready], dtype=np.int64)
-        loading = [p for p in c.pods.values() if p.state == STARTING]
-        self._stopping = c.devices([p for p in c.pods.values() if p.state == TERMINATING])
+        self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
+        self._ready_devs = c.slot_phys[self._ready_slots]
+        self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
+        self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
+        self._stopping = c.devices(stopping)
         self._loading = (  # every GPU of a starting pod loads its share of the model
             c.devices(loading),
             np.repeat([p.due for p in loading], self.gpr),
@@ -334,8 +347,12 @@ class _Run:
         n = wl.duration_s
         arrivals, work = wl.arrivals.tolist(), wl.work_s.tolist()
         self.cluster.start(sc.initial_replicas, 0.0)
-        ready_n, held_n, busy, cap, nodes, power = (np.zeros(n) for _ in range(6))
-        desired = np.zeros(n)
+        # Per block: its first second and the levels that hold through it (requests
+        # draining, Ready replicas, GPUs held, capacity, node GPUs, power, desired),
+        # expanded to seconds at the end; and requests in service at each second's end.
+        starts: list[int] = []
+        levels: list[tuple[float, int, int, float, int, float, int]] = []
+        in_service: list[float] = []
         next_scrape = next_collect = next_sample = next_decision = 0.0
         collect_s, sample_s = sc.collect_interval_s, self.path.interval_s
         ring, tel = self.ring, self.tel
@@ -375,40 +392,53 @@ class _Run:
             # Nothing changes servers or capacity before the next of these falls due (a
             # threshold x falls due at the first whole second >= x), nor while no pod
             # drains, so the queue advances over the block in one call.
+            # The controller's own samples (``ring``) fall inside blocks: each is the queue's
+            # state at the end of the second before it, which the block reports.
             due = [cluster.next_event(), self.faults.next_due(), next_scrape, next_collect]
             due.append(next_decision)
-            if ring is not None:
-                due.append(next_sample)
             end = t + 1 if drains else min(n, max(_first_second(min(due)), t + 1))
-            block = (t, end, arrivals, work, self.servers, self.capacity)
+            waiting: list[float] | None = [] if ring is not None and end > t + 1 else None
+            block = (t, end, arrivals, work, self.servers, self.capacity, waiting)
             b_list, d_list = advance(*block) if advance else step_each_second(queue, *block)
+            if waiting is not None and ring is not None:
+                for s in range(t + 1, end):
+                    if s >= next_sample:
+                        ring.record(s, (b_list[s - 1 - t], waiting[s - 1 - t]))
+                        next_sample += sample_s
             servers, drain_busy = self.servers, queue.draining
             if end == t + 1:  # one second (a short policy interval, a drain): scalars
                 b = b_list[0]
                 occupancy.append(b / servers if servers else 0.0)
                 tel.done += d_list[0]
-                busy[t] = (b + drain_busy) / self.slots * self.gpr  # busy GPUs
             else:
                 occupancy.extend([b / servers if servers else 0.0 for b in b_list])
                 done = tel.done
                 for dep in d_list:  # in order, as one addition per second
                     done += dep
                 tel.done = done
-                busy[t:end] = (np.array(b_list) + drain_busy) / self.slots * self.gpr
+            in_service.extend(b_list)
             for uid, d in drains.items():  # a draining pod's GPU is busy too
                 drain_seq[self._drain_dev[uid]] += d.requests
             while drained:  # a drained pod frees its GPU
                 cluster.release(drained.pop(0), end + 0.0)
-            ready_n[t:end], held_n[t:end], cap[t:end] = len(self.ready), self.n_held, self.capacity
-            nodes[t:end] = cluster.ready_node_gpus  # billed until a node is removed
-            power[t:end] = self._power_w
-            desired[t:end] = cluster.desired
+            starts.append(t)  # node GPUs are billed until a node is removed
+            ready, held, node_gpus = len(self.ready), self.n_held, cluster.ready_node_gpus
+            levels.append(
+                (drain_busy, ready, held, self.capacity, node_gpus, self._power_w, cluster.desired)
+            )
             if progress is not None:
                 for s in range(t + (-t) % tick, end, tick):
                     progress(s / n)
             t = end
         if progress is not None:
             progress(1.0)
+        bounds = np.array([*starts, n], dtype=np.int64)
+        lengths = bounds[1:] - bounds[:-1]
+        drain_n, ready_n, held_n, cap, nodes, power, desired = (
+            np.repeat(np.array(column, dtype=float), lengths)
+            for column in zip(*levels, strict=True)
+        )
+        busy = (np.array(in_service) + drain_n) / self.slots * self.gpr  # busy GPUs
         return self._result(ready_n, held_n, busy, cap, desired, nodes, power)
 
     def _result(

@@ -230,6 +230,7 @@ class FluidQueue:
         work_s: list[float],
         servers: int,
         capacity: float,
+        waiting: list[float] | None = None,
     ) -> tuple[list[float], list[float]]:
         """Advance seconds ``t0`` to ``t1 - 1`` at constant servers and capacity.
 
@@ -246,13 +247,15 @@ class FluidQueue:
             work_s: Their total work, reference-GPU seconds, indexed by second.
             servers: Ready slots.
             capacity: Work the Ready replicas do per second, reference-GPU seconds.
+            waiting: When given, requests waiting at the end of each second are appended.
 
         Returns:
             Requests in service at the end of each second, and departures in each.
         """
+        block = (t0, t1, arrivals, work_s, servers, capacity, waiting)
         if t1 - t0 == 1 or self._retry or self.drains:  # one second: ``step`` costs less
-            return step_each_second(self, t0, t1, arrivals, work_s, servers, capacity)
-        return advance_block(self, t0, t1, arrivals, work_s, servers, capacity)
+            return step_each_second(self, *block)
+        return advance_block(self, *block)
 
     def _enter_service(self, t: int, entering: float) -> None:
         """Move ``entering`` requests into service: retries first, then the FIFO's head."""

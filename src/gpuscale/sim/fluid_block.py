@@ -32,6 +32,11 @@ class SecondStepper(Protocol):
         """Requests that left service in the last second stepped."""
         ...
 
+    @property
+    def waiting(self) -> float:
+        """Requests queued and not yet in service."""
+        ...
+
     def step(self, t: int, arrivals: float, work_s: float, servers: int, capacity: float) -> None:
         """Advance one second."""
 
@@ -44,8 +49,19 @@ def step_each_second(
     work_s: list[float],
     servers: int,
     capacity: float,
+    waiting: list[float] | None = None,
 ) -> tuple[list[float], list[float]]:
     """``FluidQueue.advance`` for any queue: ``step`` once per second from ``t0`` to ``t1 - 1``.
+
+    Args:
+        queue: The queue.
+        t0: First second.
+        t1: One past the last second.
+        arrivals: Requests arriving, indexed by second.
+        work_s: Their total work, reference-GPU seconds, indexed by second.
+        servers: Ready slots.
+        capacity: Work the Ready replicas do per second, reference-GPU seconds.
+        waiting: When given, requests waiting at the end of each second are appended.
 
     Returns:
         Requests in service at the end of each second, and departures in each.
@@ -55,6 +71,8 @@ def step_each_second(
         queue.step(t, arrivals[t], work_s[t], servers, capacity)
         busy_out.append(queue.busy)
         dep_out.append(queue.last_departures)
+        if waiting is not None:
+            waiting.append(queue.waiting)
     return busy_out, dep_out
 
 
@@ -66,8 +84,11 @@ def advance_block(
     work_s: list[float],
     servers: int,
     capacity: float,
+    waiting: list[float] | None = None,
 ) -> tuple[list[float], list[float]]:
     """``FluidQueue.advance`` with no retries or drains: ``step`` and ``_enter_service`` inlined.
+
+    ``waiting``, when given, gets the requests waiting at the end of each second.
 
     Returns:
         Requests in service at the end of each second, and departures in each.
@@ -190,6 +211,8 @@ def advance_block(
             q._drop_expired(cutoff)
             in_system, busy_now, queued_work = q.in_system, q.busy, q._queued_work
             after_drop.append((t - t0, busy_now))
+        if waiting is not None:  # FluidQueue.waiting, after the drops
+            waiting.append(max(in_system - busy_now, 0.0))
     rec.busy.extend(busy_rec)
     busy_out = busy_rec
     if after_drop:  # what the engine reads: in service after the drops

@@ -313,8 +313,16 @@ def summarise_latency(
                 for w, (a, b, m_, t_) in coefficients
             ]
             cut = _underflow_cut(start[s0:s1], [coef for _, coef in parts])
-            for weight, (a, b, inv_m, inv_t) in parts:
+            for i, (weight, (a, b, inv_m, inv_t)) in enumerate(parts):
+                if i == 0 and weight == 1.0:  # the block is still 0, and 0.0 + x is x
+                    _cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut, into=block[:, :cut])
+                    block[:, cut:] = 1.0  # past the cut the CDF is exactly 1
+                    continue
                 part = _cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut)
+                if i == 0:  # as above (no part is -0.0, so assigning it is adding it to 0)
+                    block[:, :cut] = weight * part
+                    block[:, cut:] = weight * 1.0
+                    continue
                 block[:, :cut] += part if weight == 1.0 else weight * part
                 if cut < LATENCY_EDGES_S.size:  # past the cut ``part`` is exactly 1
                     block[:, cut:] += 1.0 if weight == 1.0 else weight * 1.0
@@ -416,11 +424,15 @@ def _cdf_on_edges(
     inv_m: FloatArray,
     inv_t: FloatArray,
     cut: int | None = None,
+    into: FloatArray | None = None,
 ) -> FloatArray:
-    """CDF of each portion's latency at the ``LATENCY_EDGES_S`` edges before ``cut``."""
+    """CDF of each portion's latency at the ``LATENCY_EDGES_S`` edges before ``cut``.
+
+    ``into``, when given, is the array (a view of the right shape) the CDF is written to.
+    """
     tau = LATENCY_EDGES_S[None, :cut] - d0[:, None]
     np.maximum(tau, 0.0, out=tau)
-    out = np.multiply(tau, -inv_m[:, None])
+    out = np.multiply(tau, -inv_m[:, None], out=into)
     np.exp(out, out=out)
     out *= a[:, None]
     waits = np.flatnonzero(inv_t > 0)

@@ -1,6 +1,8 @@
 """Per-second totals in a ring answer instant and range queries like the metric store."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuscale.metrics.ring import SecondTotals
 from gpuscale.metrics.signal import Signal
@@ -44,3 +46,32 @@ def test_only_plain_totals_are_answered():
         SecondTotals(("a", "a"), 5)
     with pytest.raises(ValueError, match="capacity_s"):
         SecondTotals(("a",), 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    recorded=st.lists(st.booleans(), min_size=1, max_size=60),
+    capacity=st.integers(1, 25),
+    start=st.integers(-5, 65),
+    length=st.integers(0, 30),
+)
+def test_one_second_range_is_each_seconds_stored_value_with_gaps(
+    recorded: list[bool], capacity: int, start: int, length: int
+) -> None:
+    # Reference: the documented meaning, "the newest sample at or before each second",
+    # read from the slot each second maps to, whether or not that second was recorded
+    # (a skipped second reads what its slot last held): what the ring stored, not a copy.
+    ring = SecondTotals(("in_flight",), capacity)
+    slots: list[float] = [0.0] * capacity
+    seconds = [t for t, kept in enumerate(recorded) if kept]
+    for t in seconds:
+        ring.record(t, (t * 1.5 + 0.25,))
+        slots[t % capacity] = t * 1.5 + 0.25
+    got = ring.range(IN_FLIGHT, float(start), float(start + length), 1.0)
+    if not seconds:
+        assert got == []
+        return
+    oldest = max(seconds[0], seconds[-1] - capacity + 1)
+    lo, hi = max(start, oldest), min(start + length, seconds[-1])
+    want = tuple((float(s), slots[s % capacity]) for s in range(lo, hi + 1))
+    assert (got[0].points if got else ()) == want

@@ -208,3 +208,25 @@ def test_sum_and_count_match_numpy_over_present_series(vals):
         assert total[0].points[0][1] == pytest.approx(float(arr[present].sum()))
         assert count[0].points[0][1] == float(present.sum())
     assert len(store.instant(Signal(UTIL), 0.0)) == int(present.sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    scrapes=st.lists(
+        st.lists(st.one_of(st.none(), st.floats(0.0, 100.0)), min_size=4, max_size=4),
+        min_size=1,
+        max_size=6,
+    ),
+    at=st.floats(-10.0, 400.0),
+    agg=st.sampled_from(["avg", "sum", "max", "none"]),
+)
+def test_instant_by_label_is_instant_keyed_by_that_label(scrapes, at, agg):
+    # Pods a..c on two nodes, d with no pod label; None is a pod absent from a scrape.
+    store = MetricStore(retention_s=3600.0)
+    labels = [*pods("a", "b"), *pods("c", node="n2"), {"Hostname": "n3"}]
+    for i, row in enumerate(scrapes):
+        vals = np.array([np.nan if v is None else v for v in row])
+        store.ingest(15.0 * i, UTIL, labels, vals)
+    sig = Signal(UTIL, aggregation=agg, by=("pod",) if agg != "none" else ())
+    want = {r.labels["pod"]: r.points[-1][1] for r in store.instant(sig, at) if "pod" in r.labels}
+    assert store.instant_by(sig, at, "pod") == want
