@@ -13,8 +13,9 @@ status shows it). Policies are never told directly.
   ``duration``.
 * ``ecc-dbe``: a double-bit ECC error (XID 48) crashes the replica's container,
   which cold-starts again on the same GPU.
-* ``straggler``: the replica serves at ``factor`` of its speed (a noisy neighbour,
-  a degraded link), for ``duration`` or for good.
+* ``straggler``: the replica's GPU is held at ``factor`` of its boost clock (the
+  exporter's straggler: a clock stuck low, hardware slowdown), so it serves at
+  that share of its speed and its telemetry shows it, for ``duration`` or for good.
 """
 
 import logging
@@ -79,7 +80,7 @@ class FaultInjector:
     seed: int = 0
     applied: list[AppliedFault] = field(default_factory=list)
     _pending: list[Fault] = field(default_factory=list)
-    _ends: list[tuple[float, str, int, Pod | None]] = field(default_factory=list)
+    _ends: list[tuple[float, str, int]] = field(default_factory=list)
     _rng: np.random.Generator = field(init=False)
     _next: float = float("inf")
 
@@ -107,11 +108,11 @@ class FaultInjector:
         acted = False
         for end in [e for e in self._ends if e[0] <= now]:
             self._ends.remove(end)
-            _, kind, index, pod = end
+            _, kind, index = end
             if kind == "thermal":
                 physics.clear_thermal(index)
-            elif kind == "straggler" and pod is not None:
-                cluster.set_speed(pod, 1.0)
+            elif kind == "straggler":
+                physics.set_clock_cap(index, 1.0)
             acted = True
         while self._pending and self._pending[0].at_s <= now:
             self._apply(self._pending.pop(0), now, cluster, physics)
@@ -145,15 +146,15 @@ class FaultInjector:
         elif fault.kind == "thermal":
             physics.inject_thermal(dev, fault.rise_c)
             if end is not None:
-                self._ends.append((end, "thermal", dev, None))
+                self._ends.append((end, "thermal", dev))
         elif fault.kind == "ecc-dbe":
             physics.inject_ecc_dbe(dev, now)
             if pod is not None:
                 cluster.restart_pod(pod, now)
-        elif pod is not None:  # straggler
-            cluster.set_speed(pod, fault.factor)
+        elif fault.kind == "straggler":
+            physics.set_clock_cap(dev, fault.factor)
             if end is not None:
-                self._ends.append((end, "straggler", dev, pod))
+                self._ends.append((end, "straggler", dev))
         name = pod.name if pod is not None else None
         logger.info("t=%.0f: fault %s hit pod %s (GPU slot %d)", now, fault.spec(), name, slot)
         self.applied.append(AppliedFault(fault, now, name, slot))

@@ -202,6 +202,23 @@ def test_straggler_with_duration_recovers():
     assert tl.capacity_rps[int(900 / 15)] == pytest.approx(4.0)
 
 
+def test_straggler_holds_its_gpus_clock_down_so_the_telemetry_shows_it():
+    # One grammar, one meaning: the exporter's straggler is a clock held at
+    # ``factor`` of boost; the simulator's is the same GPU state, not a hidden
+    # speed the telemetry cannot see.
+    cluster = Cluster(ClusterConfig(gpus_per_node=2, initial_nodes=1, max_nodes=1))
+    physics = FleetPhysics([gpu_model("H100")] * cluster.n_devices)
+    cluster.start(2)
+    injector = FaultInjector((parse_sim_fault("straggler@10:replica=0:factor=0.4:duration=60"),))
+    assert injector.step(10.0, cluster, physics)
+    (hit,) = injector.applied
+    dev = int(cluster.slot_phys[hit.slot])
+    assert physics.clock_cap[dev] == 0.4
+    assert np.count_nonzero(physics.clock_cap < 1.0) == 1
+    assert injector.step(70.0, cluster, physics)
+    assert physics.clock_cap[dev] == 1.0
+
+
 def test_fault_with_no_replica_to_hit_is_skipped_but_a_lost_gpu_still_goes():
     cluster = Cluster(ClusterConfig(gpus_per_node=2, initial_nodes=1, max_nodes=1))
     physics = FleetPhysics([gpu_model("H100")] * cluster.n_devices)
