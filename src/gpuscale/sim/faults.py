@@ -156,5 +156,6 @@ class FaultInjector:
             if end is not None:
                 self._ends.append((end, "straggler", dev))
         name = pod.name if pod is not None else None
-        logger.info("t=%.0f: fault %s hit pod %s (GPU slot %d)", now, fault.spec(), name, slot)
+        # Debug, not info: a sweep applies each fault in every one of its runs.
+        logger.debug("t=%.0f: fault %s hit pod %s (GPU slot %d)", now, fault.spec(), name, slot)
         self.applied.append(AppliedFault(fault, now, name, slot))
