@@ -6,7 +6,9 @@ the ``--out`` directory of the command printed above each table:
     python bench/results_table.py out/gentd26/results.json
 
 Columns: GPU-hours at the target attainment read off each policy's knob curve
-(mean over seeds, 95 % half-width), that as a multiple of the oracle's, then the
+(mean over seeds, 95 % half-width; "<=" where the sweep could not bring the curve
+below the target, so the figure is an upper bound), that as a multiple of the
+oracle's, then the
 fair-parameter run's GPU-hours, attainment, mean GPU utilisation, p99 latency,
 dropped requests (mean per run) and scale events.
 """
@@ -27,9 +29,12 @@ def row(name: str, p: dict[str, Any]) -> str:
     if at is None:
         at_s, x_s = "never reaches", "-"
     else:
-        at_s = f"{at:.1f} ±{_half(p.get('gpu_hours_at_target_ci95')):.1f}"
+        # A curve the sweep could not bracket gives only an upper bound: say so.
+        bound = "<= " if p.get("gpu_hours_at_target_bound") == "upper" else ""
+        at_s = f"{bound}{at:.1f} ±{_half(p.get('gpu_hours_at_target_ci95')):.1f}"
         x = p.get("x_oracle_at_target")
-        x_s = "-" if x is None else f"{x:.2f} ±{_half(p.get('x_oracle_at_target_ci95')):.2f}"
+        x_ci = _half(p.get("x_oracle_at_target_ci95"))
+        x_s = "-" if x is None else f"{bound}{x:.2f} ±{x_ci:.2f}"
     cells = [
         name,
         at_s,
