@@ -211,6 +211,10 @@ class Cluster:
         """GPUs held by the deployment's pods (every GPU of each pod)."""
         return int(np.count_nonzero(self.slot_pod >= 0))
 
+    def terminating_count(self) -> int:
+        """Pods terminating (deleted, still holding their GPUs)."""
+        return self._terminating
+
     def devices(self, pods: list[Pod]) -> np.ndarray:
         """Device indices of every GPU the pods hold, pod by pod."""
         slots = [s for p in pods for s in p.gpus]

@@ -206,7 +206,7 @@ class _Run:
         self._cap_dirty = True
         self.ready: list[Pod] = []
         self.servers, self.capacity, self.n_held = 0, 0.0, 0
-        self._shares = self._ready_speed = np.zeros(0)
+        self._shares = self._ready_speed = self._pod_speed = np.zeros(0)
         self._ready_devs = self._ready_gpus = np.zeros(0, dtype=np.int64)
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._ready_uids = np.zeros(0, dtype=np.int64)
@@ -254,10 +254,13 @@ class _Run:
             pod = c.pods.get(uid)
             if pod is None or pod.state != TERMINATING:
                 q.stop_drain(t, uid)
-        for uid in [
-            p.uid for p in pods.values() if p.state == TERMINATING and p.uid not in q.drains
-        ]:
-            c.release(uid, float(t))
+        # The drains are terminating pods now, so with as many of them as terminating
+        # pods there is nothing left to free (the common case: skip the scan).
+        if c.terminating_count() > len(q.drains):
+            for uid in [
+                p.uid for p in pods.values() if p.state == TERMINATING and p.uid not in q.drains
+            ]:
+                c.release(uid, float(t))
 
     def _refresh_pods(self) -> None:
         """The Ready, starting and terminating pods' devices, after the cluster changed."""
@@ -276,12 +279,13 @@ class _Run:
         self._ready_devs = c.slot_phys[self._ready_slots]
         self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
         self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
+        self._pod_speed = np.array([p.speed for p in ready])  # changes only with the version
         self._stopping = c.devices(stopping)
-        self._loading = (  # every GPU of a starting pod loads its share of the model
-            c.devices(loading),
-            np.repeat([p.due for p in loading], self.gpr),
-            np.repeat([p.due - p.created_at for p in loading], self.gpr),
-        )
+        due = np.array([p.due for p in loading], dtype=float)
+        span = np.array([p.due - p.created_at for p in loading], dtype=float)
+        if self.gpr > 1:
+            due, span = np.repeat(due, self.gpr), np.repeat(span, self.gpr)
+        self._loading = (c.devices(loading), due, span)  # each GPU loads its share
 
     def _refresh_capacity(self, t: int) -> None:
         self._flush()
@@ -291,7 +295,7 @@ class _Run:
             self._refresh_pods()
         devs = self._ready_devs
         factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
-        speed = np.array([p.speed for p in self.ready]) * factor * self.model_speed
+        speed = self._pod_speed * factor * self.model_speed
         total = float(speed.sum())
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
         self._ready_speed = speed
