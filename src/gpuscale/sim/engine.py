@@ -207,6 +207,7 @@ class _Run:
         self.ready: list[Pod] = []
         self.servers, self.capacity, self.n_held = 0, 0.0, 0
         self._shares = self._ready_speed = self._pod_speed = np.zeros(0)
+        self._ready_seen = -1  # ``cluster.ready_changes`` when the Ready pods' arrays were built
         self._ready_devs = self._ready_gpus = np.zeros(0, dtype=np.int64)
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._ready_uids = np.zeros(0, dtype=np.int64)
@@ -235,13 +236,17 @@ class _Run:
         c, q = self.cluster, self.queue
         per_server = q.busy / self.servers if self.servers else 0.0
         pods = c.pods
-        left = [  # the pods Ready at the last refresh that are no longer
-            (uid, speed)
-            for uid, speed in zip(
-                self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
-            )
-            if uid not in pods or pods[uid].state != READY
-        ]
+        left = (
+            [  # the pods Ready at the last refresh that are no longer (none if none left)
+                (uid, speed)
+                for uid, speed in zip(
+                    self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
+                )
+                if uid not in pods or pods[uid].state != READY
+            ]
+            if c.ready_changes != self._ready_seen
+            else []
+        )
         for uid, speed in left:
             pod = pods.get(uid)
             serving = per_server * self.slots if speed > 0 else 0.0
@@ -268,18 +273,22 @@ class _Run:
         ready: list[Pod] = []
         loading: list[Pod] = []
         stopping: list[Pod] = []
-        by_state = {READY: ready.append, STARTING: loading.append, TERMINATING: stopping.append}
+        by_state = {STARTING: loading.append, TERMINATING: stopping.append}
+        same = c.ready_changes == self._ready_seen  # the Ready pods' arrays still hold
+        if not same:
+            by_state[READY] = ready.append
         for p in c.pods.values():  # one pass, each list oldest first
             add = by_state.get(p.state)
             if add is not None:
                 add(p)
-        self.ready = ready
         self.n_held = c.held_count()
-        self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
-        self._ready_devs = c.slot_phys[self._ready_slots]
-        self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
-        self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
-        self._pod_speed = np.array([p.speed for p in ready])  # changes only with the version
+        if not same:
+            self.ready, self._ready_seen = ready, c.ready_changes
+            self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
+            self._ready_devs = c.slot_phys[self._ready_slots]
+            self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
+            self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
+            self._pod_speed = np.array([p.speed for p in ready])
         self._stopping = c.devices(stopping)
         due = np.array([p.due for p in loading], dtype=float)
         span = np.array([p.due - p.created_at for p in loading], dtype=float)
