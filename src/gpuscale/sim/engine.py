@@ -208,6 +208,7 @@ class _Run:
         self.servers, self.capacity, self.n_held = 0, 0.0, 0
         self._shares = self._ready_speed = self._pod_speed = np.zeros(0)
         self._ready_seen = -1  # ``cluster.ready_changes`` when the Ready pods' arrays were built
+        self._speed_seen = -2  # ``_ready_seen`` when the speeds below were computed
         self._ready_devs = self._ready_gpus = np.zeros(0, dtype=np.int64)
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._ready_uids = np.zeros(0, dtype=np.int64)
@@ -302,6 +303,12 @@ class _Run:
         if c.version != self._cap_version:  # the pods changed; else only clocks did
             self._sync_pods(t)
             self._refresh_pods()
+        if not self._cap_dirty and self._speed_seen == self._ready_seen:
+            # Neither the clocks nor the Ready pods moved (pods started, stopped or freed
+            # GPUs): the speeds, shares and service SCV computed last still hold.
+            self._cap_version = c.version
+            return
+        self._speed_seen = self._ready_seen
         devs = self._ready_devs
         factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
         speed = self._pod_speed * factor * self.model_speed
