@@ -198,6 +198,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
+    when = {  # CPU seconds on a shared machine depend on its load: keep both with the figures
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_1min_before": round(os.getloadavg()[0], 2),
+    }
     one_core = bench_one_core(args.repeats)  # before the pool: its workers must not be pinned
     if not args.one_core_only:
         with RunPool(args.jobs) as pool:
@@ -210,7 +214,13 @@ def main() -> None:
     document = json.loads(args.out.read_text()) if args.out.exists() else {}
     previous = document.get("sim", {}).get("results", {}) if args.one_core_only else {}
     results = {**previous, **results, "24h_100gpu_one_core": one_core}
-    document["sim"] = {"machine": f"{os.cpu_count()} cores", "jobs": args.jobs, "results": results}
+    when["load_average_1min_after"] = round(os.getloadavg()[0], 2)
+    document["sim"] = {
+        "machine": f"{os.cpu_count()} cores",
+        "jobs": args.jobs,
+        **when,
+        "results": results,
+    }
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {args.out} ['sim']")
 

@@ -313,6 +313,9 @@ class OraclePolicy:
         recent: list[list[float]] = []
         live: list[tuple[int, float]] = []
         up = -math.inf  # most replicas of a live entry whose nodes are up
+        # Entries whose nodes are up differ only in a past ``ready_at``, which no later
+        # decision reads (time only goes on): one of each (last held, replicas) is kept.
+        joined: set[tuple[float, float]] = set()
         for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
             if held <= desired:
                 if not fresh:
@@ -322,6 +325,10 @@ class OraclePolicy:
                 last = t
             else:
                 continue
+            if ready_at <= now:
+                if (last, held) in joined:
+                    continue
+                joined.add((last, held))
             recent.append([last, held, ready_at])
             if base - last > keep:
                 continue  # gone within a provisioning: a pod deferred past it asks for one

@@ -185,6 +185,10 @@ class Cluster:
         self._terminating = 0
         self.desired = 0
         self.version = 0
+        # Bumped where the Ready pods or a Ready pod's speed change (``version`` also counts
+        # pods starting, terminating or freeing GPUs): what is built from the Ready pods
+        # alone stays valid while it holds.
+        self.ready_changes = 0
         self._uid = 0
         self._events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, id)
         self._seq = 0
@@ -210,6 +214,10 @@ class Cluster:
     def held_count(self) -> int:
         """GPUs held by the deployment's pods (every GPU of each pod)."""
         return int(np.count_nonzero(self.slot_pod >= 0))
+
+    def terminating_count(self) -> int:
+        """Pods terminating (deleted, still holding their GPUs)."""
+        return self._terminating
 
     def devices(self, pods: list[Pod]) -> np.ndarray:
         """Device indices of every GPU the pods hold, pod by pod."""
@@ -250,6 +258,7 @@ class Cluster:
             self._bind(pod, gpus)
             pod.state, pod.ready_at, pod.status = READY, now, None
         self.version += 1
+        self.ready_changes += 1
 
     def scale(self, replicas: int, now: float) -> None:
         """Set ``spec.replicas``; the ReplicaSet creates or deletes pods at once."""
@@ -298,6 +307,7 @@ class Cluster:
             del self._pending[pod.uid]
             return
         self._terminating += 1
+        self.ready_changes += pod.state == READY
         pod.state, pod.due = TERMINATING, now + self.config.termination_grace_s
         self._push(pod.due, 1, pod.uid)
 
@@ -394,6 +404,7 @@ class Cluster:
         if uid < 0:
             return None
         pod = self.pods.pop(uid)
+        self.ready_changes += pod.state == READY
         if pod.state == TERMINATING:
             self._terminating -= 1
         self.slot_pod[list(pod.gpus) or slot] = -1
@@ -404,6 +415,7 @@ class Cluster:
         """The pod's container crashed (e.g. an ECC error): it cold-starts again in place."""
         if pod.state not in (STARTING, READY):
             return
+        self.ready_changes += pod.state == READY
         pod.state, pod.ready_at, pod.status = STARTING, None, None
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
@@ -413,6 +425,7 @@ class Cluster:
         """Make ``pod`` serve at ``speed`` times its GPU's rate (a straggler below 1)."""
         pod.speed = float(speed)
         self.version += 1
+        self.ready_changes += 1
 
     def _schedule_node_removal(self, node: int, now: float) -> None:
         g = self._node_gpus
@@ -446,6 +459,7 @@ class Cluster:
             if pod is None or pod.state != STARTING or pod.due != when:
                 return False
             pod.state, pod.ready_at, pod.due, pod.status = READY, when, math.inf, None
+            self.ready_changes += 1
             return True
         if kind == 1:  # termination grace over
             return self.release(ident, when)

@@ -206,7 +206,9 @@ class _Run:
         self._cap_dirty = True
         self.ready: list[Pod] = []
         self.servers, self.capacity, self.n_held = 0, 0.0, 0
-        self._shares = self._ready_speed = np.zeros(0)
+        self._shares = self._ready_speed = self._pod_speed = np.zeros(0)
+        self._ready_seen = -1  # ``cluster.ready_changes`` when the Ready pods' arrays were built
+        self._speed_seen = -2  # ``_ready_seen`` when the speeds below were computed
         self._ready_devs = self._ready_gpus = np.zeros(0, dtype=np.int64)
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._ready_uids = np.zeros(0, dtype=np.int64)
@@ -235,13 +237,17 @@ class _Run:
         c, q = self.cluster, self.queue
         per_server = q.busy / self.servers if self.servers else 0.0
         pods = c.pods
-        left = [  # the pods Ready at the last refresh that are no longer
-            (uid, speed)
-            for uid, speed in zip(
-                self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
-            )
-            if uid not in pods or pods[uid].state != READY
-        ]
+        left = (
+            [  # the pods Ready at the last refresh that are no longer (none if none left)
+                (uid, speed)
+                for uid, speed in zip(
+                    self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
+                )
+                if uid not in pods or pods[uid].state != READY
+            ]
+            if c.ready_changes != self._ready_seen
+            else []
+        )
         for uid, speed in left:
             pod = pods.get(uid)
             serving = per_server * self.slots if speed > 0 else 0.0
@@ -254,10 +260,13 @@ class _Run:
             pod = c.pods.get(uid)
             if pod is None or pod.state != TERMINATING:
                 q.stop_drain(t, uid)
-        for uid in [
-            p.uid for p in pods.values() if p.state == TERMINATING and p.uid not in q.drains
-        ]:
-            c.release(uid, float(t))
+        # The drains are terminating pods now, so with as many of them as terminating
+        # pods there is nothing left to free (the common case: skip the scan).
+        if c.terminating_count() > len(q.drains):
+            for uid in [
+                p.uid for p in pods.values() if p.state == TERMINATING and p.uid not in q.drains
+            ]:
+                c.release(uid, float(t))
 
     def _refresh_pods(self) -> None:
         """The Ready, starting and terminating pods' devices, after the cluster changed."""
@@ -265,23 +274,28 @@ class _Run:
         ready: list[Pod] = []
         loading: list[Pod] = []
         stopping: list[Pod] = []
-        by_state = {READY: ready.append, STARTING: loading.append, TERMINATING: stopping.append}
+        by_state = {STARTING: loading.append, TERMINATING: stopping.append}
+        same = c.ready_changes == self._ready_seen  # the Ready pods' arrays still hold
+        if not same:
+            by_state[READY] = ready.append
         for p in c.pods.values():  # one pass, each list oldest first
             add = by_state.get(p.state)
             if add is not None:
                 add(p)
-        self.ready = ready
         self.n_held = c.held_count()
-        self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
-        self._ready_devs = c.slot_phys[self._ready_slots]
-        self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
-        self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
+        if not same:
+            self.ready, self._ready_seen = ready, c.ready_changes
+            self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
+            self._ready_devs = c.slot_phys[self._ready_slots]
+            self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
+            self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
+            self._pod_speed = np.array([p.speed for p in ready])
         self._stopping = c.devices(stopping)
-        self._loading = (  # every GPU of a starting pod loads its share of the model
-            c.devices(loading),
-            np.repeat([p.due for p in loading], self.gpr),
-            np.repeat([p.due - p.created_at for p in loading], self.gpr),
-        )
+        due = np.array([p.due for p in loading], dtype=float)
+        span = np.array([p.due - p.created_at for p in loading], dtype=float)
+        if self.gpr > 1:
+            due, span = np.repeat(due, self.gpr), np.repeat(span, self.gpr)
+        self._loading = (c.devices(loading), due, span)  # each GPU loads its share
 
     def _refresh_capacity(self, t: int) -> None:
         self._flush()
@@ -289,9 +303,15 @@ class _Run:
         if c.version != self._cap_version:  # the pods changed; else only clocks did
             self._sync_pods(t)
             self._refresh_pods()
+        if not self._cap_dirty and self._speed_seen == self._ready_seen:
+            # Neither the clocks nor the Ready pods moved (pods started, stopped or freed
+            # GPUs): the speeds, shares and service SCV computed last still hold.
+            self._cap_version = c.version
+            return
+        self._speed_seen = self._ready_seen
         devs = self._ready_devs
         factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
-        speed = np.array([p.speed for p in self.ready]) * factor * self.model_speed
+        speed = self._pod_speed * factor * self.model_speed
         total = float(speed.sum())
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
         self._ready_speed = speed

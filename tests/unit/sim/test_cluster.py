@@ -283,3 +283,37 @@ def test_initial_replicas_beyond_the_nodes_gpus_is_a_config_error():
         c.start(5)
     with pytest.raises(ConfigError, match="gpus_per_replica=4"):
         Cluster(small(gpus_per_node=2), gpus_per_pod=4)
+
+
+def test_ready_changes_moves_exactly_when_the_ready_pods_or_their_speeds_change():
+    # The engine keeps what it built from the Ready pods while this count holds, so
+    # every change to the Ready set must move it, and pods that only start, stop or
+    # free GPUs need not.
+    c = Cluster(small(initial_nodes=2))
+    c.start(2)
+
+    def ready_ids() -> list[int]:
+        return sorted(p.uid for p in c.pods.values() if p.state == READY)
+
+    seen, before = c.ready_changes, ready_ids()
+    c.scale(3, now=0.0)  # a new pod starts: no Ready pod changed
+    assert ready_ids() == before
+    assert c.ready_changes == seen
+    c.advance(60.0)  # it turns Ready
+    assert len(ready_ids()) == 3
+    assert c.ready_changes > seen
+    seen = c.ready_changes
+    c.scale(2, now=61.0)  # the newest Ready pod terminates
+    assert len(ready_ids()) == 2
+    assert c.ready_changes > seen
+    seen = c.ready_changes
+    stopping = next(p for p in c.pods.values() if p.state == TERMINATING)
+    assert c.release(stopping.uid, 62.0)  # freeing its GPU changes no Ready pod
+    assert c.ready_changes == seen
+    pod = next(p for p in c.pods.values() if p.state == READY)
+    c.set_speed(pod, 0.5)
+    assert c.ready_changes > seen
+    seen = c.ready_changes
+    c.restart_pod(pod, 63.0)  # a crash takes it out of Ready
+    assert pod.state == STARTING
+    assert c.ready_changes > seen
