@@ -120,7 +120,6 @@ class Pod:
         gpus: Every GPU slot it holds (all on one node), empty while unscheduled.
         ready_at: When it became Ready (None before).
         due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
-        speed: Work multiplier (below 1 for a straggler).
         status: Cached API view of the pod (None where it must be rebuilt).
     """
 
@@ -132,7 +131,6 @@ class Pod:
     gpus: tuple[int, ...] = ()
     ready_at: float | None = None
     due: float = math.inf
-    speed: float = 1.0
     status: PodStatus | None = None
 
 
@@ -185,7 +183,7 @@ class Cluster:
         self._terminating = 0
         self.desired = 0
         self.version = 0
-        # Bumped where the Ready pods or a Ready pod's speed change (``version`` also counts
+        # Bumped where the Ready pods change (``version`` also counts
         # pods starting, terminating or freeing GPUs): what is built from the Ready pods
         # alone stays valid while it holds.
         self.ready_changes = 0
@@ -420,12 +418,6 @@ class Cluster:
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
         self.version += 1
-
-    def set_speed(self, pod: Pod, speed: float) -> None:
-        """Make ``pod`` serve at ``speed`` times its GPU's rate (a straggler below 1)."""
-        pod.speed = float(speed)
-        self.version += 1
-        self.ready_changes += 1
 
     def _schedule_node_removal(self, node: int, now: float) -> None:
         g = self._node_gpus

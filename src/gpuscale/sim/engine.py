@@ -206,7 +206,7 @@ class _Run:
         self._cap_dirty = True
         self.ready: list[Pod] = []
         self.servers, self.capacity, self.n_held = 0, 0.0, 0
-        self._shares = self._ready_speed = self._pod_speed = np.zeros(0)
+        self._shares = self._ready_speed = np.zeros(0)
         self._ready_seen = -1  # ``cluster.ready_changes`` when the Ready pods' arrays were built
         self._speed_seen = -2  # ``_ready_seen`` when the speeds below were computed
         self._ready_devs = self._ready_gpus = np.zeros(0, dtype=np.int64)
@@ -289,7 +289,6 @@ class _Run:
             self._ready_devs = c.slot_phys[self._ready_slots]
             self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
             self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
-            self._pod_speed = np.array([p.speed for p in ready])
         self._stopping = c.devices(stopping)
         due = np.array([p.due for p in loading], dtype=float)
         span = np.array([p.due - p.created_at for p in loading], dtype=float)
@@ -311,7 +310,7 @@ class _Run:
         self._speed_seen = self._ready_seen
         devs = self._ready_devs
         factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
-        speed = self._pod_speed * factor * self.model_speed
+        speed = factor * self.model_speed
         total = float(speed.sum())
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
         self._ready_speed = speed
