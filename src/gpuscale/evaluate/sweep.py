@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscale.errors import config_error
+from gpuscale.evaluate import bracket
 from gpuscale.evaluate import policies as registry
 from gpuscale.evaluate.executor import Progress, Runner
 from gpuscale.evaluate.oracle_search import MAX_SIMULATIONS, OracleTrial, search_oracle
@@ -356,14 +357,50 @@ class SweepPlan:
                     )
         return out
 
+    def extension(self, runs: Sequence[tuple["RunSpec", RunScore]]) -> list["RunSpec"]:
+        """The next extension round's runs (``bracket.extension_values``), on every seed.
+
+        Returns:
+            The runs; empty when every curve brackets the target or is at its limit.
+        """
+        knobs = {n: k for n in self.points if n != SEARCHED and (k := registry.get(n).knob)}
+        samples: dict[str, list[bracket.Sample]] = {}
+        for p, s in runs:
+            samples.setdefault(p.policy, []).append(
+                bracket.Sample(p.seed, p.knob_value, s.gpu_hours, s.slo_attainment)
+            )
+        target = self.request.target_attainment
+        values = bracket.extension_values(
+            knobs,
+            samples,
+            [s.slo_attainment for spec, s in runs if spec.policy == CEILING],
+            self.seeds,
+            target,
+        )
+        req, nodes = self.request.request, self.base.scenario.cluster.max_nodes
+        out = []
+        for name, value in values.items():
+            knob = knobs[name]
+            typed = int(value) if knob.integer else value
+            config = dataclasses.replace(self.base.configs[name], **{knob.field: typed})
+            out += [
+                RunSpec(req, seed, name, config, value, self.warmup_s, nodes, target=target)
+                for seed in self.seeds
+            ]
+        return out
+
 
 def run_sweep(
     plan: SweepPlan, runner: Runner, progress: Progress | None = None
 ) -> list[tuple[RunSpec, RunScore]]:
-    """Run every point of ``plan`` on ``runner``.
+    """Run every point of ``plan`` on ``runner``, then extend the curves that miss the target.
+
+    After the planned runs, each policy whose curves do not bracket the target gets
+    one more knob value (``bracket.next_value``) on the same seeds, through the same
+    runner, for at most ``bracket.MAX_ROUNDS`` rounds.
 
     Returns:
-        Each run's spec with its score, in ``plan.specs()`` order.
+        Each run's spec with its score: ``plan.specs()`` order, then the extensions.
     """
     specs = plan.specs()
     logger.info(
@@ -371,7 +408,19 @@ def run_sweep(
         plan.base.trace, len(specs), plan.request.seeds, plan.warmup_s,
     )  # fmt: skip
     scores = runner.run(execute, [(s.key, (s,)) for s in specs], progress)
-    return list(zip(specs, scores, strict=True))
+    runs = list(zip(specs, scores, strict=True))
+    for round_ in range(1, bracket.MAX_ROUNDS + 1):
+        extra = plan.extension(runs)
+        if not extra:
+            break
+        logger.info(
+            "sweep on %s: extension round %d, %s",
+            plan.base.trace, round_,
+            ", ".join(sorted({f"{s.policy} {s.knob_value:g}" for s in extra})),
+        )  # fmt: skip
+        scores = runner.run(execute, [(s.key, (s,)) for s in extra], progress)
+        runs += zip(extra, scores, strict=True)
+    return runs
 
 
 def policy_of(key: str) -> str:
