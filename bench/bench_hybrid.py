@@ -19,7 +19,8 @@ The target attainment is the run's (0.99), or the trace's ceiling when that is
 lower. A cost whose curve never fell below the target even after the sweep's
 extension (``gpu_hours_at_target_bound: "upper"`` in results.json) is printed as
 ``<=`` and judged as a bound: a ratio at or under its limit is met, one over it
-is undetermined. Run:
+is undetermined; seeds whose own curve gives only a bound (their readings make the
+interval) are counted beside the figure. Run:
 
     python bench/bench_hybrid.py out/azure-conv/results.json out/ramp/results.json ...
 
@@ -138,6 +139,9 @@ def rows(doc: dict[str, Any]) -> list[str]:
         reach = (
             "never reaches" if at is None else le + _pm(at, p["gpu_hours_at_target_ci95"], ".1f")
         )
+        bounded = p.get("seeds_bounded_at_target", 0)
+        if at is not None and bounded:  # the interval mixes readings and bounds
+            reach += f" ({bounded} of {doc['seeds']} seeds <=)"
         ratio = _pm(p["x_oracle_at_target"], p["x_oracle_at_target_ci95"], ".2f")
         cells = [
             trace,
