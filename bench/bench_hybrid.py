@@ -16,7 +16,11 @@ per trace, whether ``hybrid`` meets the issue's targets:
   point with that attainment.
 
 The target attainment is the run's (0.99), or the trace's ceiling when that is
-lower. Run:
+lower. A cost whose curve never fell below the target even after the sweep's
+extension (``gpu_hours_at_target_bound: "upper"`` in results.json) is printed as
+``<=`` and judged as a bound: a ratio at or under its limit is met, one over it
+is undetermined; seeds whose own curve gives only a bound (their readings make the
+interval) are counted beside the figure. Run:
 
     python bench/bench_hybrid.py out/azure-conv/results.json out/ramp/results.json ...
 
@@ -51,6 +55,11 @@ def _pm(value: float | None, ci: list[float | None] | None, fmt: str) -> str:
     return text
 
 
+def _bound(p: dict[str, Any]) -> bool:
+    """Whether the policy's cost at the target is only an upper bound."""
+    return p.get("gpu_hours_at_target_bound") == "upper"
+
+
 def _curve(p: dict[str, Any]) -> list[tuple[float, float]]:
     return [
         (c["gpu_hours"], c["slo_attainment"]) for c in p["curve"] if c["slo_attainment"] is not None
@@ -67,7 +76,8 @@ def hpa_reference(doc: dict[str, Any]) -> tuple[float | None, str]:
     if hpa is None:
         return None, "no hpa"
     if hpa["gpu_hours_at_target"] is not None:
-        return float(hpa["gpu_hours_at_target"]), "at target"
+        how = "at target (an upper bound)" if _bound(hpa) else "at target"
+        return float(hpa["gpu_hours_at_target"]), how
     best = max(_curve(hpa), key=lambda p: (p[1], -p[0]), default=None)
     return (None, "no curve") if best is None else (best[0], f"at HPA's best {best[1]:.3f}")
 
@@ -94,6 +104,25 @@ def dominated_by(doc: dict[str, Any], name: str = "hybrid") -> list[str]:
     return out
 
 
+def fewer_than_hpa(doc: dict[str, Any], name: str) -> tuple[float | None, str]:
+    """The share fewer GPU-hours than HPA's, and which way it is bounded.
+
+    A bound on the policy's cost bounds the saving from below (``>=``), one on
+    HPA's from above (``<=``); with both, nothing is known.
+
+    Returns:
+        (share, ``""``, ``">= "`` or ``"<= "``); (None, "") when unknown.
+    """
+    at = doc["policies"][name]["gpu_hours_at_target"]
+    hpa_hours, _ = hpa_reference(doc)
+    if at is None or not hpa_hours or name == "hpa":
+        return None, ""
+    mine, theirs = _bound(doc["policies"][name]), _bound(doc["policies"]["hpa"])
+    if mine and theirs:
+        return None, ""
+    return 1.0 - at / hpa_hours, (">= " if mine else "<= " if theirs else "")
+
+
 def rows(doc: dict[str, Any]) -> list[str]:
     """The Markdown rows of one trace, one per policy.
 
@@ -101,19 +130,24 @@ def rows(doc: dict[str, Any]) -> list[str]:
         Lines of the table body.
     """
     trace = doc["trace"] + (f" + {', '.join(doc['faults'])}" if doc["faults"] else "")
-    hpa_hours, _ = hpa_reference(doc)
     lines = []
     for name, p in doc["policies"].items():
         at = p["gpu_hours_at_target"]
-        fewer = "-"
-        if at is not None and hpa_hours and name != "hpa":
-            fewer = f"{(1.0 - at / hpa_hours) * 100.0:.0f} %"
-        reach = "never reaches" if at is None else _pm(at, p["gpu_hours_at_target_ci95"], ".1f")
+        share, mark = fewer_than_hpa(doc, name)
+        fewer = "-" if share is None else f"{mark}{share * 100.0:.0f} %"
+        le = "<= " if _bound(p) else ""
+        reach = (
+            "never reaches" if at is None else le + _pm(at, p["gpu_hours_at_target_ci95"], ".1f")
+        )
+        bounded = p.get("seeds_bounded_at_target", 0)
+        if at is not None and bounded:  # the interval mixes readings and bounds
+            reach += f" ({bounded} of {doc['seeds']} seeds <=)"
+        ratio = _pm(p["x_oracle_at_target"], p["x_oracle_at_target_ci95"], ".2f")
         cells = [
             trace,
             name,
             reach,
-            _pm(p["x_oracle_at_target"], p["x_oracle_at_target_ci95"], ".2f"),
+            ratio if ratio == "-" else le + ratio,
             fewer,
             _pm(p["slo_attainment"], None, ".4f"),
             _pm(p.get("energy_kwh"), p.get("energy_kwh_ci95"), ".0f"),
@@ -155,21 +189,33 @@ def verdict(doc: dict[str, Any]) -> str:
             text += f"; cheaper at the target than hybrid ({at}): {', '.join(cheaper)}"
         return text
     at, ratio = hybrid["gpu_hours_at_target"], hybrid["x_oracle_at_target"]
-    hpa_hours, how = hpa_reference(doc)
+    _, how = hpa_reference(doc)
     if at is None:
         return f"{head}: hybrid never reaches the target: MISSED"
-    fewer = None if not hpa_hours else 1.0 - at / hpa_hours
-    ok_oracle = ratio is not None and ratio <= ORACLE_LIMIT
-    ok_hpa = fewer is not None and fewer >= HPA_SAVING
+    bound = _bound(hybrid)
+    fewer, mark = fewer_than_hpa(doc, "hybrid")
     parts = [
-        f"{ratio:.2f} x oracle ({'met' if ok_oracle else 'MISSED'}, <= {ORACLE_LIMIT})"
+        f"{'<= ' if bound else ''}{ratio:.2f} x oracle "
+        f"({_judge(ratio <= ORACLE_LIMIT, '<= ' if bound else '')}, <= {ORACLE_LIMIT})"
         if ratio is not None
         else "no oracle",
-        f"{fewer * 100.0:.0f} % fewer than HPA {how} ({'met' if ok_hpa else 'MISSED'}, >= 25 %)"
+        f"{mark}{fewer * 100.0:.0f} % fewer than HPA {how} "
+        f"({_judge(fewer >= HPA_SAVING, mark)}, >= 25 %)"
         if fewer is not None
-        else "no HPA",
+        else "fewer than HPA unknown (both bounds)",
     ]
     return f"{head}: " + "; ".join(parts)
+
+
+def _judge(holds: bool, mark: str) -> str:
+    """A target's verdict on a figure that may be a bound (``mark``).
+
+    An upper bound (``<= ``) that meets an upper limit meets it, and a lower bound
+    (``>= ``) that meets a lower limit does too; a bound that misses says nothing.
+    """
+    if holds:
+        return "met"
+    return "undetermined: a bound" if mark else "MISSED"
 
 
 def summary(doc: dict[str, Any]) -> dict[str, Any]:
@@ -178,19 +224,19 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
     Returns:
         A JSON-ready dict.
     """
-    hpa_hours, how = hpa_reference(doc)
+    _, how = hpa_reference(doc)
     policies = {}
     for name, p in doc["policies"].items():
-        at = p["gpu_hours_at_target"]
-        fewer = None
-        if at is not None and hpa_hours and name != "hpa":
-            fewer = round(1.0 - at / hpa_hours, 4)
+        share, mark = fewer_than_hpa(doc, name)
         policies[name] = {
-            "gpu_hours_at_target": at,
+            "gpu_hours_at_target": p["gpu_hours_at_target"],
+            "gpu_hours_at_target_bound": p.get("gpu_hours_at_target_bound"),
+            "seeds_bounded_at_target": p.get("seeds_bounded_at_target", 0),
             "gpu_hours_at_target_ci95": p["gpu_hours_at_target_ci95"],
             "x_oracle_at_target": p["x_oracle_at_target"],
             "x_oracle_at_target_ci95": p["x_oracle_at_target_ci95"],
-            "fewer_than_hpa": fewer,
+            "fewer_than_hpa": None if share is None else round(share, 4),
+            "fewer_than_hpa_bound": {">= ": "lower", "<= ": "upper"}.get(mark),
             "slo_attainment_fair": p["slo_attainment"],
             "energy_kwh_fair": p.get("energy_kwh"),
             "burst_recovery_s_fair": p.get("burst_recovery_s"),

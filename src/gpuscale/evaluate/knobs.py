@@ -11,6 +11,11 @@ policy. This module is plain Python (no numpy), as ``evaluate.policies`` is.
 import math
 from dataclasses import dataclass
 
+EXTEND_FACTOR = 1.4
+"""Geometric step of a sweep's extension beyond its range end (``Knob.beyond``): the
+ratio of the relative ranges' ends (1.4 x the fair value), so one step reaches as far
+past the end as the top of the range lies above the fair value."""
+
 
 @dataclass(frozen=True, slots=True)
 class Knob:
@@ -23,6 +28,11 @@ class Knob:
         high: Highest value, likewise.
         relative: Whether ``low`` and ``high`` multiply the fair value.
         integer: Whether the field takes whole numbers (at least 1).
+        cheap_up: Whether a higher value spends fewer GPU-hours (a higher target
+            per replica does; more static replicas do not).
+        minimum: The least value the field accepts, absolute (exclusive when 0).
+        maximum: The greatest value the field accepts, absolute (a utilisation
+            target cannot exceed 100 %, an SM-active ratio 1).
     """
 
     field: str
@@ -31,12 +41,56 @@ class Knob:
     high: float
     relative: bool = True
     integer: bool = False
+    cheap_up: bool = True
+    minimum: float = 0.0
+    maximum: float = math.inf
 
     def __post_init__(self) -> None:
         if not (0 < self.low <= self.high and math.isfinite(self.high)):
             raise ValueError(
                 f"knob {self.field}: need 0 < low <= high, got {self.low}, {self.high}"
             )
+        if not (0 <= self.minimum < self.maximum):
+            raise ValueError(
+                f"knob {self.field}: need 0 <= minimum < maximum, got "
+                f"{self.minimum}, {self.maximum}"
+            )
+        if not self.relative and not (self.minimum <= self.low and self.high <= self.maximum):
+            raise ValueError(
+                f"knob {self.field}: range {self.low} to {self.high} leaves the valid "
+                f"{self.minimum} to {self.maximum}"
+            )
+
+    def valid(self, value: float) -> bool:
+        """Whether the field accepts ``value`` (within the limits, whole if integer).
+
+        Returns:
+            True when valid.
+        """
+        if self.integer and (value != round(value) or value < 1):
+            return False
+        above = value > self.minimum or (value == self.minimum and self.minimum > 0)
+        return above and value <= self.maximum and math.isfinite(value)
+
+    def beyond(self, end: float, *, cheaper: bool) -> float | None:
+        """The next value past a sweep's ``end``, one geometric step further out.
+
+        Args:
+            end: The sweep's last value in that direction.
+            cheaper: Step towards fewer GPU-hours (else towards more).
+
+        Returns:
+            ``end`` times or over ``EXTEND_FACTOR`` (an integer knob moves at least
+            one), clamped to the field's limits; None when ``end`` is at the limit.
+        """
+        up = cheaper == self.cheap_up
+        nxt = end * EXTEND_FACTOR if up else end / EXTEND_FACTOR
+        if self.integer:
+            nxt = max(float(round(nxt)), end + 1) if up else min(float(round(nxt)), end - 1)
+        nxt = min(nxt, self.maximum) if up else max(nxt, self.minimum)
+        if nxt == end or not self.valid(nxt):
+            return None
+        return nxt if self.integer else round(nxt, 9)
 
     def values(self, fair: float, count: int) -> tuple[float, ...]:
         """The values a sweep of ``count`` points tries, with the fair value among them.

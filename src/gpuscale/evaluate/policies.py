@@ -141,7 +141,7 @@ register(
         _static,
         _build_static,
         ("replicas",),
-        knob=Knob("replicas", "replicas", 0.5, 1.5, integer=True),
+        knob=Knob("replicas", "replicas", 0.5, 1.5, integer=True, cheap_up=False, minimum=1),
     )
 )
 register(
@@ -153,7 +153,12 @@ register(
         ("target_average_value", *_BOUNDS),
         units=HPA_UNITS,
         knob=Knob(
-            "target_average_value", HPA_UNITS["target_average_value"], 30.0, 95.0, relative=False
+            "target_average_value",
+            HPA_UNITS["target_average_value"],
+            30.0,
+            95.0,
+            relative=False,
+            maximum=100.0,
         ),
     )
 )
@@ -188,7 +193,12 @@ register(
         units=HPA_UNITS,
         default=False,
         knob=Knob(
-            "target_average_value", HPA_UNITS["target_average_value"], 30.0, 95.0, relative=False
+            "target_average_value",
+            HPA_UNITS["target_average_value"],
+            30.0,
+            95.0,
+            relative=False,
+            maximum=100.0,
         ),
     )
 )
@@ -201,7 +211,12 @@ register(
         ("metric", "target_average_value", *_BOUNDS),
         units={**HPA_SM_UNITS, "metric": "DCGM field"},
         knob=Knob(
-            "target_average_value", HPA_SM_UNITS["target_average_value"], 0.1, 0.9, relative=False
+            "target_average_value",
+            HPA_SM_UNITS["target_average_value"],
+            0.1,
+            0.9,
+            relative=False,
+            maximum=1.0,
         ),
     )
 )

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from gpuscale.evaluate.plots import all_figures
 from gpuscale.evaluate.results import Evaluation, Interval, PolicySummary, write_results
+from gpuscale.evaluate.stats import UPPER
 from gpuscale.sim.outcome import RunResult
 
 logger = logging.getLogger(__name__)
@@ -38,12 +39,14 @@ COLUMNS = (
 )
 """Table columns, in order. ``GPU-h @ target`` is read off the policy's knob sweep at
 the target attainment and ``x oracle`` compares it with the oracle's (without a target,
-``x oracle`` compares ``GPU-h``); ``GPU-h`` onwards are the fair parameters' means over
-seeds (the oracle's: its searched plan on each seed), with the half-width of the 95 %
-interval after ``±``. GPU-hours count what the caption says (node GPUs until scale-down,
-or the pods' GPUs), from the warm-up on. ``kWh`` is the simulated power of the Ready
-nodes' GPUs from the warm-up on; ``burst recovery s`` the mean time from a burst's onset
-to the target attainment held again (``evaluate.bursts``; ``-`` without a burst)."""
+``x oracle`` compares ``GPU-h``); ``<=`` marks an upper bound: even the cheapest swept
+point, after the sweep's extension (``evaluate.bracket``), exceeded the target.
+``GPU-h`` onwards are the fair parameters' means over seeds (the oracle's: its searched
+plan on each seed), with the half-width of the 95 % interval after ``±``. GPU-hours
+count what the caption says (node GPUs until scale-down, or the pods' GPUs), from the
+warm-up on. ``kWh`` is the simulated power of the Ready nodes' GPUs from the warm-up on;
+``burst recovery s`` the mean time from a burst's onset to the target attainment held
+again (``evaluate.bursts``; ``-`` without a burst)."""
 
 GPU_HOURS_BASIS = {
     "node": "node GPUs until scale-down",
@@ -53,6 +56,9 @@ GPU_HOURS_BASIS = {
 
 NEVER = "never reaches"
 """What the table says for a policy whose curve never reaches the target attainment."""
+
+BOUND = "<= "
+"""Prefix of a cost at the target that is only an upper bound (``stats.UPPER``)."""
 
 PARAMETER_COLUMNS = ("policy", "parameter", "value", "unit")
 """Columns of the parameter table (``parameter_rows``)."""
@@ -105,6 +111,8 @@ def table_rows(evaluation: Evaluation) -> list[list[str]]:
         else:
             at_target = _plus_minus(s.gpu_hours_at_target, s.gpu_hours_at_target_ci95, ".2f")
             ratio = _plus_minus(s.x_oracle_at_target, s.x_oracle_at_target_ci95, ".2f")
+            if s.gpu_hours_at_target_bound == UPPER:  # the curve never fell below the target
+                at_target, ratio = f"{BOUND}{at_target}", f"{BOUND}{ratio}"
         rows.append(_row(name, s, at_target, ratio))
     return rows
 

@@ -51,6 +51,11 @@ class PolicySummary:
         gpu_hours_at_target_ci95: Its 95 % interval from each seed's own curve; None
             ends unless every seed's curve reaches the target.
         seeds_reaching_target: Seeds whose own curve reaches the target.
+        gpu_hours_at_target_bound: ``"upper"`` when even the cheapest point of the mean
+            curve (after the sweep's extension, ``evaluate.bracket``) exceeds the
+            target, so ``gpu_hours_at_target`` and ``x_oracle_at_target`` only bound
+            the cost at the target from above; None when they are readings.
+        seeds_bounded_at_target: Seeds whose own curve gives only such a bound.
         x_oracle_at_target: ``gpu_hours_at_target`` over the oracle's.
         x_oracle_at_target_ci95: Its 95 % interval from the per-seed ratios.
         knob: The config field the sweep varied; None for a policy without one.
@@ -90,6 +95,8 @@ class PolicySummary:
     gpu_hours_at_target: float | None = None
     gpu_hours_at_target_ci95: Interval = (None, None)
     seeds_reaching_target: int = 0
+    gpu_hours_at_target_bound: str | None = None
+    seeds_bounded_at_target: int = 0
     x_oracle_at_target: float | None = None
     x_oracle_at_target_ci95: Interval = (None, None)
     knob: str | None = None

@@ -16,7 +16,7 @@ first minute, empty queues), so its first ``warmup_s`` seconds are not scored:
 Request totals (completed, dropped, in flight) are always the whole run's, so
 they add up to the arrivals. ``evaluation_from_sweep`` turns every seed and knob
 value into means with 95 % intervals (``stats.mean_ci``) and reads each policy's
-GPU-hours at the target attainment off its curve (``stats.cost_at_target``).
+GPU-hours at the target attainment off its curve (``evaluate.bracket.at_target``).
 The searched oracle has no knob shared by the seeds: each seed's search
 (``RunScore.trials``) is its curve, and its mean curve takes, for each attainment
 in ``ORACLE_CURVE_BELOW`` under the target, the cheapest plan of each seed's
@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuscale.evaluate import policies as registry
+from gpuscale.evaluate.bracket import AtTarget, Sample, at_target
 from gpuscale.evaluate.bursts import mean_recovery_s
 from gpuscale.evaluate.results import CurvePoint, Evaluation, PolicySummary, histogram_quantile
-from gpuscale.evaluate.stats import Estimate, cost_at_target, mean_ci
+from gpuscale.evaluate.stats import Estimate, cost_at_target, mean_ci, reading_at_target
 from gpuscale.sim.outcome import RunResult
 
 if TYPE_CHECKING:
@@ -187,30 +188,16 @@ def _interval(estimate: Estimate | None) -> tuple[float | None, float | None]:
     return (None, None) if estimate is None else (estimate.low, estimate.high)
 
 
-@dataclass(frozen=True, slots=True)
-class _AtTarget:
-    mean: float | None
-    per_seed: dict[int, float | None]
-
-
 def _at_target(
     points: Mapping[float | None, Sequence[RunScore]], seeds: Sequence[int], target: float
-) -> _AtTarget:
+) -> AtTarget:
     """GPU-hours at ``target`` on the mean curve, and on each seed's own curve."""
-    means = [
-        (_mean([s.gpu_hours for s in runs]), _mean([s.slo_attainment for s in runs]))
-        for runs in points.values()
+    samples = [
+        Sample(s.seed, value, s.gpu_hours, s.slo_attainment)
+        for value, runs in points.items()
+        for s in runs
     ]
-    curve = [(c, a) for c, a in means if c is not None and a is not None]
-    mean = cost_at_target([c for c, _ in curve], [a for _, a in curve], target) if curve else None
-    per_seed: dict[int, float | None] = {}
-    for seed in seeds:
-        mine = [s for runs in points.values() for s in runs if s.seed == seed]
-        pairs = [(s.gpu_hours, s.slo_attainment) for s in mine if s.slo_attainment is not None]
-        per_seed[seed] = (
-            cost_at_target([c for c, _ in pairs], [a for _, a in pairs], target) if pairs else None
-        )
-    return _AtTarget(mean, per_seed)
+    return at_target(samples, seeds, target)
 
 
 def _cheapest_reaching(score: RunScore, goal: float) -> tuple[float, float] | None:
@@ -241,17 +228,20 @@ def _searched_curve(runs: Sequence[RunScore], target: float) -> list[CurvePoint]
 
 def _searched_at_target(
     runs: Sequence[RunScore], curve: Sequence[CurvePoint], target: float
-) -> _AtTarget:
+) -> AtTarget:
     """GPU-hours at ``target`` on the searched oracle's mean curve and each seed's search."""
     pairs = [(c.gpu_hours, c.slo_attainment) for c in curve if c.slo_attainment is not None]
-    mean = cost_at_target([c for c, _ in pairs], [a for _, a in pairs], target) if pairs else None
+    mean: float | None = None
+    bound: str | None = None
+    if pairs:
+        mean, bound = reading_at_target([c for c, _ in pairs], [a for _, a in pairs], target)
     per_seed = {
         s.seed: cost_at_target([c for c, _ in s.trials], [a for _, a in s.trials], target)
         if s.trials
         else None
         for s in runs
     }
-    return _AtTarget(mean, per_seed)
+    return AtTarget(mean, bound, per_seed)
 
 
 def _all_known(values: Mapping[int, float | None]) -> list[float] | None:
@@ -276,17 +266,17 @@ def evaluation_from_sweep(
         if spec.policy in by_point:
             by_point[spec.policy].setdefault(spec.knob_value, []).append(score)
     curves: dict[str, list[CurvePoint]] = {}
-    at_target: dict[str, _AtTarget] = {}
+    reached: dict[str, AtTarget] = {}
     for name, points in by_point.items():
         fair = points[plan.fair_value(name)]
         if any(s.trials for s in fair):  # the searched oracle: each seed's search is its curve
             curves[name] = _searched_curve(fair, target)
-            at_target[name] = _searched_at_target(fair, curves[name], target)
+            reached[name] = _searched_at_target(fair, curves[name], target)
         else:
             ordered = sorted(points.items(), key=_order)
             curves[name] = [_point(value, scores) for value, scores in ordered]
-            at_target[name] = _at_target(points, seeds, target)
-    oracle = at_target.get("oracle")
+            reached[name] = _at_target(points, seeds, target)
+    oracle = reached.get("oracle")
     summaries = {}
     for name, points in by_point.items():
         fair = points[plan.fair_value(name)]
@@ -295,7 +285,7 @@ def evaluation_from_sweep(
         attainment = _estimate([s.slo_attainment for s in fair])
         energy = _estimate([s.energy_kwh for s in fair])
         recovery = _estimate([s.recovery_s for s in fair])
-        reach = at_target[name]
+        reach = reached[name]
         per_seed = _all_known(reach.per_seed)
         ratio: float | None = None
         ratio_ci: tuple[float | None, float | None] = (None, None)
@@ -328,6 +318,8 @@ def evaluation_from_sweep(
             slo_attainment_ci95=_interval(attainment),
             gpu_hours_ci95=_interval(hours),
             gpu_hours_at_target=reach.mean,
+            gpu_hours_at_target_bound=reach.bound,
+            seeds_bounded_at_target=reach.seeds_bounded,
             gpu_hours_at_target_ci95=_interval(mean_ci(per_seed)) if per_seed else (None, None),
             seeds_reaching_target=sum(v is not None for v in reach.per_seed.values()),
             x_oracle_at_target=ratio,

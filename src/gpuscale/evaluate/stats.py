@@ -4,7 +4,8 @@ One seed's result is one draw of cold starts, fault targets and (for
 generators) arrivals; a difference smaller than the spread between seeds is no
 difference. Every figure the harness reports is therefore a mean over seeds with
 a 95 % Student-t interval, and a policy's cost at a target attainment is read off
-its cost-against-attainment curve by ``cost_at_target``.
+its cost-against-attainment curve by ``reading_at_target``, which also says
+when the curve only bounds that cost.
 """
 
 import math
@@ -71,12 +72,30 @@ def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate
 def cost_at_target(
     costs: Sequence[float], attainments: Sequence[float], target: float
 ) -> float | None:
+    """The least cost at which a curve reaches ``target`` (``reading_at_target``'s cost).
+
+    Returns:
+        The cost; the cheapest point's when that one already reaches the target
+        (then only an upper bound); None when no point does.
+    """
+    return reading_at_target(costs, attainments, target)[0]
+
+
+UPPER = "upper"
+"""``reading_at_target``'s mark of a cost that only bounds the cost at the target from above."""
+
+
+def reading_at_target(
+    costs: Sequence[float], attainments: Sequence[float], target: float
+) -> tuple[float | None, str | None]:
     """The least cost at which a curve reaches ``target``, interpolated monotonically.
 
     The points are sorted by cost and each attainment replaced by the best one at
     that cost or less (a policy that can meet an attainment cheaply can meet it at
     any higher cost), which makes the curve non-decreasing; the cost is read off it
-    by linear interpolation between the two points around the target.
+    by linear interpolation between the two points around the target. A curve whose
+    cheapest point already exceeds the target does not bracket it: that point's
+    cost is all it shows, and the cost at the target may be lower.
 
     Args:
         costs: Cost of each point (GPU-hours).
@@ -84,17 +103,18 @@ def cost_at_target(
         target: The attainment to reach.
 
     Returns:
-        The cost; the cheapest point's when that one already reaches the target;
-        None when no point does.
+        The cost and None when the curve brackets the target; the cheapest point's
+        cost and ``UPPER`` when even that point exceeds it; (None, None) when no
+        point reaches it.
     """
     order = np.argsort(np.asarray(costs, dtype=np.float64), kind="stable")
     cost = np.asarray(costs, dtype=np.float64)[order]
     envelope = np.maximum.accumulate(np.asarray(attainments, dtype=np.float64)[order])
     reached = np.flatnonzero(envelope >= target)
     if reached.size == 0:
-        return None
+        return None, None
     j = int(reached[0])
     if j == 0:
-        return float(cost[0])
+        return float(cost[0]), (UPPER if envelope[0] > target else None)
     c0, c1, a0, a1 = cost[j - 1], cost[j], envelope[j - 1], envelope[j]
-    return float(c0 + (target - a0) / (a1 - a0) * (c1 - c0))
+    return float(c0 + (target - a0) / (a1 - a0) * (c1 - c0)), None

@@ -26,19 +26,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuscale.errors import config_error
+from gpuscale.evaluate import bracket
 from gpuscale.evaluate import policies as registry
 from gpuscale.evaluate.executor import Progress, Runner
-from gpuscale.evaluate.oracle_search import MAX_SIMULATIONS, OracleTrial, search_oracle
-from gpuscale.evaluate.pool import decisions_at_debug
+from gpuscale.evaluate.fixed_runs import CEILING as CEILING
+from gpuscale.evaluate.fixed_runs import CEILING_PEAK_MULTIPLE as CEILING_PEAK_MULTIPLE
+from gpuscale.evaluate.fixed_runs import ceiling_run, searched_run
 from gpuscale.evaluate.runner import (
     EvaluationRequest,
     PreparedEvaluation,
     run_one,
 )
 from gpuscale.evaluate.scoring import RunScore, score_run
-from gpuscale.scaling.static import StaticConfig, StaticPolicy
-from gpuscale.sim.engine import simulate
-from gpuscale.sim.outcome import RunResult
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +55,6 @@ SHORT_RUN_WARMUP_SHARE = 0.2
 
 DEFAULT_TARGET = 0.99
 """The attainment at which curves are compared unless told otherwise."""
-
-CEILING = "ceiling"
-"""The name of the unlimited-fleet runs in progress keys and logs."""
-
-CEILING_PEAK_MULTIPLE = 4
-"""The unlimited fleet: this many times the peak requirement, held from the start."""
 
 SEARCHED = "oracle"
 """The policy whose run on each seed is a search for the target (``search_oracle``)."""
@@ -133,73 +126,6 @@ def _prepared(request: EvaluationRequest, seed: int, max_nodes: int) -> Prepared
     return hit
 
 
-def _ceiling(prepared: PreparedEvaluation, progress: Callable[[float], None]) -> RunResult:
-    """Static at ``CEILING_PEAK_MULTIPLE`` x the peak need, started warm, on nodes to match."""
-    sc = prepared.scenario
-    replicas = CEILING_PEAK_MULTIPLE * max(int(prepared.required.max()), 1)
-    nodes = math.ceil(replicas * sc.serving.gpus_per_replica / sc.cluster.gpus_per_node)
-    cluster = dataclasses.replace(
-        sc.cluster,
-        initial_nodes=nodes,
-        min_nodes=nodes,
-        max_nodes=max(sc.cluster.max_nodes, nodes + len(sc.faults)),
-    )
-    scenario = dataclasses.replace(sc, cluster=cluster, initial_replicas=replicas)
-    policy = StaticPolicy.from_config(StaticConfig(replicas=replicas), CEILING)
-    with decisions_at_debug():
-        return simulate(scenario, policy, progress=progress)
-
-
-def _searched(
-    prepared: PreparedEvaluation, spec: RunSpec, target: float, progress: Callable[[float], None]
-) -> RunScore:
-    """The oracle's search on one seed, scored as every run is; its trials are the curve."""
-    cooldown = prepared.scenario.timeout_s
-
-    def scored(result: RunResult) -> RunScore:
-        return score_run(
-            result, spec.seed, None, spec.warmup_s, cooldown_s=cooldown, target=spec.target
-        )
-
-    def attainment(result: RunResult) -> float:
-        got = scored(result).slo_attainment
-        return 1.0 if got is None else got
-
-    def cost(result: RunResult) -> float:
-        return scored(result).gpu_hours
-
-    tried = [0]
-
-    def step(_trial: OracleTrial) -> None:
-        tried[0] += 1
-        progress(min(tried[0] / MAX_SIMULATIONS, 0.99))
-
-    with decisions_at_debug():
-        found = search_oracle(
-            prepared.scenario,
-            prepared.required.tolist(),
-            spec.config,
-            target=target,
-            name=spec.policy,
-            on_trial=step,
-            score=attainment,
-            cost=cost,
-            warmup_s=spec.warmup_s,
-        )
-    chosen = score_run(
-        found.result,
-        spec.seed,
-        spec.knob_value,
-        spec.warmup_s,
-        keep=spec.keep,
-        cooldown_s=cooldown,
-        target=spec.target,
-    )
-    trials = tuple((t.gpu_hours, t.attainment) for t in found.trials)
-    progress(1.0)
-    return dataclasses.replace(chosen, trials=trials)
-
-
 def execute(spec: RunSpec, *, progress: Callable[[float], None]) -> RunScore:
     """Run one point of a sweep and score it (a module-level function, for any worker).
 
@@ -208,9 +134,9 @@ def execute(spec: RunSpec, *, progress: Callable[[float], None]) -> RunScore:
     """
     prepared = _prepared(spec.request, spec.seed, spec.max_nodes)
     if spec.search_target is not None:
-        return _searched(prepared, spec, spec.search_target, progress)
+        return searched_run(prepared, spec, spec.search_target, progress)
     if spec.policy == CEILING:
-        result = _ceiling(prepared, progress)
+        result = ceiling_run(prepared, progress)
     else:
         configs = {**prepared.configs, spec.policy: spec.config}
         result = run_one(
@@ -356,14 +282,50 @@ class SweepPlan:
                     )
         return out
 
+    def extension(self, runs: Sequence[tuple["RunSpec", RunScore]]) -> list["RunSpec"]:
+        """The next extension round's runs (``bracket.extension_values``), on every seed.
+
+        Returns:
+            The runs; empty when every curve brackets the target or is at its limit.
+        """
+        knobs = {n: k for n in self.points if n != SEARCHED and (k := registry.get(n).knob)}
+        samples: dict[str, list[bracket.Sample]] = {}
+        for p, s in runs:
+            samples.setdefault(p.policy, []).append(
+                bracket.Sample(p.seed, p.knob_value, s.gpu_hours, s.slo_attainment)
+            )
+        target = self.request.target_attainment
+        values = bracket.extension_values(
+            knobs,
+            samples,
+            [s.slo_attainment for spec, s in runs if spec.policy == CEILING],
+            self.seeds,
+            target,
+        )
+        req, nodes = self.request.request, self.base.scenario.cluster.max_nodes
+        out = []
+        for name, value in values.items():
+            knob = knobs[name]
+            typed = int(value) if knob.integer else value
+            config = dataclasses.replace(self.base.configs[name], **{knob.field: typed})
+            out += [
+                RunSpec(req, seed, name, config, value, self.warmup_s, nodes, target=target)
+                for seed in self.seeds
+            ]
+        return out
+
 
 def run_sweep(
     plan: SweepPlan, runner: Runner, progress: Progress | None = None
 ) -> list[tuple[RunSpec, RunScore]]:
-    """Run every point of ``plan`` on ``runner``.
+    """Run every point of ``plan`` on ``runner``, then extend the curves that miss the target.
+
+    After the planned runs, each policy whose curves do not bracket the target gets
+    one more knob value (``bracket.next_value``) on the same seeds, through the same
+    runner, for at most ``bracket.MAX_ROUNDS`` rounds.
 
     Returns:
-        Each run's spec with its score, in ``plan.specs()`` order.
+        Each run's spec with its score: ``plan.specs()`` order, then the extensions.
     """
     specs = plan.specs()
     logger.info(
@@ -371,7 +333,19 @@ def run_sweep(
         plan.base.trace, len(specs), plan.request.seeds, plan.warmup_s,
     )  # fmt: skip
     scores = runner.run(execute, [(s.key, (s,)) for s in specs], progress)
-    return list(zip(specs, scores, strict=True))
+    runs = list(zip(specs, scores, strict=True))
+    for round_ in range(1, bracket.MAX_ROUNDS + 1):
+        extra = plan.extension(runs)
+        if not extra:
+            break
+        logger.info(
+            "sweep on %s: extension round %d, %s",
+            plan.base.trace, round_,
+            ", ".join(sorted({f"{s.policy} {s.knob_value:g}" for s in extra})),
+        )  # fmt: skip
+        scores = runner.run(execute, [(s.key, (s,)) for s in extra], progress)
+        runs += zip(extra, scores, strict=True)
+    return runs
 
 
 def policy_of(key: str) -> str:

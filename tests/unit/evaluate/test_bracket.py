@@ -1,0 +1,207 @@
+"""A sweep whose curve does not bracket the target is extended, and what stays a bound is
+reported as one (``evaluate.bracket``, ``Knob.beyond``, ``sweep.run_sweep``)."""
+
+import json
+import math
+
+import pytest
+
+from gpuscale.evaluate import policies as registry
+from gpuscale.evaluate.bracket import MAX_ROUNDS, Sample, at_target, next_value
+from gpuscale.evaluate.knobs import EXTEND_FACTOR, Knob
+from gpuscale.evaluate.report import BOUND, table_rows, write_report
+from gpuscale.evaluate.runner import EvaluationRequest
+from gpuscale.evaluate.scoring import RunScore, evaluation_from_sweep
+from gpuscale.evaluate.stats import UPPER, reading_at_target
+from gpuscale.evaluate.sweep import CEILING, SweepRequest, run_sweep
+
+TARGET = 0.99
+SEEDS = (1, 2, 3)
+
+
+def attainment_of(value, fair, crossing):
+    """A fake curve: attainment falls linearly past ``crossing`` x the fair value."""
+    share = value / fair
+    return min(1.0, 1.0 - 0.05 * (share - crossing))
+
+
+def cost_of(value, fair, seed):
+    """GPU-hours fall as the per-replica target rises (fewer replicas), a little per seed."""
+    return 100.0 * fair / value + seed
+
+
+class FakeRunner:
+    """Scores each spec from the fake curve instead of simulating it; records the calls."""
+
+    def __init__(self, crossing, fair):
+        self.crossing, self.fair, self.calls = crossing, fair, []
+
+    def run(self, task, calls, progress=None):
+        self.calls.append([args[0] for _, args in calls])
+        out = []
+        for _, (spec,) in calls:
+            value = spec.knob_value
+            attained = 0.995 if value is None else attainment_of(value, self.fair, self.crossing)
+            hours = 1.0 if value is None else cost_of(value, self.fair, spec.seed)
+            out.append(
+                RunScore(
+                    spec.policy,
+                    spec.seed,
+                    value,
+                    hours,
+                    attained,
+                    True,
+                    None,
+                    None,
+                    None,
+                    10.0,
+                    10.0,
+                    0.0,
+                    0.0,
+                    0,
+                )
+            )
+        return out
+
+
+@pytest.fixture(scope="module")
+def plan():
+    request = EvaluationRequest("ramp", policies=("kpa",), scale=2.0, duration_s=900, seed=1)
+    return SweepRequest(request, seeds=len(SEEDS), knob_values=2, warmup_s=120.0).prepare()
+
+
+def swept_with(plan, crossing):
+    fair = plan.fair_value("kpa")
+    runner = FakeRunner(crossing, fair)
+    return runner, run_sweep(plan, runner)
+
+
+def test_a_curve_brackets_only_after_the_sweep_extends_past_its_range(plan):
+    # kpa sweeps 0.4 to 1.4 x fair; attainment falls 0.05 per unit of share past 1.3 x
+    # fair, so it crosses 0.99 at 1.5 x fair, beyond the range: one step (1.96) brackets it.
+    runner, runs = swept_with(plan, crossing=1.3)
+    fair = plan.fair_value("kpa")
+    assert len(runner.calls) == 2  # the planned runs, then one extension round
+    extended = runner.calls[1]
+    assert {s.policy for s in extended} == {"kpa"}
+    assert sorted(s.seed for s in extended) == list(plan.seeds)  # same seeds
+    assert [s.knob_value for s in extended] == pytest.approx([1.4 * fair * EXTEND_FACTOR] * 3)
+    for spec in extended:
+        assert spec.config.target == spec.knob_value  # the config runs the new value
+    evaluation, _ = evaluation_from_sweep(plan, runs)
+    kpa = evaluation.policies["kpa"]
+    assert kpa.gpu_hours_at_target_bound is None
+    assert kpa.seeds_bounded_at_target == 0
+    # The reading interpolates between 1.4 and 1.96 x fair, so it lies below the cost
+    # at 1.4 x fair, the bound the fixed range gave.
+    mean_cost_at_end = sum(cost_of(1.4 * fair, fair, s) for s in plan.seeds) / len(plan.seeds)
+    assert kpa.gpu_hours_at_target < mean_cost_at_end
+    assert kpa.curve[-1].knob_value == pytest.approx(1.96 * fair)
+
+
+def test_a_curve_that_never_brackets_is_flagged_as_a_bound(plan, tmp_path):
+    # Crossing far beyond every step: MAX_ROUNDS extensions and still above the target.
+    runner, runs = swept_with(plan, crossing=100.0)
+    assert len(runner.calls) == 1 + MAX_ROUNDS
+    evaluation, results = evaluation_from_sweep(plan, runs)
+    kpa = evaluation.policies["kpa"]
+    assert kpa.gpu_hours_at_target_bound == UPPER
+    assert kpa.seeds_bounded_at_target == len(plan.seeds)
+    cheapest = min(p.gpu_hours for p in kpa.curve)
+    assert kpa.gpu_hours_at_target == pytest.approx(cheapest)
+    rows = {row[0]: row for row in table_rows(evaluation)}
+    assert rows["kpa"][1].startswith(BOUND)
+    json_path, html_path = write_report(evaluation, results, tmp_path)
+    assert json.loads(json_path.read_text())["policies"]["kpa"]["gpu_hours_at_target_bound"] == (
+        "upper"
+    )
+    assert "&lt;= " in html_path.read_text()
+
+
+def test_a_bracketed_curve_is_not_extended(plan):
+    runner, runs = swept_with(plan, crossing=0.8)  # crosses inside 0.4 to 1.4 x fair
+    assert len(runner.calls) == 1
+    evaluation, _ = evaluation_from_sweep(plan, runs)
+    assert evaluation.policies["kpa"].gpu_hours_at_target_bound is None
+    assert sum(1 for s, _ in runs if s.policy == CEILING) == len(plan.seeds)
+
+
+def samples(values, attained, cost=lambda v: 10.0 / v):
+    return [Sample(seed, v, cost(v) + seed, attained(v)) for seed in SEEDS for v in values]
+
+
+def test_a_curve_past_its_crossing_whose_cost_rises_again_is_not_extended():
+    # Attainment crosses the target at the knob's end, but the cost rose there: the
+    # cheapest point still exceeds the target (a bound), and further steps cannot help.
+    knob = Knob("per_replica", "requests", 0.6, 1.4)
+    points = samples([1.0, 2.0], lambda v: 0.995 if v < 1.5 else 0.95, cost=lambda v: 5.0 * v)
+    assert at_target(points, SEEDS, TARGET).bound == UPPER
+    assert next_value(knob, points, SEEDS, TARGET, reachable=True) is None
+
+
+def test_one_unbracketed_seed_extends_the_sweep():
+    knob = Knob("per_replica", "requests", 0.6, 1.4)
+    points = samples([1.0, 2.0], lambda v: 0.995 if v < 1.5 else 0.98)
+    points = [
+        Sample(s.seed, s.value, s.cost, 0.999 if s.seed == SEEDS[0] else s.attainment)
+        for s in points
+    ]
+    assert at_target(points, SEEDS, TARGET).seeds_bounded == 1
+    assert next_value(knob, points, SEEDS, TARGET, reachable=True) == pytest.approx(2.8)
+
+
+def test_a_curve_that_never_reaches_extends_the_expensive_way_only_when_the_ceiling_does():
+    knob = Knob("per_replica", "requests", 0.6, 1.4)
+    points = samples([1.0, 2.0], lambda v: 0.9)
+    assert next_value(knob, points, SEEDS, TARGET, reachable=True) == pytest.approx(1.0 / 1.4)
+    assert next_value(knob, points, SEEDS, TARGET, reachable=False) is None
+
+
+def test_steps_stay_within_each_knobs_valid_range():
+    hpa = registry.get("hpa").knob
+    assert hpa is not None
+    assert hpa.maximum == 100.0
+    assert hpa.beyond(95.0, cheaper=True) == 100.0  # clamped to the limit
+    assert hpa.beyond(100.0, cheaper=True) is None  # at the limit: no further round
+    sm = registry.get("hpa-sm").knob
+    assert sm is not None
+    assert sm.beyond(0.9, cheaper=True) == 1.0
+    static = registry.get("static").knob
+    assert static is not None
+    assert not static.cheap_up
+    assert static.beyond(3, cheaper=True) == 2
+    assert static.beyond(1, cheaper=True) is None  # at least one replica
+    assert static.beyond(3, cheaper=False) == 4
+    relative = Knob("target", "requests", 0.4, 1.4)
+    value = 1.0
+    for _ in range(50):  # geometric steps towards 0 never reach the exclusive minimum
+        value = relative.beyond(value, cheaper=False) or 0.0
+        assert value > 0.0
+        assert relative.valid(value)
+    for name in registry.names():
+        knob = registry.get(name).knob
+        if knob is not None and not knob.relative:
+            assert knob.valid(knob.low), name
+            assert knob.valid(knob.high), name
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"low": 30.0, "high": 120.0, "relative": False, "maximum": 100.0}, "leaves the valid"),
+        ({"low": 0.5, "high": 1.5, "minimum": 2.0, "maximum": 1.0}, "minimum < maximum"),
+    ],
+)
+def test_a_knob_range_outside_its_valid_values_is_an_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Knob("x", "u", **kwargs)
+
+
+def test_reading_says_when_the_cheapest_point_only_bounds_the_cost():
+    assert reading_at_target([1.0, 2.0], [0.995, 0.999], TARGET) == (1.0, UPPER)
+    cost, bound = reading_at_target([1.0, 2.0], [0.98, 1.0], TARGET)
+    assert bound is None
+    assert cost is not None
+    assert math.isclose(cost, 1.5)
+    assert reading_at_target([1.0], [0.99], TARGET) == (1.0, None)  # exactly on the target
+    assert reading_at_target([1.0], [0.9], TARGET) == (None, None)
