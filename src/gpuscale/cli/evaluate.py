@@ -308,14 +308,24 @@ def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path
             }
             done: dict[str, float] = {}
             finished: dict[TaskID, int] = dict.fromkeys([overall, *tasks.values()], 0)
+            planned = {s.key for s in specs}
 
             def update(key: str, fraction: float) -> None:
                 step = fraction - done.get(key, 0.0)
                 ends = fraction >= 1.0 > done.get(key, 0.0)
+                # A run past the plan (a knob value the sweep adds to bracket the
+                # target) raises the totals, so no bar runs past its end.
+                grows = key not in planned and key not in done
                 done[key] = fraction
                 for task in (overall, tasks[policy_of(key)]):
                     finished[task] += ends
-                    progress.update(task, advance=step, finished=finished[task])
+                    total = next(t.total for t in progress.tasks if t.id == task) or 0.0
+                    progress.update(
+                        task,
+                        advance=step,
+                        finished=finished[task],
+                        total=total + 1 if grows else total,
+                    )
 
             runs = run_sweep(plan, runner, update)
     evaluation, results = evaluation_from_sweep(plan, runs)
