@@ -11,7 +11,6 @@ store and to a ``promtool test rules`` file.
 """
 
 import math
-from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,9 +18,9 @@ import numpy as np
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.telemetry.faults import Fault
 from gpuscale.telemetry.sim import SimSource
+from gpuscale.telemetry.xid_window import XidWindow
 
 JOB = "gpuscale-exporter"
-XID_WINDOW_S = 300.0  # dcgm-exporter's default --xid-count-window-size
 
 
 @dataclass
@@ -64,7 +63,7 @@ def nvidia_host(
     source = SimSource(
         gpus, ("H100",), seed=seed, clock=lambda: now[0], hostname=hostname, faults=faults
     )
-    xids: deque[tuple[float, int, int]] = deque()
+    xids = XidWindow()
     scrape = {"instance": f"{hostname}:9400", "job": JOB}
     for i in range(h.steps):
         now[0] = i * h.step_s
@@ -76,11 +75,8 @@ def nvidia_host(
         old = stale is not None and stale[0] <= now[0] < stale[1]
         h.put("gpuscale_exporter_snapshot_age_seconds", scrape, i, 120.0 if old else 0.5)
         for device in snapshot.devices:
-            for event in device.xid_events:
-                xids.append((event.timestamp, device.info.index, event.xid))
-        while xids and xids[0][0] < now[0] - XID_WINDOW_S:
-            xids.popleft()
-        counts = Counter((gpu, xid) for _, gpu, xid in xids)
+            xids.add(str(device.info.index), device.xid_events)
+        counts = xids.counts(now[0])
         for device in snapshot.devices:
             info = device.info
             base = {
@@ -96,9 +92,8 @@ def nvidia_host(
                 if name in DCGM_FIELDS:
                     h.put(name, base, i, value)
             h.put("gpuscale_gpu_up", base, i, 1.0 if device.up else 0.0)
-            for (gpu, code), count in counts.items():
-                if gpu == info.index:
-                    h.put("DCGM_EXP_XID_ERRORS_COUNT", base | {"xid": str(code)}, i, float(count))
+            for code, count in counts.get(str(info.index), {}).items():
+                h.put("DCGM_EXP_XID_ERRORS_COUNT", base | {"xid": str(code)}, i, float(count))
 
 
 def amd_host(h: History, hostname: str, hot_at_s: float, ecc_at_s: float) -> None:

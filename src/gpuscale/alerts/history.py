@@ -17,7 +17,7 @@ each rule watches shows it (``onsets``): the backtest reports detection delays
 from the injection and from that observable onset.
 """
 
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +29,9 @@ from gpuscale.telemetry.base import Snapshot
 from gpuscale.telemetry.faults import HOST_KINDS, Fault
 from gpuscale.telemetry.loads import parse_load_spec
 from gpuscale.telemetry.sim import SimSource
+from gpuscale.telemetry.xid_window import DEFAULT_WINDOW_MS, XidWindow
 
-XID_WINDOW_S = 300.0
+XID_WINDOW_S = DEFAULT_WINDOW_MS / 1000
 """dcgm-exporter's default XID count window (``--xid-count-window-size`` 300000 ms)."""
 GPU_UP = "gpuscale_gpu_up"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -205,7 +206,7 @@ def _samples(
         faults=run.faults,
     )
     target = (("instance", f"{run.hostname}:{PORT}"), ("job", JOB))
-    xids: deque[tuple[float, int, int]] = deque()
+    xids = XidWindow()  # DCGM_EXP_XID_ERRORS_COUNT's window, as the exporter keeps it
     steps = int(duration_s // step_s) + 1
     for i in range(steps):
         now[0] = start_s + i * step_s
@@ -218,11 +219,8 @@ def _samples(
         watcher.see(now[0], snapshot)
         yield "up", _labels(target), 1.0, now[0]
         for device in snapshot.devices:
-            for event in device.xid_events:
-                xids.append((event.timestamp, device.info.index, event.xid))
-        while xids and xids[0][0] < now[0] - XID_WINDOW_S:
-            xids.popleft()
-        counts = Counter((gpu, xid) for _, gpu, xid in xids)
+            xids.add(str(device.info.index), device.xid_events)
+        counts = xids.counts(now[0])
         for device in snapshot.devices:
             info = device.info
             base = (
@@ -242,10 +240,9 @@ def _samples(
                 if name in DCGM_FIELDS:
                     yield name, text, value, now[0]
             yield GPU_UP, text, 1.0 if device.up else 0.0, now[0]
-            for (gpu, xid), count in sorted(counts.items()):
-                if gpu == info.index:
-                    labels = (*base, ("xid", str(xid)), ("window_size_in_ms", "300000"))
-                    yield XID_COUNT, _labels(labels), float(count), now[0]
+            for xid, count in sorted(counts.get(str(info.index), {}).items()):
+                labels = (*base, ("xid", str(xid)), ("window_size_in_ms", str(DEFAULT_WINDOW_MS)))
+                yield XID_COUNT, _labels(labels), float(count), now[0]
 
 
 def write_openmetrics(

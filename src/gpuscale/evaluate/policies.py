@@ -144,6 +144,15 @@ register(
         knob=Knob("replicas", "replicas", 0.5, 1.5, integer=True, cheap_up=False, minimum=1),
     )
 )
+_HPA_KNOB = Knob(
+    "target_average_value",
+    HPA_UNITS["target_average_value"],
+    30.0,
+    95.0,
+    relative=False,
+    maximum=100.0,
+)
+"""HPA's target on GPU_UTIL (%), swept as absolute values up to 100, for both HPA paths."""
 register(
     PolicySpec(
         "hpa",
@@ -152,14 +161,7 @@ register(
         _build_hpa,
         ("target_average_value", *_BOUNDS),
         units=HPA_UNITS,
-        knob=Knob(
-            "target_average_value",
-            HPA_UNITS["target_average_value"],
-            30.0,
-            95.0,
-            relative=False,
-            maximum=100.0,
-        ),
+        knob=_HPA_KNOB,
     )
 )
 register(
@@ -192,14 +194,7 @@ register(
         ("target_average_value", *_BOUNDS),
         units=HPA_UNITS,
         default=False,
-        knob=Knob(
-            "target_average_value",
-            HPA_UNITS["target_average_value"],
-            30.0,
-            95.0,
-            relative=False,
-            maximum=100.0,
-        ),
+        knob=_HPA_KNOB,
     )
 )
 register(

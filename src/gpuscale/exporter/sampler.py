@@ -24,8 +24,8 @@ from gpuscale.errors import TransientError
 from gpuscale.exporter.collector import Rendering, SnapshotCollector, SnapshotFamilies
 from gpuscale.exporter.dcgm import CLOCK_EVENTS, CLOCK_REASONS_FIELD
 from gpuscale.exporter.exposition import render
-from gpuscale.exporter.xid import XidWindow
 from gpuscale.telemetry.base import GpuSource, Snapshot, XidEvent
+from gpuscale.telemetry.xid_window import XidWindow
 
 logger = logging.getLogger(__name__)
 

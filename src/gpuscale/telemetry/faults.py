@@ -97,19 +97,7 @@ _ENDS_ON_EXPORTER = frozenset(
 )
 """Kinds the exporter can end after ``duration``; the rest leave a GPU broken for good."""
 _INJECTS: dict[Injector, tuple[str, ...]] = {
-    "exporter": (
-        "gpu-lost",
-        "xid",
-        "thermal",
-        "ecc-dbe",
-        "row-remap",
-        "straggler",
-        "power-cap",
-        "memory-full",
-        "idle-allocated",
-        "stale",
-        "exporter-down",
-    ),
+    "exporter": KINDS,  # the exporter's sim source injects every kind
     "simulator": ("gpu-lost", "thermal", "ecc-dbe", "straggler"),
 }
 _TARGET: dict[Injector, str] = {"exporter": "gpu", "simulator": "replica"}

@@ -1,4 +1,4 @@
-"""Trailing-window XID counts, as dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT reports them.
+"""Trailing-window event counts per GPU, as dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT reports them.
 
 The last-value field DCGM_FI_DEV_XID_ERRORS forgets every error but the
 latest; operators alert on "any XID 79 in the last five minutes", which needs
