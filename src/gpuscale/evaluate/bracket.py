@@ -20,14 +20,20 @@ extended only while the mean curve never reaches the target and the unlimited fl
 (the ceiling) does: a target no fleet meets is not worth the runs.
 """
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscale.evaluate.knobs import Knob
 from gpuscale.evaluate.stats import UPPER, reading_at_target
 
-MAX_ROUNDS = 3
-"""Extension rounds per sweep at most (each runs one more knob value on every seed)."""
+MAX_ROUNDS = 6
+"""Extension and refinement rounds per sweep at most (each runs one more knob value
+on every seed)."""
+
+REFINE_SHARE = 0.03
+"""A bracketed reading is refined while its two points' costs differ by more than this
+share of the dearer one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +156,46 @@ def next_value(
         return knob.beyond(cheap_end, cheaper=True)
     if reachable and _read(mean_curve(samples), target)[0] is None:
         return knob.beyond(low if knob.cheap_up else high, cheaper=False)
-    return None
+    return refine_value(knob, samples, target)
+
+
+def refine_value(knob: Knob, samples: Sequence[Sample], target: float) -> float | None:
+    """A knob value between the two points the mean curve's reading interpolates.
+
+    A curve that falls off a cliff between two swept values (0.9996 to 0.25 within
+    one step) is read by a straight line between them, which puts the reading next to
+    the dearer point whatever the curve does in between. While the two points' costs
+    differ by more than ``REFINE_SHARE`` of the dearer one, the value halfway between
+    them (geometric for a relative knob) is run on every seed.
+
+    Returns:
+        The value, or None when the reading is bracketed closely enough, is not
+        bracketed at all, or the knob has no value left between the two points.
+    """
+    by_value: dict[float, list[Sample]] = {}
+    for s in samples:
+        if s.value is not None and s.attainment is not None:
+            by_value.setdefault(s.value, []).append(s)
+    points = sorted(
+        (_mean([s.cost for s in runs]), _mean([s.attainment or 0.0 for s in runs]), value)
+        for value, runs in by_value.items()
+    )
+    best, j = -1.0, None
+    for i, (_, attainment, _) in enumerate(points):  # the reading's envelope, by cost
+        best = max(best, attainment)
+        if best >= target:
+            j = i
+            break
+    if not j:
+        return None
+    (c0, _, v0), (c1, _, v1) = points[j - 1], points[j]
+    if c1 - c0 <= REFINE_SHARE * c1:
+        return None
+    mid = (v0 + v1) / 2 if knob.integer or v0 * v1 <= 0 else math.sqrt(v0 * v1)
+    mid = float(round(mid)) if knob.integer else round(mid, 9)
+    if mid in (v0, v1) or mid in by_value or not knob.valid(mid):
+        return None
+    return mid
 
 
 def _open_cheap_side(

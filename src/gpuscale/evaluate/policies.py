@@ -267,6 +267,7 @@ def _predictive(f: FairInputs) -> PredictiveConfig:
         per_replica=f.per_replica,
         node_provision_s=f.node_lead_s,
         fast_capacity=f.fast_capacity,
+        node_size=f.node_size,
         min_replicas=f.min_replicas,
         max_replicas=f.max_replicas,
     )
@@ -286,7 +287,7 @@ def _build_hybrid(c: HybridConfig, _required: Sequence[int], name: str) -> Scali
     return HybridPolicy(c, name)
 
 
-_PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", *_BOUNDS)
+_PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", "node_size", *_BOUNDS)
 _PLAN_KNOB = Knob("per_replica", "requests per replica", 0.6, 1.4)
 register(
     PolicySpec(

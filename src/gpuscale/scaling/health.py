@@ -20,7 +20,12 @@ not to count, and why:
 * ``throttled``: the GPU spent more than ``throttle_share`` of the time since the
   last decision in thermal violation (``DCGM_FI_DEV_THERMAL_VIOLATION``, ns).
 * ``straggler``: its completion rate since the last decision is below
-  ``straggler_ratio`` of the median of at least ``min_peers`` other Ready pods.
+  ``straggler_ratio`` of the median of at least ``min_peers`` other Ready pods,
+  and so few completions are improbable at the median's rate (Poisson lower
+  tail below ``straggler_p``): a pod that serves one 30 s request at a time
+  completes 0 or 1 in a 15 s window by chance, and a ratio alone would call half
+  such a fleet stragglers. Where completions are that sparse a straggler is left
+  to the ``GpuStraggler`` alert, which compares clocks.
 
 A pod flagged ``lost``, ``xid``, ``dbe`` or ``alert`` stays out of the count for
 ``quarantine_s``; ``throttled`` and ``straggler`` are re-judged each decision.
@@ -31,6 +36,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from scipy.special import pdtr
 
 from gpuscale.errors import require
 from gpuscale.fields.xid import WORK_LOST_XIDS
@@ -75,6 +82,8 @@ class HealthConfig:
         throttle_share: Thermal-violation time over elapsed time above which a GPU is throttled.
         straggler_ratio: Completion rate over the peers' median below which a pod straggles.
         min_peers: Ready pods with a rate needed before anyone is called a straggler.
+        straggler_p: A pod is a straggler only when a count as low as its own has less
+            than this probability at the median's rate (Poisson).
     """
 
     missing_grace_s: float = field(default=90.0, metadata={"unit": "s"})
@@ -82,6 +91,7 @@ class HealthConfig:
     throttle_share: float = field(default=0.1, metadata={"unit": "ratio"})
     straggler_ratio: float = field(default=0.5, metadata={"unit": "ratio"})
     min_peers: int = field(default=3, metadata={"unit": "pods"})
+    straggler_p: float = field(default=0.001, metadata={"unit": "probability"})
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, fix: str) -> None:
@@ -92,6 +102,7 @@ class HealthConfig:
         check(0 < self.throttle_share <= 1, "throttle_share", "use a ratio in (0, 1]")
         check(0 <= self.straggler_ratio < 1, "straggler_ratio", "use a ratio in [0, 1)")
         check(self.min_peers >= 2, "min_peers", "use 2 or more")
+        check(0 < self.straggler_p < 1, "straggler_p", "use a probability in (0, 1)")
 
 
 def _value(observation: Observation, key: str, pod: str) -> float | None:
@@ -155,13 +166,37 @@ def assess(
             rates[pod.name] = (done - float(last_done)) / elapsed
         rec.update({XID: xid, DBE: dbe, THERMAL: thermal, DONE: done})
         pods[pod.name] = rec
-    healthy_rates = sorted(r for name, r in rates.items() if name not in sick)
-    if len(healthy_rates) >= cfg.min_peers:
-        median = healthy_rates[len(healthy_rates) // 2]
-        for name, r in rates.items():
-            if name not in sick and median > 0 and r < cfg.straggler_ratio * median:
-                sick[name] = "straggler"
+    for name in stragglers(rates, sick, elapsed, cfg):
+        sick[name] = "straggler"
     for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
         if not pod.ready and pod.name in old:
             pods[pod.name] = dict(old[pod.name])
     return sick, {"at": now, "pods": pods}
+
+
+def stragglers(
+    rates: Mapping[str, float], sick: Mapping[str, str], elapsed: float, cfg: HealthConfig
+) -> list[str]:
+    """The healthy pods whose completions are both slow and improbably few.
+
+    Args:
+        rates: Pod name to completions per second since the last decision.
+        sick: Pods already not counted (not peers, not judged).
+        elapsed: Seconds since the last decision.
+        cfg: Ratio, peers and significance.
+
+    Returns:
+        Pod names.
+    """
+    healthy = sorted(r for name, r in rates.items() if name not in sick)
+    if len(healthy) < cfg.min_peers:
+        return []
+    median = healthy[len(healthy) // 2]
+    expected = median * elapsed  # completions at the median's rate
+    return [
+        name
+        for name, r in rates.items()
+        if name not in sick
+        and r < cfg.straggler_ratio * median
+        and float(pdtr(math.floor(r * elapsed + 1e-9), expected)) < cfg.straggler_p
+    ]

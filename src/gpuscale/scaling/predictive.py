@@ -67,6 +67,10 @@ class PredictiveConfig:
         cold_starts_kept: Most recent cold starts kept in the state.
         node_provision_s: Added to the horizon for replicas beyond ``fast_capacity``.
         fast_capacity: Replicas the always-up nodes hold; None: every replica fits.
+        node_size: Replicas one node holds. Above 1 the fleet moves in whole nodes
+            (``whole_nodes``): where the node pool serves this workload alone, a node's
+            GPUs are paid for while any pod runs on it, so a scale-out fills the nodes
+            it opens and a scale-in that does not empty a node saves nothing. 1: off.
         smoothing_s: Demand is read as its trailing mean over this window (Knative's
             stable window is 60 s): a sampled count of requests in flight scatters
             around its mean, and a plan or a peak read off single samples holds
@@ -96,6 +100,7 @@ class PredictiveConfig:
     cold_starts_kept: int = field(default=50, metadata={"unit": "pods"})
     node_provision_s: float = field(default=0.0, metadata={"unit": "s"})
     fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
+    node_size: int = field(default=1, metadata={"unit": "replicas per node"})
     smoothing_s: float = field(default=60.0, metadata={"unit": "s"})
     scale_in_window_s: float = field(default=300.0, metadata={"unit": "s"})
     rise_window_s: float = field(default=120.0, metadata={"unit": "s"})
@@ -121,6 +126,7 @@ class PredictiveConfig:
         check(self.cold_starts_kept >= 1, "cold_starts_kept", "use 1 or more")
         check(self.node_provision_s >= 0, "node_provision_s", "use 0 or more seconds")
         check(self.fast_capacity is None or self.fast_capacity >= 0, "fast_capacity", "use >= 0")
+        check(self.node_size >= 1, "node_size", "use 1 or more replicas per node")
         windows = ("smoothing_s", "scale_in_window_s", "rise_window_s", "stabilization_window_s")
         for key in (*windows, "scale_in_cooldown_s"):
             check(0 <= getattr(self, key) <= 3600, key, "use 0..3600 seconds")
@@ -264,10 +270,13 @@ def settle(
         replicas = min(proposal, current + step)
         if replicas < proposal:
             note = f", step limit {replicas}"
+        replicas, note = whole_nodes(current, replicas, cfg, note)
     else:
         stable = max(int(r) for _, r in recs)
         replicas = min(current, stable)
-        if replicas < current:
+        if replicas < current and cfg.node_size > 1:
+            replicas, note = whole_nodes(current, replicas, cfg, note)
+        elif replicas < current:
             step = max(1, math.floor(current * cfg.scale_down_percent / 100))
             replicas = max(replicas, current - step)
         if replicas < current and hold_in:
@@ -275,8 +284,31 @@ def settle(
         elif replicas < current and cooling:
             replicas, note = current, ", scale-in cooling down"
         elif replicas > proposal:
-            note = f", stabilised {replicas}"
+            note += f", stabilised {replicas}"
     return clamp(replicas, cfg.min_replicas, cfg.max_replicas), note, recs
+
+
+def whole_nodes(current: int, replicas: int, cfg: PredictiveConfig, note: str) -> tuple[int, str]:
+    """Move the fleet in whole nodes of ``cfg.node_size`` replicas (1: unchanged).
+
+    A scale-out fills every node it needs (their GPUs are paid for anyway, and the
+    spare replicas absorb the next rise). A scale-in that leaves the node count as it
+    is saves nothing, so it is held; one that needs fewer nodes removes one node's
+    replicas per decision, the step a node's release is worth.
+
+    Returns:
+        (replicas, the note with the rounding added).
+    """
+    size = cfg.node_size
+    if size <= 1:
+        return replicas, note
+    nodes_now, nodes = math.ceil(current / size), math.ceil(replicas / size)
+    if replicas > current:
+        filled = min(nodes * size, cfg.max_replicas)
+        return max(filled, replicas), note + (f", fills {nodes} nodes" if filled > replicas else "")
+    if nodes >= nodes_now:
+        return current, note + f", holds its {nodes_now} nodes"
+    return (nodes_now - 1) * size, note + f", releases a node ({nodes} needed)"
 
 
 def agree(

@@ -7,7 +7,14 @@ import math
 import pytest
 
 from gpuscale.evaluate import policies as registry
-from gpuscale.evaluate.bracket import MAX_ROUNDS, Sample, at_target, next_value
+from gpuscale.evaluate.bracket import (
+    MAX_ROUNDS,
+    REFINE_SHARE,
+    Sample,
+    at_target,
+    next_value,
+    refine_value,
+)
 from gpuscale.evaluate.knobs import EXTEND_FACTOR, Knob
 from gpuscale.evaluate.report import BOUND, table_rows, write_report
 from gpuscale.evaluate.runner import EvaluationRequest
@@ -81,8 +88,12 @@ def test_a_curve_brackets_only_after_the_sweep_extends_past_its_range(plan):
     # fair, so it crosses 0.99 at 1.5 x fair, beyond the range: one step (1.96) brackets it.
     runner, runs = swept_with(plan, crossing=1.3)
     fair = plan.fair_value("kpa")
-    assert len(runner.calls) == 2  # the planned runs, then one extension round
+    # The planned runs, one extension round, then refinements between 1.4 and 1.96 x fair.
+    assert len(runner.calls) >= 2
     extended = runner.calls[1]
+    for call in runner.calls[2:]:
+        assert [s.seed for s in call] == list(plan.seeds)
+        assert all(1.4 * fair < s.knob_value < 1.96 * fair for s in call)
     assert {s.policy for s in extended} == {"kpa"}
     assert sorted(s.seed for s in extended) == list(plan.seeds)  # same seeds
     assert [s.knob_value for s in extended] == pytest.approx([1.4 * fair * EXTEND_FACTOR] * 3)
@@ -96,7 +107,7 @@ def test_a_curve_brackets_only_after_the_sweep_extends_past_its_range(plan):
     # at 1.4 x fair, the bound the fixed range gave.
     mean_cost_at_end = sum(cost_of(1.4 * fair, fair, s) for s in plan.seeds) / len(plan.seeds)
     assert kpa.gpu_hours_at_target < mean_cost_at_end
-    assert kpa.curve[-1].knob_value == pytest.approx(1.96 * fair)
+    assert max(p.knob_value for p in kpa.curve) == pytest.approx(1.96 * fair)
 
 
 def test_a_curve_that_never_brackets_is_flagged_as_a_bound(plan, tmp_path):
@@ -118,9 +129,11 @@ def test_a_curve_that_never_brackets_is_flagged_as_a_bound(plan, tmp_path):
     assert "&lt;= " in html_path.read_text()
 
 
-def test_a_bracketed_curve_is_not_extended(plan):
+def test_a_bracketed_curve_is_not_extended_past_its_range(plan):
     runner, runs = swept_with(plan, crossing=0.8)  # crosses inside 0.4 to 1.4 x fair
-    assert len(runner.calls) == 1
+    fair = plan.fair_value("kpa")
+    for call in runner.calls[1:]:  # refinements only, inside the range
+        assert all(0.4 * fair < s.knob_value < 1.4 * fair for s in call)
     evaluation, _ = evaluation_from_sweep(plan, runs)
     assert evaluation.policies["kpa"].gpu_hours_at_target_bound is None
     assert sum(1 for s, _ in runs if s.policy == CEILING) == len(plan.seeds)
@@ -205,3 +218,21 @@ def test_reading_says_when_the_cheapest_point_only_bounds_the_cost():
     assert math.isclose(cost, 1.5)
     assert reading_at_target([1.0], [0.99], TARGET) == (1.0, None)  # exactly on the target
     assert reading_at_target([1.0], [0.9], TARGET) == (None, None)
+
+
+def test_a_cliff_between_two_points_is_refined_halfway_until_they_are_close():
+    knob = Knob("per_replica", "requests", 0.6, 1.4)
+    cliff = samples([1.0, 2.0], lambda v: 0.9996 if v < 1.5 else 0.25)
+    # Costs 10 and 5 (+ seed): 50 % apart, so the geometric middle of 1 and 2 runs next.
+    assert refine_value(knob, cliff, TARGET) == pytest.approx(math.sqrt(2.0))
+    assert next_value(knob, cliff, SEEDS, TARGET, reachable=True) == pytest.approx(math.sqrt(2.0))
+    # Two points whose costs are within REFINE_SHARE need no middle.
+    close = 1.0 + REFINE_SHARE / 2
+    near = samples([1.0, close], lambda v: 0.9996 if v < close else 0.25, cost=lambda v: 100 / v)
+    assert refine_value(knob, near, TARGET) is None
+
+
+def test_refinement_stops_where_an_integer_knob_has_no_value_between():
+    knob = Knob("replicas", "replicas", 1, 100, relative=False, integer=True, cheap_up=False)
+    points = samples([4.0, 5.0], lambda v: 0.999 if v >= 5 else 0.5, cost=lambda v: 10.0 * v)
+    assert refine_value(knob, points, TARGET) is None

@@ -175,6 +175,26 @@ def test_thermal_throttling_and_stragglers_are_judged_on_rates():
     assert d2.state["sick"] == {"p0": "throttled", "p3": "straggler"}
 
 
+@pytest.mark.parametrize(
+    ("others", "slow", "straggles"),
+    [
+        (1.0, 0.0, False),  # one 35 s request at a time: 0 against 1 has probability 0.37
+        (4.0, 1.0, False),  # 1 against 4: 0.09
+        (30.0, 2.0, True),  # 2 against 30: 5e-11
+        (30.0, 20.0, False),  # 20 against 30 is above half the median
+    ],
+)
+def test_a_straggler_needs_a_count_improbable_at_the_median_rate(others, slow, straggles):
+    policy, target = HybridPolicy(FLAT), TargetStatus(5, ready_pods(5))
+    d1 = policy.decide(observe(600.0, target, [5.0] * 41, metrics(5)), LONG_AGO)
+    done = {f"p{i}": others for i in range(5)} | {"p3": slow}
+    d2 = policy.decide(
+        observe(615.0, target, [5.0] * 41, metrics(5, **{health.DONE: done})), d1.state
+    )
+    assert (d2.state["sick"] == {"p3": "straggler"}) is straggles
+    assert d2.state["sick"] in ({}, {"p3": "straggler"})
+
+
 def test_a_pod_first_seen_without_gpu_series_is_judged_once_they_appear():
     policy, target = HybridPolicy(FLAT), TargetStatus(3, ready_pods(3))
     d1 = policy.decide(observe(600.0, target, [5.0] * 41, {}), LONG_AGO)
@@ -231,10 +251,13 @@ WINDOWS = st.sampled_from([(0.0, 0.0), (300.0, 0.0), (300.0, 300.0)])
 
 
 @settings(max_examples=100, deadline=None)
-@given(paths(), st.integers(1, 4), st.integers(0, 40), WINDOWS, st.booleans())
-def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_high):
+@given(
+    paths(), st.integers(1, 4), st.integers(0, 40), WINDOWS, st.booleans(), st.sampled_from([1, 4])
+)
+def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_high, size):
     stable, scale_in = windows
     cfg = HybridConfig(
+        node_size=size,
         per_replica=10.0,
         min_replicas=low,
         max_replicas=low + span,

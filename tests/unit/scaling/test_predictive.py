@@ -135,6 +135,39 @@ def test_scale_in_is_bounded_per_decision():
     assert d.replicas == 36
 
 
+NODES = PredictiveConfig(
+    per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=100.0, node_size=8
+)
+"""Whole nodes of 8 replicas, no stabilisation, any scale-in step."""
+
+
+def test_a_scale_out_fills_the_nodes_it_opens():
+    d = PredictivePolicy(NODES).decide(observe(600.0, 8, [9.0] * 41), LONG_AGO)
+    assert d.replicas == 16  # 9 or 10 needed: the second node's GPUs are paid for anyway
+    assert "fills 2 nodes" in d.reason
+
+
+def test_a_scale_in_within_a_node_is_held():
+    d = PredictivePolicy(NODES).decide(observe(600.0, 16, [10.0] * 41), LONG_AGO)
+    assert d.replicas == 16  # 10 or 11 still need 2 nodes: removing 5 pods saves nothing
+    assert "holds its 2 nodes" in d.reason
+
+
+def test_a_scale_in_releases_one_node_per_decision():
+    policy = PredictivePolicy(NODES)
+    d1 = policy.decide(observe(600.0, 24, [5.0] * 41), LONG_AGO)
+    assert d1.replicas == 16  # 5 or 6 need 1 node: one node's replicas go
+    assert "releases a node" in d1.reason
+    d2 = policy.decide(observe(675.0, 16, [5.0] * 41), d1.state)
+    assert d2.replicas == 8
+
+
+def test_a_filled_node_respects_max_replicas():
+    cfg = PredictiveConfig(per_replica=1.0, node_size=8, max_replicas=12)
+    d = PredictivePolicy(cfg).decide(observe(600.0, 8, [9.0] * 41), LONG_AGO)
+    assert d.replicas == 12
+
+
 @pytest.mark.parametrize("healthy", [False, True])
 def test_holds_without_data(healthy):
     policy = PredictivePolicy(PredictiveConfig(min_replicas=2))
@@ -181,10 +214,13 @@ WINDOWS = st.sampled_from([(0.0, 0.0), (300.0, 0.0), (300.0, 300.0)])
 
 
 @settings(max_examples=100, deadline=None)
-@given(demands, st.integers(1, 5), st.integers(0, 50), WINDOWS, st.booleans())
-def test_property_bounds_rise_and_stabilisation(values, low, span, windows, start_high):
+@given(
+    demands, st.integers(1, 5), st.integers(0, 50), WINDOWS, st.booleans(), st.sampled_from([1, 4])
+)
+def test_property_bounds_rise_and_stabilisation(values, low, span, windows, start_high, size):
     stable, scale_in = windows
     cfg = PredictiveConfig(
+        node_size=size,
         per_replica=2.0,
         min_replicas=low,
         max_replicas=low + span,
