@@ -293,8 +293,9 @@ def whole_nodes(current: int, replicas: int, cfg: PredictiveConfig, note: str) -
 
     A scale-out fills every node it needs (their GPUs are paid for anyway, and the
     spare replicas absorb the next rise). A scale-in that leaves the node count as it
-    is saves nothing, so it is held; one that needs fewer nodes removes one node's
-    replicas per decision, the step a node's release is worth.
+    is saves nothing, so it is held; one that needs fewer nodes removes whole nodes'
+    replicas, ``scale_down_percent`` of the current replicas rounded down to whole
+    nodes per decision, and at least one node.
 
     Returns:
         (replicas, the note with the rounding added).
@@ -308,7 +309,9 @@ def whole_nodes(current: int, replicas: int, cfg: PredictiveConfig, note: str) -
         return max(filled, replicas), note + (f", fills {nodes} nodes" if filled > replicas else "")
     if nodes >= nodes_now:
         return current, note + f", holds its {nodes_now} nodes"
-    return (nodes_now - 1) * size, note + f", releases a node ({nodes} needed)"
+    step = max(1, math.floor(current * cfg.scale_down_percent / 100 / size))
+    kept = max(nodes, nodes_now - step)
+    return kept * size, note + f", releases {nodes_now - kept} of {nodes_now} nodes"
 
 
 def agree(

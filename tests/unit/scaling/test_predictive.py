@@ -1,5 +1,6 @@
 """Predictive scaling: a measured horizon, scale-out on the forecast, scale-in when load agrees."""
 
+import dataclasses
 import json
 import math
 from statistics import NormalDist
@@ -153,13 +154,19 @@ def test_a_scale_in_within_a_node_is_held():
     assert "holds its 2 nodes" in d.reason
 
 
-def test_a_scale_in_releases_one_node_per_decision():
-    policy = PredictivePolicy(NODES)
+def test_a_scale_in_releases_whole_nodes_at_the_scale_down_pace():
+    small = dataclasses.replace(NODES, scale_down_percent=5.0)
+    policy = PredictivePolicy(small)
     d1 = policy.decide(observe(600.0, 24, [5.0] * 41), LONG_AGO)
-    assert d1.replicas == 16  # 5 or 6 need 1 node: one node's replicas go
-    assert "releases a node" in d1.reason
+    assert d1.replicas == 16  # 5 or 6 need 1 node; 5 % of 24 is under a node: one node goes
+    assert "releases 1 of 3 nodes" in d1.reason
     d2 = policy.decide(observe(675.0, 16, [5.0] * 41), d1.state)
     assert d2.replicas == 8
+    # On a large fleet the pace is 5 % of the replicas, in whole nodes: 10 % of 400 = 5 nodes.
+    large = dataclasses.replace(NODES, scale_down_percent=10.0, max_replicas=500)
+    d = PredictivePolicy(large).decide(observe(600.0, 400, [5.0] * 41), LONG_AGO)
+    assert d.replicas == 360
+    assert "releases 5 of 50 nodes" in d.reason
 
 
 def test_a_filled_node_respects_max_replicas():
