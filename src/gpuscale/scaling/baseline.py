@@ -120,15 +120,18 @@ def summed_columns(
     present = _present(observation, keys)
     if present is None:
         return None
+    added = observation.sums.get(tuple(keys)) if len(present) == len(keys) else None
+    if added is not None:  # the source added them already, the same way as below
+        return None if math.isnan(math.fsum(added[1])) else added
     columns = [tuple(zip(*points, strict=False)) for points in present]  # points are pairs
     times = columns[0][0]
     if all(c[0] == times for c in columns[1:]):
         # The common case (samples at the same times): add column by column, as sum()
         # does per point (0 + a + b + ...), without a call per point.
-        added: Iterable[float] = map(operator.add, itertools.repeat(0), columns[0][1])
+        sums: Iterable[float] = map(operator.add, itertools.repeat(0), columns[0][1])
         for c in columns[1:]:
-            added = map(operator.add, added, c[1])
-        values = list(added)
+            sums = map(operator.add, sums, c[1])
+        values = list(sums)
         if math.isnan(math.fsum(values)):  # NaN anywhere makes the sum NaN
             return None
         return times, values

@@ -6,8 +6,9 @@ controller stores in an annotation and the simulator keeps in memory. That is
 what lets a policy proven in the simulator run unchanged in production.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from gpuscale.metrics.signal import Signal
@@ -65,6 +66,12 @@ class TargetStatus:
 
 Series = tuple[tuple[float, float], ...]
 """(time seconds, value) points, oldest first."""
+
+Columns = tuple[Sequence[float], Sequence[float]]
+"""A series as its times (seconds) and its values, oldest first and of equal length."""
+
+NO_SUMS: Mapping[tuple[str, ...], Columns] = MappingProxyType({})
+"""``Observation.sums`` where the source adds nothing ahead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,10 @@ class Observation:
         pod_metrics: Metric name to latest value per pod; a pod with no sample is absent.
         series: Signal name to its recent history (aggregated over the workload).
         healthy: False when the data is missing or stale; policies must then hold.
+        sums: Optional, where the source keeps them: for a tuple of ``series`` keys, those
+            series added point by point (in key order, from 0) as columns, exactly what
+            ``scaling.baseline.summed_columns`` makes of ``series`` when their times
+            agree. A shortcut for reading, never other data: a policy may ignore it.
     """
 
     now: float
@@ -131,6 +142,7 @@ class Observation:
     pod_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     series: Mapping[str, Series] = field(default_factory=dict)
     healthy: bool = True
+    sums: Mapping[tuple[str, ...], Columns] = field(default_factory=lambda: NO_SUMS)
 
     def latest(self, signal: str) -> float | None:
         """Most recent value of a signal, or None when there is none.
