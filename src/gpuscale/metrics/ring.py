@@ -186,12 +186,11 @@ class SecondTotals:
         Raises:
             ValueError: A signal asks for something other than a plain total.
         """
-        if [s.metric for s in signals] != list(self.metrics) or step != 1.0:
+        if step != 1.0 or start != math.floor(start) or len(signals) != len(self.metrics):
             return None
-        if start != math.floor(start):
-            return None
-        for s in signals:
-            self._column(s)  # raises as ``range`` would
+        for n, s in enumerate(signals):
+            if self._column(s) != n:  # raises as ``range`` would for what it cannot answer
+                return None
         lo = max(int(start), self._oldest())
         hi = min(math.floor(end), self._last)
         if self._first is None or hi < lo:

@@ -214,6 +214,7 @@ class _Run:
         self._ready_uids = np.zeros(0, dtype=np.int64)
         self._loading = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
         self._stopping = np.zeros(0, dtype=np.int64)
+        self._transit_seen = -1  # ``cluster.version`` when the two above were built
         read = alerting or (self.ring is None and bool(policy.signals or policy.pod_signals))
         tel_args = (self.cluster, self.physics, self.writer, serving, scenario.workload)
         self.tel = Telemetry(*tel_args, self.slots, scraped=read)
@@ -269,32 +270,40 @@ class _Run:
                 c.release(uid, float(t))
 
     def _refresh_pods(self) -> None:
-        """The Ready, starting and terminating pods' devices, after the cluster changed."""
+        """The Ready pods' devices and the GPUs held, after the cluster changed."""
         c = self.cluster
-        ready: list[Pod] = []
-        loading: list[Pod] = []
-        stopping: list[Pod] = []
-        by_state = {STARTING: loading.append, TERMINATING: stopping.append}
-        same = c.ready_changes == self._ready_seen  # the Ready pods' arrays still hold
-        if not same:
-            by_state[READY] = ready.append
-        for p in c.pods.values():  # one pass, each list oldest first
-            add = by_state.get(p.state)
-            if add is not None:
-                add(p)
         self.n_held = c.held_count()
-        if not same:
-            self.ready, self._ready_seen = ready, c.ready_changes
-            self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
-            self._ready_devs = c.slot_phys[self._ready_slots]
-            self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
-            self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
-        self._stopping = c.devices(stopping)
-        due = np.array([p.due for p in loading], dtype=float)
-        span = np.array([p.due - p.created_at for p in loading], dtype=float)
-        if self.gpr > 1:
-            due, span = np.repeat(due, self.gpr), np.repeat(span, self.gpr)
-        self._loading = (c.devices(loading), due, span)  # each GPU loads its share
+        if c.ready_changes == self._ready_seen:  # the Ready pods' arrays still hold
+            return
+        ready = [p for p in c.pods.values() if p.state == READY]  # oldest first
+        self.ready, self._ready_seen = ready, c.ready_changes
+        self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
+        self._ready_devs = c.slot_phys[self._ready_slots]
+        self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
+        self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
+
+    def _in_transition(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Devices of the terminating pods, and of the starting ones with their load progress.
+
+        Only a collect reads them, so they are built then, once per cluster version.
+        """
+        c = self.cluster
+        if self._transit_seen != c.version:
+            loading: list[Pod] = []
+            stopping: list[Pod] = []
+            by_state = {STARTING: loading.append, TERMINATING: stopping.append}
+            for p in c.pods.values():  # one pass, each list oldest first
+                add = by_state.get(p.state)
+                if add is not None:
+                    add(p)
+            self._stopping = c.devices(stopping)
+            due = np.array([p.due for p in loading], dtype=float)
+            span = np.array([p.due - p.created_at for p in loading], dtype=float)
+            if self.gpr > 1:
+                due, span = np.repeat(due, self.gpr), np.repeat(span, self.gpr)
+            self._loading = (c.devices(loading), due, span)  # each GPU loads its share
+            self._transit_seen = c.version
+        return self._stopping, self._loading
 
     def _refresh_capacity(self, t: int) -> None:
         self._flush()
@@ -332,7 +341,8 @@ class _Run:
         self._flush()
         per_pod = self.queue.busy / len(self.ready) if self.ready else 0.0
         if collect:
-            self.tel.collect(t, self._ready_gpus, self._stopping, self._loading, per_pod)
+            stopping, loading = self._in_transition()
+            self.tel.collect(t, self._ready_gpus, stopping, loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
             c = self.cluster
             on = np.repeat(c.node_state == NODE_READY, c.config.gpus_per_node)

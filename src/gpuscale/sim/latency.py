@@ -10,6 +10,7 @@ still in flight at the end) and counted once.
 """
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,15 +56,17 @@ class LatencyRecords:
         retried: Indices of portions that are requests on their second try.
     """
 
-    step: list[int] = field(default_factory=list)
-    count: list[float] = field(default_factory=list)
-    wait_s: list[float] = field(default_factory=list)
-    size_s: list[float] = field(default_factory=list)
-    per_size_s: list[float] = field(default_factory=list)
-    offered_s: list[float] = field(default_factory=list)
-    servers: list[int] = field(default_factory=list)
-    busy: list[float] = field(default_factory=list)
-    arrivals: list[float] = field(default_factory=list)
+    # Typed arrays, not lists: appended as fast, and read into numpy by one copy of
+    # their buffer at the end of a run instead of a conversion per element.
+    step: "array[int]" = field(default_factory=lambda: array("q"))
+    count: "array[float]" = field(default_factory=lambda: array("d"))
+    wait_s: "array[float]" = field(default_factory=lambda: array("d"))
+    size_s: "array[float]" = field(default_factory=lambda: array("d"))
+    per_size_s: "array[float]" = field(default_factory=lambda: array("d"))
+    offered_s: "array[float]" = field(default_factory=lambda: array("d"))
+    servers: "array[int]" = field(default_factory=lambda: array("q"))
+    busy: "array[float]" = field(default_factory=lambda: array("d"))
+    arrivals: "array[float]" = field(default_factory=lambda: array("d"))
     retried: set[int] = field(default_factory=set)
 
 
@@ -253,17 +256,18 @@ def summarise_latency(
         return LatencySummary(
             0.0, 0.0, 0.0, float("nan"), counts, nan, nan.copy(), zero, zero.copy(), none, none
         )
-    step = np.asarray(records.step, dtype=np.int64)
-    n = np.asarray(records.count, dtype=float)
-    servers = np.maximum(np.asarray(records.servers, dtype=float), 1.0)
-    offered = centred_mean(np.asarray(records.offered_s), rate_window_s)
+    # np.array copies: the records may grow after this (a view would pin their buffers).
+    step = np.array(records.step, dtype=np.int64)
+    n = np.array(records.count, dtype=float)
+    servers = np.maximum(np.array(records.servers, dtype=float), 1.0)
+    offered = centred_mean(np.array(records.offered_s, dtype=float), rate_window_s)
     rho = np.minimum(offered / servers, SPREAD_RHO_CAP)
     k = servers[step]
-    m = np.asarray(records.size_s) * np.asarray(records.per_size_s)[step]
+    m = np.array(records.size_s, dtype=float) * np.array(records.per_size_s, dtype=float)[step]
     pe = erlang_c(k, rho[step] * k)
     pe[pe < NO_WAIT] = 0.0  # skips the wait term's work where no request waits
     theta = 0.5 * (1.0 + service_scv) * np.maximum(m, 1e-12) / (k * (1.0 - rho[step]))
-    delay = np.asarray(records.wait_s, dtype=float)
+    delay = np.array(records.wait_s, dtype=float)
     # A retry enters service ahead of the queue, its wait counted from its first
     # arrival: that wait is its own, not the queue's, so it sets its own delay and
     # does not spread over the first tries of the window around it.
@@ -289,7 +293,8 @@ def summarise_latency(
         budget = llm.ttft_budget_s(profile.context_q)
         ttft = _mean_wait_cdf(-d0, ones, budget, pe, theta, chunk)
         ttft = np.minimum(ttft * scale, 1.0)
-        tpot_ok = tpot_ok_per_second(llm, records.busy, records.arrivals, records.servers, profile)
+        per_second = (records.busy.tolist(), records.arrivals.tolist(), records.servers.tolist())
+        tpot_ok = tpot_ok_per_second(llm, *per_second, profile)
         ok = tpot_ok[step]
         ttft_within = float((n * ttft).sum())
         tpot_within = float((keep * ok).sum())
