@@ -441,11 +441,19 @@ def _cdf_on_edges(
     np.exp(out, out=out)
     out *= a[:, None]
     waits = np.flatnonzero(inv_t > 0)
+    # The wait term reuses ``tau``'s memory (read for the last time here): the same
+    # products and exponentials as ``b * exp(tau * -inv_t)``, without temporaries.
     if waits.size == inv_t.size:  # every portion waits: no gather and scatter
-        out += b[:, None] * np.exp(tau * -inv_t[:, None])
+        np.multiply(tau, -inv_t[:, None], out=tau)
+        np.exp(tau, out=tau)
+        tau *= b[:, None]
+        out += tau
     elif waits.size:
-        ew = np.exp(tau[waits] * -inv_t[waits, None])
-        out[waits] += b[waits, None] * ew
+        ew = tau[waits]
+        ew *= -inv_t[waits, None]
+        np.exp(ew, out=ew)
+        ew *= b[waits, None]
+        out[waits] += ew
     np.subtract(1.0, out, out=out)
     return np.clip(out, 0.0, 1.0, out=out)
 
