@@ -314,12 +314,13 @@ class _Run:
         queue, cluster = self.queue, self.cluster
         drains, drained = queue.drains, queue.drained
         advance = getattr(queue, "advance", None)  # a queue without it steps each second
+        faults, alerting, every = self.faults, self.alerting, self.policy.interval_s
         t = 0
         while t < n:
             if t >= cluster.next_event():
                 cluster.advance(t)
-            if t >= self.faults.next_due():
-                self.faults.step(t, cluster, self.physics)
+            if t >= faults.next_due():
+                faults.step(t, cluster, self.physics)
             if t >= next_scrape or t >= next_collect:
                 if self._cap_dirty or cluster.version != self._cap_version:
                     self._refresh_capacity(t)
@@ -330,26 +331,28 @@ class _Run:
                     next_collect = sc.collect_offset_s + collect_s * max(periods, 0)
                 if scrape:
                     next_scrape += sc.scrape_interval_s
-                    if self.alerting is not None:
-                        self.alerting.scrape(float(t), self.faults.applied)
+                    if alerting is not None:
+                        alerting.scrape(float(t), faults.applied)
             if ring is not None and t >= next_sample:  # the controller's own 1 s scrape
                 ring.record(t, (queue.busy, queue.waiting))
                 next_sample += sample_s
             if t >= next_decision:
                 self._decide(float(t))
-                next_decision += self.policy.interval_s
+                next_decision += every
             if self._cap_dirty or cluster.version != self._cap_version:
                 self._refresh_capacity(t)
-            if self.alerting is not None:
-                self.alerting.step(float(t), self.faults.applied)
+            if alerting is not None:
+                alerting.step(float(t), faults.applied)
             # Nothing changes servers or capacity before the next of these falls due (a
             # threshold x falls due at the first whole second >= x), nor while no pod
             # drains, so the queue advances over the block in one call.
             # The controller's own samples (``ring``) fall inside blocks: each is the queue's
             # state at the end of the second before it, which the block reports.
-            due = [cluster.next_event(), self.faults.next_due(), next_scrape, next_collect]
-            due.append(next_decision)
-            end = t + 1 if drains else min(n, max(_first_second(min(due)), t + 1))
+            if drains:
+                end = t + 1
+            else:
+                due = min(cluster.next_event(), faults.next_due(), next_scrape, next_collect)
+                end = min(n, max(_first_second(min(due, next_decision)), t + 1))
             waiting: list[float] | None = [] if ring is not None and end > t + 1 else None
             block = (t, end, arrivals, work, self.servers, self.capacity, waiting)
             b_list, d_list = advance(*block) if advance else step_each_second(queue, *block)
