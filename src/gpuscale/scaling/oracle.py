@@ -350,6 +350,7 @@ class OraclePolicy:
         # Entries whose nodes are up differ only in a past ``ready_at``, which no later
         # decision reads (time only goes on): one of each (last held, replicas) is kept.
         joined: set[tuple[float, float]] = set()
+        remember = recent.append
         for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
             if held <= desired:
                 if not fresh:
@@ -359,17 +360,20 @@ class OraclePolicy:
                 last = t
             else:
                 continue
+            # Past ``base - last > keep`` the nodes are gone within a provisioning: a pod
+            # deferred past it asks for one.
             if ready_at <= now:
-                if (last, held) in joined:
+                key = (last, held)
+                if key in joined:
                     continue
-                joined.add((last, held))
-            recent.append([last, held, ready_at])
-            if base - last > keep:
-                continue  # gone within a provisioning: a pod deferred past it asks for one
-            if ready_at > now:
-                live.append((math.ceil(held / size) * size, ready_at - now))
-            elif held > up:
-                up = held
+                joined.add(key)
+                remember([last, held, ready_at])
+                if held > up and base - last <= keep:
+                    up = held
+            else:
+                remember([last, held, ready_at])
+                if base - last <= keep:
+                    live.append((math.ceil(held / size) * size, ready_at - now))
         if up > -math.inf:
             live.append((math.ceil(up / size) * size, 0.0))
         return recent, live
