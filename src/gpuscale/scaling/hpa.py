@@ -165,9 +165,22 @@ def group_pods(
     Returns:
         (count of pods whose sample is used, unready pod names, missing pod names).
     """
+    return _group_and_read(pods, values, now, config)[:3]
+
+
+def _group_and_read(
+    pods: Iterable[PodStatus], values: Mapping[str, float], now: float, config: HpaConfig
+) -> tuple[int, set[str], set[str], dict[str, int]]:
+    """``group_pods``, and in the same pass each used pod's sample in milli-units.
+
+    Returns:
+        ``group_pods``' three, and {pod name: ``int(value * 1000)``} of the pods that
+        are neither unready nor missing, in pod order.
+    """
     ready_count = 0
     unready: set[str] = set()
     missing: set[str] = set()
+    used: dict[str, int] = {}
     cpu_rule = config.readiness == "resource"
     isnan = math.isnan
     for pod in pods:
@@ -178,11 +191,14 @@ def group_pods(
                 unready.add(name)
             else:
                 ready_count += 1
+                used[name] = int(values[name] * 1000)  # milli(), inlined
         elif pod.ready:
             missing.add(name)
         else:
             unready.add(name)  # taken as Pending
-    return ready_count, unready, missing
+    for name in unready | missing:  # a name listed twice counts as skipped, as it did
+        used.pop(name, None)
+    return ready_count, unready, missing, used
 
 
 def pods_metric_replicas(
@@ -207,10 +223,7 @@ def pods_metric_replicas(
     pods = tuple(pods)
     if not pods:
         return None
-    ready_count, unready, missing = group_pods(pods, values, now, config)
-    skipped = unready | missing
-    # milli(), inlined: a call per pod costs more than the rest of this line
-    metrics = {n: int(values[n] * 1000) for p in pods if (n := p.name) not in skipped}
+    ready_count, unready, missing, metrics = _group_and_read(pods, values, now, config)
     if not metrics:
         return None
     target = round(config.target_average_value * 1000)
