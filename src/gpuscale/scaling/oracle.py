@@ -349,31 +349,43 @@ class OraclePolicy:
         up = -math.inf  # most replicas of a live entry whose nodes are up
         # Entries whose nodes are up differ only in a past ``ready_at``, which no later
         # decision reads (time only goes on): one of each (last held, replicas) is kept.
+        # Kept as (last held, replicas) among entries whose nodes are up: a level still
+        # held is refreshed to ``now`` (so keyed by its replicas alone; it holds no more
+        # than ``desired``, a level kept from before holds more, so the keys never meet).
+        held_now: set[float] = set()
         joined: set[tuple[float, float]] = set()
         remember = recent.append
+        near_now = base - now <= keep  # a refreshed level's nodes outlast a provisioning
         for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
             if held <= desired:
                 if not fresh:
                     continue
                 last = now
+                if ready_at <= now:
+                    if held in held_now:
+                        continue
+                    held_now.add(held)
+                    remember([last, held, ready_at])
+                    if held > up and near_now:
+                        up = held
+                    continue
             elif now - t <= keep:
                 last = t
+                if ready_at <= now:
+                    if (last, held) in joined:
+                        continue
+                    joined.add((last, held))
+                    remember([last, held, ready_at])
+                    if held > up and base - last <= keep:
+                        up = held
+                    continue
             else:
                 continue
-            # Past ``base - last > keep`` the nodes are gone within a provisioning: a pod
-            # deferred past it asks for one.
-            if ready_at <= now:
-                key = (last, held)
-                if key in joined:
-                    continue
-                joined.add(key)
-                remember([last, held, ready_at])
-                if held > up and base - last <= keep:
-                    up = held
-            else:
-                remember([last, held, ready_at])
-                if base - last <= keep:
-                    live.append((math.ceil(held / size) * size, ready_at - now))
+            # Nodes still joining. Past ``base - last > keep`` they are gone within a
+            # provisioning: a pod deferred past it asks for one.
+            remember([last, held, ready_at])
+            if base - last <= keep:
+                live.append((math.ceil(held / size) * size, ready_at - now))
         if up > -math.inf:
             live.append((math.ceil(up / size) * size, 0.0))
         return recent, live
