@@ -334,3 +334,28 @@ def test_range_max_is_the_max_of_the_slice(values, data):
         lo = data.draw(st.integers(0, len(values) - 1))
         hi = data.draw(st.integers(lo + 1, len(values)))
         assert table.max(lo, hi) == max(values[lo:hi])
+
+
+def test_node_memory_refreshes_held_levels_keeps_one_per_level_and_forgets_idle_nodes():
+    policy = OraclePolicy(
+        [4] * 10, lead_s=20.0, interval_s=5.0, node_lead_s=180.0, fast_capacity=8,
+        node_size=8, node_keep_s=600.0,
+    )  # fmt: skip
+    old = [
+        [0.0, 3.0, 0.0],  # held now (3 <= 5): refreshed to now
+        [0.0, 3.0, -5.0],  # the same level, nodes up: one of them is kept
+        [10.0, 9.0, 50.0],  # above desired, idle 90 s < 600 s: kept as it was
+        [5.0, 12.0, 0.0],
+        [90.0, 20.0, 200.0],  # its nodes join at 200 s: a wait of 100 s
+        [-1000.0, 15.0, 0.0],  # idle 1,100 s > 600 s: its nodes are gone
+    ]
+    recent, live = policy._walk(100.0, 5, {"recent": old})
+    assert recent == [
+        [100.0, 3.0, 0.0],
+        [10.0, 9.0, 50.0],
+        [5.0, 12.0, 0.0],
+        [90.0, 20.0, 200.0],
+    ]
+    # Nodes up cover up to the most replicas held (12, two nodes of 8); the joining
+    # ones cover 20 replicas (three nodes) with their wait.
+    assert sorted(live) == [(16, 0.0), (24, 100.0)]
