@@ -182,16 +182,15 @@ def _group_and_read(
     missing: set[str] = set()
     used: dict[str, int] = {}
     cpu_rule = config.readiness == "resource"
-    isnan = math.isnan
     for pod in pods:
         name = pod.name
-        has_sample = name in values and not isnan(values[name])
-        if has_sample:
+        value = values.get(name)
+        if value is not None and value == value:  # a sample, and not NaN
             if cpu_rule and _unready_by_cpu_rule(pod, now, config):
                 unready.add(name)
             else:
                 ready_count += 1
-                used[name] = int(values[name] * 1000)  # milli(), inlined
+                used[name] = int(value * 1000)  # milli(), inlined
         elif pod.ready:
             missing.add(name)
         else:
