@@ -121,8 +121,13 @@ def summed_columns(
     if present is None:
         return None
     added = observation.sums.get(tuple(keys)) if len(present) == len(keys) else None
-    if added is not None:  # the source added them already, the same way as below
-        return None if math.isnan(math.fsum(added[1])) else added
+    if (
+        added is not None
+        and len(added.of) == len(present)
+        and all(a is b for a, b in zip(added.of, present, strict=True))
+    ):
+        # The source added these very series already, the same way as below.
+        return None if math.isnan(math.fsum(added.values)) else (added.times, added.values)
     columns = [tuple(zip(*points, strict=False)) for points in present]  # points are pairs
     times = columns[0][0]
     if all(c[0] == times for c in columns[1:]):

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from gpuscale.metrics.signal import LabelledValue, MetricsSource
 from gpuscale.scaling.policy import (
     NO_SUMS,
-    Columns,
     Observation,
     ScalingPolicy,
     Series,
+    SeriesSum,
     TargetStatus,
 )
 
@@ -86,12 +86,12 @@ def observe(
     for key, sig in policy.signals.items():
         found = source.range(sig, at - hist, at, step_s) if hist > 0 else source.instant(sig, at)
         series[key] = merge(found)
-    sums: Mapping[tuple[str, ...], Columns] = NO_SUMS
+    sums: Mapping[tuple[str, ...], SeriesSum] = NO_SUMS
     # A source that keeps its totals added per sample (the simulator's ring) gives the
     # policy's signals added up, so a policy adding them at each decision need not.
     summed_range = getattr(source, "summed_range", None)
     if summed_range is not None and hist > 0 and len(series) > 1:
         added = summed_range(tuple(policy.signals.values()), at - hist, at, step_s)
         if added is not None:
-            sums = {tuple(series): added}
+            sums = {tuple(series): SeriesSum(tuple(series.values()), *added)}
     return Observation(now, target, pod_metrics, series, healthy=at >= 0.0, sums=sums)

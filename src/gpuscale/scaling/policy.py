@@ -67,10 +67,26 @@ class TargetStatus:
 Series = tuple[tuple[float, float], ...]
 """(time seconds, value) points, oldest first."""
 
-Columns = tuple[Sequence[float], Sequence[float]]
-"""A series as its times (seconds) and its values, oldest first and of equal length."""
 
-NO_SUMS: Mapping[tuple[str, ...], Columns] = MappingProxyType({})
+@dataclass(frozen=True, slots=True)
+class SeriesSum:
+    """Several series added point by point, ahead, by a source that keeps them so.
+
+    Valid only for the very series it names: an observation whose series were replaced
+    (cut, filtered) holds other objects, and readers then add the series themselves.
+
+    Attributes:
+        of: The series added, in the order added (``Observation.series`` values).
+        times: Their common times, seconds, oldest first.
+        values: The sum at each time, added from 0 in ``of`` order.
+    """
+
+    of: tuple[Series, ...]
+    times: Sequence[float]
+    values: Sequence[float]
+
+
+NO_SUMS: Mapping[tuple[str, ...], SeriesSum] = MappingProxyType({})
 """``Observation.sums`` where the source adds nothing ahead."""
 
 
@@ -132,9 +148,9 @@ class Observation:
         series: Signal name to its recent history (aggregated over the workload).
         healthy: False when the data is missing or stale; policies must then hold.
         sums: Optional, where the source keeps them: for a tuple of ``series`` keys, those
-            series added point by point (in key order, from 0) as columns, exactly what
-            ``scaling.baseline.summed_columns`` makes of ``series`` when their times
-            agree. A shortcut for reading, never other data: a policy may ignore it.
+            series added point by point (in key order, from 0), exactly what
+            ``scaling.baseline.summed_columns`` makes of them when their times agree. A
+            shortcut for reading, never other data: a policy may ignore it.
     """
 
     now: float
@@ -142,7 +158,7 @@ class Observation:
     pod_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     series: Mapping[str, Series] = field(default_factory=dict)
     healthy: bool = True
-    sums: Mapping[tuple[str, ...], Columns] = field(default_factory=lambda: NO_SUMS)
+    sums: Mapping[tuple[str, ...], SeriesSum] = field(default_factory=lambda: NO_SUMS)
 
     def latest(self, signal: str) -> float | None:
         """Most recent value of a signal, or None when there is none.

@@ -79,3 +79,24 @@ def test_kpa_decides_the_same_from_the_ring_s_sums_as_from_its_series(pairs, nan
         d1, d2 = policy.decide(obs, with_sums), policy.decide(bare, without)
         assert (d1.replicas, d1.reason, d1.state) == (d2.replicas, d2.reason, d2.state)
         with_sums, without = dict(d1.state), dict(d2.state)
+
+
+def test_sums_of_other_series_are_not_read():
+    # An observation whose series were replaced (cut to a shorter window, as
+    # demand.recent_view does) still carries the source's sums of the originals;
+    # summed_columns must add the series it holds, not read those.
+    policy = KpaPolicy(KpaConfig(target=10.0))
+    ring = SecondTotals((policy.config.metric, policy.config.queue_metric), 64)
+    for t in range(100):
+        ring.record(t, (float(t), 0.5 * t))
+    target = TargetStatus(1, (PodStatus("p", True, 0.0, 0.0),))
+    obs = observe(ring, policy, target, 99.0, step_s=1.0)
+    assert set(obs.sums) == {("concurrency", "queue")}
+    cut = dataclasses.replace(obs, series={k: v[-10:] for k, v in obs.series.items()})
+    columns = summed_columns(cut, policy._keys)
+    assert columns is not None
+    assert list(columns[0]) == [float(t) for t in range(90, 100)]
+    assert list(columns[1]) == [t + 0.5 * t for t in range(90, 100)]
+    full = summed_columns(obs, policy._keys)
+    assert full is not None
+    assert len(full[0]) == 61  # the uncut observation reads the ring's sums: 61 seconds
