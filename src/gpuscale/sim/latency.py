@@ -331,7 +331,8 @@ def summarise_latency(
                 block[:, :cut] += part if weight == 1.0 else weight * part
                 if cut < LATENCY_EDGES_S.size:  # past the cut ``part`` is exactly 1
                     block[:, cut:] += 1.0 if weight == 1.0 else weight * 1.0
-            np.minimum(block * scale[s0:s1, None], 1.0, out=block)
+            np.multiply(block, scale[s0:s1, None], out=block)
+            np.minimum(block, 1.0, out=block)
             block[:, -1] = 1.0
             block *= keep[s0:s1, None]
         r = rows[lo:hi]
