@@ -72,7 +72,10 @@ def observe(
             values = pod_metrics.setdefault(key, {})
             if by_label is not None:
                 keyed: dict[str, float] = by_label(sig, at, "pod")
-                values.update({pod: v for pod, v in keyed.items() if pod in names})
+                if keyed.keys() <= names:  # the usual case: no pod outside the target
+                    values.update(keyed)
+                else:
+                    values.update({pod: v for pod, v in keyed.items() if pod in names})
                 continue
             values.update(
                 {
