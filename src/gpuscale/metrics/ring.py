@@ -8,6 +8,11 @@ one float per metric per second for the last ``capacity_s`` seconds and answers
 the same ``instant``/``range`` queries as the metric store. Only the summed total
 of each metric exists here, so a Signal may aggregate with ``sum`` (or ``none``)
 and may not carry matchers or a window.
+
+It also keeps each second's metrics added together (``summed_range``): a policy
+that adds its signals point by point (Knative's concurrency: in flight plus
+queued) reads them already added, the same floats, instead of adding a window of
+points at every decision.
 """
 
 import math
@@ -41,6 +46,10 @@ class SecondTotals:
         self._points: list[list[tuple[float, float]]] = [
             [(0.0, 0.0)] * self.capacity_s for _ in self.metrics
         ]
+        # Each second's values added in ``metrics`` order from 0, and its time, for
+        # ``summed_range``: the sums ``scaling.baseline.summed_columns`` makes of them.
+        self._sums = [0.0] * self.capacity_s
+        self._times = [0.0] * self.capacity_s
         self._unbroken = 0  # every second from this one to ``_last`` was recorded
         self._first: int | None = None
         self._last = -1
@@ -54,9 +63,12 @@ class SecondTotals:
         """
         i = t % self.capacity_s
         at = float(t)
+        total: float = 0  # from int 0, as sum() and summed_columns add
         for ring, points, v in zip(self._rings, self._points, values, strict=True):
             ring[i] = v
             points[i] = (at, v)
+            total += v
+        self._sums[i], self._times[i] = total, at
         if self._first is None:
             self._first = t
         if t > self._last + 1:
@@ -150,3 +162,45 @@ class SecondTotals:
                 if min(math.floor(e), self._last) >= oldest
             )
         return [LabelledValue({}, points)] if points else []
+
+    def summed_range(
+        self, signals: Sequence[Signal], start: float, end: float, step: float
+    ) -> tuple[list[float], list[float]] | None:
+        """``range`` of every kept metric, added point by point, as (times, sums) columns.
+
+        Answers only where that is exactly what ``scaling.baseline.summed_columns``
+        makes of the ``range`` results: ``signals`` name every kept metric, in
+        ``metrics`` order, and the range is at 1 s steps from a whole second.
+
+        Args:
+            signals: The signals to add, in the order they are added.
+            start: First evaluation time, seconds.
+            end: Last evaluation time, seconds.
+            step: Seconds between evaluation times.
+
+        Returns:
+            (times in seconds, the metrics' sum at each), oldest first; empty lists when
+            no second in the range has a sample; None when the query is not one answered
+            here (read ``range`` instead).
+
+        Raises:
+            ValueError: A signal asks for something other than a plain total.
+        """
+        if step != 1.0 or start != math.floor(start) or len(signals) != len(self.metrics):
+            return None
+        for n, s in enumerate(signals):
+            if self._column(s) != n:  # raises as ``range`` would for what it cannot answer
+                return None
+        lo = max(int(start), self._oldest())
+        hi = min(math.floor(end), self._last)
+        if self._first is None or hi < lo:
+            return [], []
+        cap = self.capacity_s
+        i, j = lo % cap, hi % cap
+        sums = self._sums[i : j + 1] if i <= j else self._sums[i:] + self._sums[: j + 1]
+        if lo >= self._unbroken:  # each slot holds that second's own time
+            kept = self._times
+            times = kept[i : j + 1] if i <= j else kept[i:] + kept[: j + 1]
+        else:
+            times = [float(s) for s in range(lo, hi + 1)]
+        return times, sums

@@ -120,15 +120,23 @@ def summed_columns(
     present = _present(observation, keys)
     if present is None:
         return None
+    added = observation.sums.get(tuple(keys)) if len(present) == len(keys) else None
+    if (
+        added is not None
+        and len(added.of) == len(present)
+        and all(a is b for a, b in zip(added.of, present, strict=True))
+    ):
+        # The source added these very series already, the same way as below.
+        return None if math.isnan(math.fsum(added.values)) else (added.times, added.values)
     columns = [tuple(zip(*points, strict=False)) for points in present]  # points are pairs
     times = columns[0][0]
     if all(c[0] == times for c in columns[1:]):
         # The common case (samples at the same times): add column by column, as sum()
         # does per point (0 + a + b + ...), without a call per point.
-        added: Iterable[float] = map(operator.add, itertools.repeat(0), columns[0][1])
+        sums: Iterable[float] = map(operator.add, itertools.repeat(0), columns[0][1])
         for c in columns[1:]:
-            added = map(operator.add, added, c[1])
-        values = list(added)
+            sums = map(operator.add, sums, c[1])
+        values = list(sums)
         if math.isnan(math.fsum(values)):  # NaN anywhere makes the sum NaN
             return None
         return times, values

@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
@@ -165,24 +165,50 @@ def group_pods(
     Returns:
         (count of pods whose sample is used, unready pod names, missing pod names).
     """
+    return _group_and_read(pods, values, now, config)[:3]
+
+
+def _group_and_read(
+    pods: Iterable[PodStatus], values: Mapping[str, float], now: float, config: HpaConfig
+) -> tuple[int, set[str], set[str], dict[str, int]]:
+    """``group_pods``, and in the same pass each used pod's sample in milli-units.
+
+    Returns:
+        ``group_pods``' three, and {pod name: ``int(value * 1000)``} of the pods that
+        are neither unready nor missing, in pod order.
+    """
     ready_count = 0
     unready: set[str] = set()
     missing: set[str] = set()
+    used: dict[str, int] = {}
     cpu_rule = config.readiness == "resource"
-    isnan = math.isnan
+    pods = tuple(pods)
+    if not cpu_rule:  # the usual case, in C-level passes: every pod has a sample
+        names = [p.name for p in pods]
+        samples = list(map(values.get, names))
+        if None not in samples:
+            present = cast(list[float], samples)
+            # Nor is any sample NaN when the sum is not (a false alarm, inf - inf, only
+            # takes the loop below): then each pod is counted and none skipped.
+            if not math.isnan(sum(present)):
+                milli = {n: int(v * 1000) for n, v in zip(names, present, strict=True)}
+                return len(pods), unready, missing, milli
     for pod in pods:
         name = pod.name
-        has_sample = name in values and not isnan(values[name])
-        if has_sample:
+        value = values.get(name)
+        if value is not None and value == value:  # a sample, and not NaN
             if cpu_rule and _unready_by_cpu_rule(pod, now, config):
                 unready.add(name)
             else:
                 ready_count += 1
+                used[name] = int(value * 1000)  # milli(), inlined
         elif pod.ready:
             missing.add(name)
         else:
             unready.add(name)  # taken as Pending
-    return ready_count, unready, missing
+    for name in unready | missing:  # a name listed twice counts as skipped, as it did
+        used.pop(name, None)
+    return ready_count, unready, missing, used
 
 
 def pods_metric_replicas(
@@ -207,10 +233,7 @@ def pods_metric_replicas(
     pods = tuple(pods)
     if not pods:
         return None
-    ready_count, unready, missing = group_pods(pods, values, now, config)
-    skipped = unready | missing
-    # milli(), inlined: a call per pod costs more than the rest of this line
-    metrics = {n: int(values[n] * 1000) for p in pods if (n := p.name) not in skipped}
+    ready_count, unready, missing, metrics = _group_and_read(pods, values, now, config)
     if not metrics:
         return None
     target = round(config.target_average_value * 1000)

@@ -9,10 +9,17 @@ no I/O itself; the source may be the in-process store, a ring of per-second
 samples or Prometheus.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpuscale.metrics.signal import LabelledValue, MetricsSource
-from gpuscale.scaling.policy import Observation, ScalingPolicy, Series, TargetStatus
+from gpuscale.scaling.policy import (
+    NO_SUMS,
+    Observation,
+    ScalingPolicy,
+    Series,
+    SeriesSum,
+    TargetStatus,
+)
 
 
 def merge(results: Sequence[LabelledValue]) -> Series:
@@ -65,7 +72,10 @@ def observe(
             values = pod_metrics.setdefault(key, {})
             if by_label is not None:
                 keyed: dict[str, float] = by_label(sig, at, "pod")
-                values.update({pod: v for pod, v in keyed.items() if pod in names})
+                if keyed.keys() <= names:  # the usual case: no pod outside the target
+                    values.update(keyed)
+                else:
+                    values.update({pod: v for pod, v in keyed.items() if pod in names})
                 continue
             values.update(
                 {
@@ -79,4 +89,12 @@ def observe(
     for key, sig in policy.signals.items():
         found = source.range(sig, at - hist, at, step_s) if hist > 0 else source.instant(sig, at)
         series[key] = merge(found)
-    return Observation(now, target, pod_metrics, series, healthy=at >= 0.0)
+    sums: Mapping[tuple[str, ...], SeriesSum] = NO_SUMS
+    # A source that keeps its totals added per sample (the simulator's ring) gives the
+    # policy's signals added up, so a policy adding them at each decision need not.
+    summed_range = getattr(source, "summed_range", None)
+    if summed_range is not None and hist > 0 and len(series) > 1:
+        added = summed_range(tuple(policy.signals.values()), at - hist, at, step_s)
+        if added is not None:
+            sums = {tuple(series): SeriesSum(tuple(series.values()), *added)}
+    return Observation(now, target, pod_metrics, series, healthy=at >= 0.0, sums=sums)

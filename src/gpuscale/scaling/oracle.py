@@ -32,6 +32,7 @@ from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import check_bounds, clamp
 from gpuscale.scaling.policy import Decision, Observation, State
+from gpuscale.scaling.rangemax import RangeMax
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +145,11 @@ class OraclePolicy:
         check_bounds("OraclePolicy", min_replicas, max_replicas)
         self.required = required
         self._planned = planned.astype(np.int64)
+        self._plan_max = RangeMax(self._planned)  # the plan's most over any window
+        self._plan_last = int(self._planned[-1])
         self.margin = margin
         self.slack_s = slack_s
         self.cold_starts_s = colds
-        self._cold_array = np.asarray(colds, dtype=float)
         self.lead_s = lead_s
         self.hold_s = hold_s
         self.node_lead_s = node_lead_s
@@ -161,12 +163,6 @@ class OraclePolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
-        self._slots = np.arange(1, max_replicas + 1)  # replica counts 1..max, one per slot
-        self._slot_wait = np.where(  # a slot's node wait with no recent request (read-only)
-            self._slots > (fast_capacity if fast_capacity is not None else max_replicas),
-            node_lead_s,
-            0.0,
-        )
 
     @classmethod
     def from_config(
@@ -200,21 +196,6 @@ class OraclePolicy:
         """Replicas planned for each second: the requirement with margin and node filling."""
         return self._planned.copy()
 
-    def _window_max(self, now: float, horizons: np.ndarray) -> np.ndarray:
-        """Most replicas planned over ``[now - slack_s, now + h + slack_s)`` for each ``h``.
-
-        Past the end of the requirement the last value holds.
-        """
-        plan = self._planned
-        start = max(0, math.floor(now - self.slack_s))
-        ends = np.maximum(start + 1, np.ceil(now + horizons + self.slack_s)).astype(np.int64)
-        if start >= plan.size:
-            return np.full(horizons.shape, int(plan[-1]), dtype=np.int64)
-        stop = int(ends.max())
-        running = np.maximum.accumulate(plan[start:stop])  # int64, as the plan
-        at: np.ndarray = running[np.minimum(ends - start, running.size) - 1]
-        return at
-
     def needed(self, now: float, extra_s: float = 0.0) -> int:
         """Most replicas planned in ``[now, now + lead_s + interval_s + extra_s)``.
 
@@ -224,52 +205,105 @@ class OraclePolicy:
         Returns:
             Replicas.
         """
-        plan = self._planned  # _window_max for one horizon, in scalars
         start = max(0, math.floor(now - self.slack_s))
-        if start >= plan.size:
-            return int(plan[-1])
+        size = self._plan_max.size
+        if start >= size:
+            return self._plan_last
         end = max(
             start + 1, math.ceil(now + (self.lead_s + self.interval_s + extra_s) + self.slack_s)
         )
-        return int(plan[start : min(end, plan.size)].max())
+        return self._plan_max.max(start, min(end, size))
 
     def cold_start(self, k: int) -> float:
         """The cold start the ``k``-th pod created (0-based) will take, seconds."""
         known = self.cold_starts_s
         return known[k] if 0 <= k < len(known) else float(self.lead_s)
 
-    def _colds(self, index: np.ndarray) -> np.ndarray:
-        known = self._cold_array
-        if known.size == 0:
-            return np.full(index.shape, self.lead_s)
-        inside = (index >= 0) & (index < known.size)
-        return np.where(inside, known[np.clip(index, 0, known.size - 1)], self.lead_s)
-
-    def _node_waits(self, live: list[tuple[int, float]]) -> np.ndarray:
-        """Seconds a pod filling each slot (1-based replica count) would wait for a node.
+    def _wait_runs(self, live: list[tuple[int, float]]) -> list[tuple[int, int, float]]:
+        """Runs of slots (1-based replica counts) with one node wait, lowest first.
 
         Slots on the standing nodes wait nothing; slots on nodes that recent requests
         brought up wait until those nodes join (``live``, from ``_walk``); the rest wait a
         node's provisioning.
+
+        Returns:
+            ``(lo, hi, wait)``: slots ``lo + 1 .. hi`` wait ``wait`` seconds; the runs
+            cover slots 1 to ``max_replicas``.
         """
+        top = self.max_replicas
         if self.node_lead_s <= 0 or self.fast_capacity is None:
-            return np.zeros(self._slots.shape)
-        wait = self._slot_wait.copy()
-        if not live:
-            return wait
-        live.sort()  # by capacity; the order among equal capacities does not change the minima
-        least = [w for _, w in live]
-        for k in range(len(least) - 2, -1, -1):  # the least wait over the entries from k on
-            least[k] = min(least[k], least[k + 1])
-        # The slots (prev, cap] are covered first by the entry of capacity ``cap``; a slot
-        # past the largest capacity keeps its own wait.
-        prev = 0
-        for (cap, _), best in zip(live, least, strict=True):
-            if cap > prev:
-                segment = wait[prev:cap]  # slots prev + 1 .. cap
-                np.minimum(segment, best, out=segment)
-                prev = cap
-        return wait
+            return [(0, top, 0.0)]
+        fast = min(max(self.fast_capacity, 0), top)
+        # An entry covers the slots above the last capacity covered up to its own, with the
+        # least wait over it and every entry of more capacity (``live`` sorted by capacity;
+        # the order among equal capacities does not change the minima).
+        covers: list[tuple[int, float]] = []
+        if live:
+            live.sort()
+            least = [w for _, w in live]
+            for k in range(len(least) - 2, -1, -1):
+                least[k] = min(least[k], least[k + 1])
+            prev = 0
+            for (cap, _), best in zip(live, least, strict=True):
+                if cap > prev:
+                    covers.append((cap, best))
+                    prev = cap
+        cuts = sorted({c for c in (fast, top, *(min(c, top) for c, _ in covers)) if c > 0})
+        runs: list[tuple[int, int, float]] = []
+        lo, i = 0, 0
+        for hi in cuts:
+            wait = 0.0 if hi <= fast else self.node_lead_s
+            while i < len(covers) and covers[i][0] < hi:
+                i += 1
+            if i < len(covers):  # the run lies within this entry's slots
+                wait = min(wait, covers[i][1])
+            runs.append((lo, hi, wait))
+            lo = hi
+        return runs
+
+    def _largest_due(
+        self, now: float, desired: int, created: int, live: list[tuple[int, float]]
+    ) -> int:
+        """The largest slot ``j`` the plan over ``[now, now + lead_j)`` reaches, or 0.
+
+        ``lead_j`` is the decision interval plus the node wait of slot ``j``
+        (``_wait_runs``) plus the cold start of the pod that would fill it: slots up to
+        ``desired + 1`` take the next pod's, each one above the pod after. The window is
+        widened by ``slack_s`` on both sides; past the end of the plan its last value
+        holds. Slots of one run and one cold start share a window, so each such group
+        costs one look-up of the plan's maximum (``RangeMax``).
+        """
+        size, top = self._plan_max.size, self.max_replicas
+        start = max(0, math.floor(now - self.slack_s))
+        if start >= size:
+            return min(top, self._plan_last)
+        plan_max, slack, rest = self._plan_max.max, self.slack_s, self.interval_s
+        runs = self._wait_runs(live)
+        colds = self.cold_starts_s
+        bound = top  # no slot above the plan's most over the longest lead is due
+        if colds:
+            last = created + max(top - desired - 1, 0)  # the last pod any slot would take
+            longest = max(colds[max(created, 0) : last + 1], default=-math.inf)
+            if created < 0 or last >= len(colds):
+                longest = max(longest, float(self.lead_s))
+            longest = (longest + max(w for _, _, w in runs)) + rest
+            bound = plan_max(start, min(max(start + 1, math.ceil(now + longest + slack)), size))
+        for lo, hi, wait in reversed(runs):
+            j = min(hi, bound)
+            if colds:  # slots above desired + 1: a cold start each
+                while j > lo and j > desired + 1:
+                    lead = (self.cold_start(created + j - desired - 1) + wait) + rest
+                    end = min(max(start + 1, math.ceil(now + lead + slack)), size)
+                    if plan_max(start, end) >= j:
+                        return j
+                    j -= 1
+            if j > lo:  # slots sharing the next pod's cold start
+                cold = self.cold_start(created) if colds else self.lead_s
+                lead = (cold + wait) + rest
+                at = plan_max(start, min(max(start + 1, math.ceil(now + lead + slack)), size))
+                if at > lo:
+                    return min(j, at)
+        return 0
 
     def _created(self, observation: Observation, state: State) -> int:
         """Pods the cluster has created so far: the index of the next pod's cold start.
@@ -315,27 +349,43 @@ class OraclePolicy:
         up = -math.inf  # most replicas of a live entry whose nodes are up
         # Entries whose nodes are up differ only in a past ``ready_at``, which no later
         # decision reads (time only goes on): one of each (last held, replicas) is kept.
+        # Kept as (last held, replicas) among entries whose nodes are up: a level still
+        # held is refreshed to ``now`` (so keyed by its replicas alone; it holds no more
+        # than ``desired``, a level kept from before holds more, so the keys never meet).
+        held_now: set[float] = set()
         joined: set[tuple[float, float]] = set()
+        remember = recent.append
+        near_now = base - now <= keep  # a refreshed level's nodes outlast a provisioning
         for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
             if held <= desired:
                 if not fresh:
                     continue
                 last = now
+                if ready_at <= now:
+                    if held in held_now:
+                        continue
+                    held_now.add(held)
+                    remember([last, held, ready_at])
+                    if held > up and near_now:
+                        up = held
+                    continue
             elif now - t <= keep:
                 last = t
+                if ready_at <= now:
+                    if (last, held) in joined:
+                        continue
+                    joined.add((last, held))
+                    remember([last, held, ready_at])
+                    if held > up and base - last <= keep:
+                        up = held
+                    continue
             else:
                 continue
-            if ready_at <= now:
-                if (last, held) in joined:
-                    continue
-                joined.add((last, held))
-            recent.append([last, held, ready_at])
-            if base - last > keep:
-                continue  # gone within a provisioning: a pod deferred past it asks for one
-            if ready_at > now:
+            # Nodes still joining. Past ``base - last > keep`` they are gone within a
+            # provisioning: a pod deferred past it asks for one.
+            remember([last, held, ready_at])
+            if base - last <= keep:
                 live.append((math.ceil(held / size) * size, ready_at - now))
-            elif held > up:
-                up = held
         if up > -math.inf:
             live.append((math.ceil(up / size) * size, 0.0))
         return recent, live
@@ -356,17 +406,10 @@ class OraclePolicy:
         desired = observation.target.desired
         created = self._created(observation, state)
         recent, live = self._walk(now, desired, state)
-        slots = self._slots
-        if self._cold_array.size:
-            colds: np.ndarray | float = self._colds(created + np.maximum(slots - desired - 1, 0))
-        else:
-            colds = self.lead_s  # every pod is planned with lead_s (as _colds would give)
-        leads = colds + self._node_waits(live) + self.interval_s
-        wanted = np.flatnonzero(self._window_max(now, leads) >= slots)
-        need = int(wanted[-1]) + 1 if wanted.size else 0  # the largest slot wanted
+        need = self._largest_due(now, desired, created, live)
         # Never grow on the longer horizon, only decline to shrink across short dips.
         keep = min(desired, self.needed(now, self.hold_s))
-        if now + self.interval_s + self.hold_s >= self._planned.size:
+        if now + self.interval_s + self.hold_s >= self._plan_max.size:
             keep = desired  # a release this close to the end of the plan never pays back
         replicas = clamp(max(need, keep), self.min_replicas, self.max_replicas)
         reason = f"{need} replicas are due within their own lead (next cold start "

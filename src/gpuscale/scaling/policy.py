@@ -6,8 +6,9 @@ controller stores in an annotation and the simulator keeps in memory. That is
 what lets a policy proven in the simulator run unchanged in production.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from gpuscale.metrics.signal import Signal
@@ -68,6 +69,28 @@ Series = tuple[tuple[float, float], ...]
 
 
 @dataclass(frozen=True, slots=True)
+class SeriesSum:
+    """Several series added point by point, ahead, by a source that keeps them so.
+
+    Valid only for the very series it names: an observation whose series were replaced
+    (cut, filtered) holds other objects, and readers then add the series themselves.
+
+    Attributes:
+        of: The series added, in the order added (``Observation.series`` values).
+        times: Their common times, seconds, oldest first.
+        values: The sum at each time, added from 0 in ``of`` order.
+    """
+
+    of: tuple[Series, ...]
+    times: Sequence[float]
+    values: Sequence[float]
+
+
+NO_SUMS: Mapping[tuple[str, ...], SeriesSum] = MappingProxyType({})
+"""``Observation.sums`` where the source adds nothing ahead."""
+
+
+@dataclass(frozen=True, slots=True)
 class SignalPath:
     """How a controller's signals reach it, and so how old they are when it decides.
 
@@ -124,6 +147,10 @@ class Observation:
         pod_metrics: Metric name to latest value per pod; a pod with no sample is absent.
         series: Signal name to its recent history (aggregated over the workload).
         healthy: False when the data is missing or stale; policies must then hold.
+        sums: Optional, where the source keeps them: for a tuple of ``series`` keys, those
+            series added point by point (in key order, from 0), exactly what
+            ``scaling.baseline.summed_columns`` makes of them when their times agree. A
+            shortcut for reading, never other data: a policy may ignore it.
     """
 
     now: float
@@ -131,6 +158,7 @@ class Observation:
     pod_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     series: Mapping[str, Series] = field(default_factory=dict)
     healthy: bool = True
+    sums: Mapping[tuple[str, ...], SeriesSum] = field(default_factory=lambda: NO_SUMS)
 
     def latest(self, signal: str) -> float | None:
         """Most recent value of a signal, or None when there is none.

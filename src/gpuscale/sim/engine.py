@@ -30,12 +30,11 @@ import gc
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gpuscale.errors import ConfigError, check_ranges
+from gpuscale.errors import ConfigError
 from gpuscale.metrics.ring import SecondTotals
 from gpuscale.metrics.signal import MetricsSource
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
@@ -48,100 +47,25 @@ from gpuscale.sim.cluster import (
     STARTING,
     TERMINATING,
     Cluster,
-    ClusterConfig,
     Pod,
 )
-from gpuscale.sim.faults import FaultInjector, SimFault
+from gpuscale.sim.faults import FaultInjector
 from gpuscale.sim.fluid import residual_arrival_scv, step_each_second
 from gpuscale.sim.latency import LATENCY_EDGES_S
 from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
 from gpuscale.sim.queue_model import (
-    QUEUE_MODELS,
-    QueueModel,
     arrivals_per_second,
     arrived_requests,
     build_queue,
 )
+from gpuscale.sim.scenario import Scenario as Scenario  # re-exported: callers import it here
 from gpuscale.sim.scrape import Telemetry
 from gpuscale.sim.series import IN_FLIGHT, QUEUE, SeriesWriter
-from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, service_scv
+from gpuscale.sim.serving import relative_speed, replica_slots, service_scv
 from gpuscale.sim.summary import summarise_run
-from gpuscale.sim.workload import Workload
 from gpuscale.telemetry.physics import FleetPhysics, gpu_model
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    """Everything a run depends on except the policy.
-
-    Attributes:
-        workload: Demand per second.
-        cluster: Node pool and pod lifecycle.
-        serving: How a replica serves.
-        slo_latency_s: A request is within the SLO when its latency is at most this.
-        timeout_s: Requests waiting longer are dropped.
-        seed: Seeds cold starts, fault targets, GPU variation and identities.
-        initial_replicas: Ready replicas at the start (a warmed-up deployment).
-        faults: Faults to inject.
-        scrape_interval_s: Prometheus' scrape period, seconds.
-        rule_delay_s: A policy that declares no ``signal_path`` evaluates its signals
-            this far in the past (a recording rule's evaluation), seconds.
-        record_interval_s: Timeline row length, seconds.
-        collect_interval_s: dcgm-exporter's collect period (``-c``, default 30 s):
-            the GPU physics advances and the DCGM fields change only then, seconds.
-        collect_offset_s: When the first periodic collect falls (one also runs at
-            0 s), seconds; 7 s makes the age of the DCGM fields at a scrape average
-            about 15 s, as with a collect phase unrelated to the scrape's.
-        queue_model: The deployment's queue: ``fluid`` (``fluid.FluidQueue``),
-            ``requests`` (one request at a time, exact: ``requests.RequestQueue``), or
-            ``auto``: requests wherever that is cheap (``queue_model.choose``).
-        alerting: Evaluate the alert catalogue over the run's store (``sim.alerting``):
-            firing alerts become ``ALERTS`` series and the result times each fault's
-            detection and mitigation. Off by default: it costs about ten times a
-            small run's simulation (docs/alerts.md).
-        alert_interval_s: Rule evaluation interval when alerting, seconds.
-    """
-
-    workload: Workload
-    cluster: ClusterConfig
-    serving: ServingConfig
-    slo_latency_s: float
-    timeout_s: float
-    seed: int = 0
-    initial_replicas: int = 1
-    faults: tuple[SimFault, ...] = ()
-    scrape_interval_s: float = 15.0
-    rule_delay_s: float = 15.0
-    record_interval_s: float = 10.0
-    collect_interval_s: float = 30.0
-    collect_offset_s: float = 7.0
-    queue_model: QueueModel = "auto"
-    alerting: bool = False
-    alert_interval_s: float = 15.0
-
-    def __post_init__(self) -> None:
-        checks = {
-            "slo_latency_s": self.slo_latency_s > 0,
-            "timeout_s": self.timeout_s > 0,
-            "initial_replicas": 0
-            <= self.initial_replicas * self.serving.gpus_per_replica
-            <= self.cluster.max_gpus,
-            "scrape_interval_s": self.scrape_interval_s >= 1,
-            "rule_delay_s": self.rule_delay_s >= 0,
-            "record_interval_s": self.record_interval_s >= 1,
-            "collect_interval_s": self.collect_interval_s >= 1,
-            "collect_offset_s": self.collect_offset_s >= 0,
-            "queue_model": self.queue_model in QUEUE_MODELS,
-            "alert_interval_s": self.alert_interval_s >= 1,
-        }
-        check_ranges(
-            "scenario",
-            self,
-            checks,
-            "times must be positive (intervals >= 1 s) and replicas fit the cluster",
-        )
 
 
 def _first_second(x: float) -> int:
@@ -214,6 +138,7 @@ class _Run:
         self._ready_uids = np.zeros(0, dtype=np.int64)
         self._loading = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
         self._stopping = np.zeros(0, dtype=np.int64)
+        self._transit_seen = -1  # ``cluster.version`` when the two above were built
         read = alerting or (self.ring is None and bool(policy.signals or policy.pod_signals))
         tel_args = (self.cluster, self.physics, self.writer, serving, scenario.workload)
         self.tel = Telemetry(*tel_args, self.slots, scraped=read)
@@ -269,32 +194,40 @@ class _Run:
                 c.release(uid, float(t))
 
     def _refresh_pods(self) -> None:
-        """The Ready, starting and terminating pods' devices, after the cluster changed."""
+        """The Ready pods' devices and the GPUs held, after the cluster changed."""
         c = self.cluster
-        ready: list[Pod] = []
-        loading: list[Pod] = []
-        stopping: list[Pod] = []
-        by_state = {STARTING: loading.append, TERMINATING: stopping.append}
-        same = c.ready_changes == self._ready_seen  # the Ready pods' arrays still hold
-        if not same:
-            by_state[READY] = ready.append
-        for p in c.pods.values():  # one pass, each list oldest first
-            add = by_state.get(p.state)
-            if add is not None:
-                add(p)
         self.n_held = c.held_count()
-        if not same:
-            self.ready, self._ready_seen = ready, c.ready_changes
-            self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
-            self._ready_devs = c.slot_phys[self._ready_slots]
-            self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
-            self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
-        self._stopping = c.devices(stopping)
-        due = np.array([p.due for p in loading], dtype=float)
-        span = np.array([p.due - p.created_at for p in loading], dtype=float)
-        if self.gpr > 1:
-            due, span = np.repeat(due, self.gpr), np.repeat(span, self.gpr)
-        self._loading = (c.devices(loading), due, span)  # each GPU loads its share
+        if c.ready_changes == self._ready_seen:  # the Ready pods' arrays still hold
+            return
+        ready = [p for p in c.pods.values() if p.state == READY]  # oldest first
+        self.ready, self._ready_seen = ready, c.ready_changes
+        self._ready_slots = np.array([p.slot for p in ready], dtype=np.int64)
+        self._ready_devs = c.slot_phys[self._ready_slots]
+        self._ready_gpus = self._ready_devs if self.gpr == 1 else c.devices(ready)
+        self._ready_uids = np.array([p.uid for p in ready], dtype=np.int64)
+
+    def _in_transition(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Devices of the terminating pods, and of the starting ones with their load progress.
+
+        Only a collect reads them, so they are built then, once per cluster version.
+        """
+        c = self.cluster
+        if self._transit_seen != c.version:
+            loading: list[Pod] = []
+            stopping: list[Pod] = []
+            by_state = {STARTING: loading.append, TERMINATING: stopping.append}
+            for p in c.pods.values():  # one pass, each list oldest first
+                add = by_state.get(p.state)
+                if add is not None:
+                    add(p)
+            self._stopping = c.devices(stopping)
+            due = np.array([p.due for p in loading], dtype=float)
+            span = np.array([p.due - p.created_at for p in loading], dtype=float)
+            if self.gpr > 1:
+                due, span = np.repeat(due, self.gpr), np.repeat(span, self.gpr)
+            self._loading = (c.devices(loading), due, span)  # each GPU loads its share
+            self._transit_seen = c.version
+        return self._stopping, self._loading
 
     def _refresh_capacity(self, t: int) -> None:
         self._flush()
@@ -332,7 +265,8 @@ class _Run:
         self._flush()
         per_pod = self.queue.busy / len(self.ready) if self.ready else 0.0
         if collect:
-            self.tel.collect(t, self._ready_gpus, self._stopping, self._loading, per_pod)
+            stopping, loading = self._in_transition()
+            self.tel.collect(t, self._ready_gpus, stopping, loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
             c = self.cluster
             on = np.repeat(c.node_state == NODE_READY, c.config.gpus_per_node)
@@ -380,12 +314,13 @@ class _Run:
         queue, cluster = self.queue, self.cluster
         drains, drained = queue.drains, queue.drained
         advance = getattr(queue, "advance", None)  # a queue without it steps each second
+        faults, alerting, every = self.faults, self.alerting, self.policy.interval_s
         t = 0
         while t < n:
             if t >= cluster.next_event():
                 cluster.advance(t)
-            if t >= self.faults.next_due():
-                self.faults.step(t, cluster, self.physics)
+            if t >= faults.next_due():
+                faults.step(t, cluster, self.physics)
             if t >= next_scrape or t >= next_collect:
                 if self._cap_dirty or cluster.version != self._cap_version:
                     self._refresh_capacity(t)
@@ -396,26 +331,28 @@ class _Run:
                     next_collect = sc.collect_offset_s + collect_s * max(periods, 0)
                 if scrape:
                     next_scrape += sc.scrape_interval_s
-                    if self.alerting is not None:
-                        self.alerting.scrape(float(t), self.faults.applied)
+                    if alerting is not None:
+                        alerting.scrape(float(t), faults.applied)
             if ring is not None and t >= next_sample:  # the controller's own 1 s scrape
                 ring.record(t, (queue.busy, queue.waiting))
                 next_sample += sample_s
             if t >= next_decision:
                 self._decide(float(t))
-                next_decision += self.policy.interval_s
+                next_decision += every
             if self._cap_dirty or cluster.version != self._cap_version:
                 self._refresh_capacity(t)
-            if self.alerting is not None:
-                self.alerting.step(float(t), self.faults.applied)
+            if alerting is not None:
+                alerting.step(float(t), faults.applied)
             # Nothing changes servers or capacity before the next of these falls due (a
             # threshold x falls due at the first whole second >= x), nor while no pod
             # drains, so the queue advances over the block in one call.
             # The controller's own samples (``ring``) fall inside blocks: each is the queue's
             # state at the end of the second before it, which the block reports.
-            due = [cluster.next_event(), self.faults.next_due(), next_scrape, next_collect]
-            due.append(next_decision)
-            end = t + 1 if drains else min(n, max(_first_second(min(due)), t + 1))
+            if drains:
+                end = t + 1
+            else:
+                due = min(cluster.next_event(), faults.next_due(), next_scrape, next_collect)
+                end = min(n, max(_first_second(min(due, next_decision)), t + 1))
             waiting: list[float] | None = [] if ring is not None and end > t + 1 else None
             block = (t, end, arrivals, work, self.servers, self.capacity, waiting)
             b_list, d_list = advance(*block) if advance else step_each_second(queue, *block)

@@ -10,17 +10,25 @@ still in flight at the end) and counted once.
 """
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from gpuscale.sim.latency_cdf import (
+    LATENCY_EDGES_S as LATENCY_EDGES_S,  # re-exported: the histogram's edges live here too
+)
+from gpuscale.sim.latency_cdf import (
+    cdf_coefficients,
+    cdf_on_edges,
+    mean_wait_cdf,
+    row_quantile,
+    underflow_cut,
+)
 from gpuscale.sim.llm import LlmScoring, tpot_ok_per_second
 from gpuscale.sim.queueing import erlang_c, latency_cdf, service_phases
 from gpuscale.sim.workload import FloatArray, RequestProfile
-
-LATENCY_EDGES_S: FloatArray = np.concatenate([[0.0], np.geomspace(1e-3, 1e5, 161)])
-"""Latency histogram edges: 0, then 20 bins per decade from 1 ms to 1e5 s (tail in the last)."""
 
 SPREAD_RHO_CAP = 0.95
 """Utilisation cap for the stationary wait spread: a queue past it is a backlog, not noise."""
@@ -30,9 +38,6 @@ NO_WAIT = 1e-6
 
 _BLOCK = 256
 """Portions whose CDFs are built at once: a block of them stays in the cache."""
-
-UNDERFLOW_X = 750.0
-"""``exp(-x)`` is exactly 0 in double precision from x = 745.2 on; this leaves a margin."""
 
 BACKLOG_FACTOR = 3.0
 """Backlog: the smoothed fluid wait past this many stationary mean waits (less is noise)."""
@@ -55,15 +60,17 @@ class LatencyRecords:
         retried: Indices of portions that are requests on their second try.
     """
 
-    step: list[int] = field(default_factory=list)
-    count: list[float] = field(default_factory=list)
-    wait_s: list[float] = field(default_factory=list)
-    size_s: list[float] = field(default_factory=list)
-    per_size_s: list[float] = field(default_factory=list)
-    offered_s: list[float] = field(default_factory=list)
-    servers: list[int] = field(default_factory=list)
-    busy: list[float] = field(default_factory=list)
-    arrivals: list[float] = field(default_factory=list)
+    # Typed arrays, not lists: appended as fast, and read into numpy by one copy of
+    # their buffer at the end of a run instead of a conversion per element.
+    step: "array[int]" = field(default_factory=lambda: array("q"))
+    count: "array[float]" = field(default_factory=lambda: array("d"))
+    wait_s: "array[float]" = field(default_factory=lambda: array("d"))
+    size_s: "array[float]" = field(default_factory=lambda: array("d"))
+    per_size_s: "array[float]" = field(default_factory=lambda: array("d"))
+    offered_s: "array[float]" = field(default_factory=lambda: array("d"))
+    servers: "array[int]" = field(default_factory=lambda: array("q"))
+    busy: "array[float]" = field(default_factory=lambda: array("d"))
+    arrivals: "array[float]" = field(default_factory=lambda: array("d"))
     retried: set[int] = field(default_factory=set)
 
 
@@ -253,17 +260,18 @@ def summarise_latency(
         return LatencySummary(
             0.0, 0.0, 0.0, float("nan"), counts, nan, nan.copy(), zero, zero.copy(), none, none
         )
-    step = np.asarray(records.step, dtype=np.int64)
-    n = np.asarray(records.count, dtype=float)
-    servers = np.maximum(np.asarray(records.servers, dtype=float), 1.0)
-    offered = centred_mean(np.asarray(records.offered_s), rate_window_s)
+    # np.array copies: the records may grow after this (a view would pin their buffers).
+    step = np.array(records.step, dtype=np.int64)
+    n = np.array(records.count, dtype=float)
+    servers = np.maximum(np.array(records.servers, dtype=float), 1.0)
+    offered = centred_mean(np.array(records.offered_s, dtype=float), rate_window_s)
     rho = np.minimum(offered / servers, SPREAD_RHO_CAP)
     k = servers[step]
-    m = np.asarray(records.size_s) * np.asarray(records.per_size_s)[step]
+    m = np.array(records.size_s, dtype=float) * np.array(records.per_size_s, dtype=float)[step]
     pe = erlang_c(k, rho[step] * k)
     pe[pe < NO_WAIT] = 0.0  # skips the wait term's work where no request waits
     theta = 0.5 * (1.0 + service_scv) * np.maximum(m, 1e-12) / (k * (1.0 - rho[step]))
-    delay = np.asarray(records.wait_s, dtype=float)
+    delay = np.array(records.wait_s, dtype=float)
     # A retry enters service ahead of the queue, its wait counted from its first
     # arrival: that wait is its own, not the queue's, so it sets its own delay and
     # does not spread over the first tries of the window around it.
@@ -287,21 +295,22 @@ def summarise_latency(
     if llm is not None and profile is not None and profile.context_q is not None:
         ones = np.ones(n.size)
         budget = llm.ttft_budget_s(profile.context_q)
-        ttft = _mean_wait_cdf(-d0, ones, budget, pe, theta, chunk)
+        ttft = mean_wait_cdf(-d0, ones, budget, pe, theta, chunk)
         ttft = np.minimum(ttft * scale, 1.0)
-        tpot_ok = tpot_ok_per_second(llm, records.busy, records.arrivals, records.servers, profile)
+        per_second = (records.busy.tolist(), records.arrivals.tolist(), records.servers.tolist())
+        tpot_ok = tpot_ok_per_second(llm, *per_second, profile)
         ok = tpot_ok[step]
         ttft_within = float((n * ttft).sum())
         tpot_within = float((keep * ok).sum())
         f_slo = ttft * ok
     else:
         if profile is not None:
-            f_slo = _mean_wait_cdf(slo_s - d0, -m, profile.work_q, pe, theta, chunk)
+            f_slo = mean_wait_cdf(slo_s - d0, -m, profile.work_q, pe, theta, chunk)
         f_slo = np.minimum(f_slo * scale, 1.0)
         if slo_s > timeout_s:
             f_slo = np.maximum(f_slo - p_drop, 0.0)
     rows = np.minimum(step // max(row_steps, 1), n_rows - 1)
-    coefficients = [(w, _cdf_coefficients(pe, theta, mean * m)) for w, mean in phases]
+    coefficients = [(w, cdf_coefficients(pe, theta, mean * m)) for w, mean in phases]
     for lo in range(0, n.size, chunk):
         hi = min(lo + chunk, n.size)
         cdf = np.zeros((hi - lo, LATENCY_EDGES_S.size))
@@ -312,13 +321,13 @@ def summarise_latency(
                 (w, (a[s0:s1], b[s0:s1], m_[s0:s1], t_[s0:s1]))
                 for w, (a, b, m_, t_) in coefficients
             ]
-            cut = _underflow_cut(start[s0:s1], [coef for _, coef in parts])
+            cut = underflow_cut(start[s0:s1], [coef for _, coef in parts])
             for i, (weight, (a, b, inv_m, inv_t)) in enumerate(parts):
                 if i == 0 and weight == 1.0:  # the block is still 0, and 0.0 + x is x
-                    _cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut, into=block[:, :cut])
+                    cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut, into=block[:, :cut])
                     block[:, cut:] = 1.0  # past the cut the CDF is exactly 1
                     continue
-                part = _cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut)
+                part = cdf_on_edges(start[s0:s1], a, b, inv_m, inv_t, cut)
                 if i == 0:  # as above (no part is -0.0, so assigning it is adding it to 0)
                     block[:, :cut] = weight * part
                     block[:, cut:] = weight * 1.0
@@ -326,7 +335,8 @@ def summarise_latency(
                 block[:, :cut] += part if weight == 1.0 else weight * part
                 if cut < LATENCY_EDGES_S.size:  # past the cut ``part`` is exactly 1
                     block[:, cut:] += 1.0 if weight == 1.0 else weight * 1.0
-            np.minimum(block * scale[s0:s1, None], 1.0, out=block)
+            np.multiply(block, scale[s0:s1, None], out=block)
+            np.minimum(block, 1.0, out=block)
             block[:, -1] = 1.0
             block *= keep[s0:s1, None]
         r = rows[lo:hi]
@@ -341,124 +351,10 @@ def summarise_latency(
         float((n * p_drop).sum()),
         mean,
         counts,
-        _row_quantile(row_cdf, 0.5),
-        _row_quantile(row_cdf, 0.99),
+        row_quantile(row_cdf, 0.5),
+        row_quantile(row_cdf, 0.99),
         np.asarray(np.bincount(rows, weights=keep, minlength=n_rows)[:n_rows], dtype=float),
         np.asarray(np.bincount(rows, weights=n * f_slo, minlength=n_rows)[:n_rows], dtype=float),
         ttft_within,
         tpot_within,
     )
-
-
-def _mean_wait_cdf(
-    offset: FloatArray,
-    factor: FloatArray,
-    points: FloatArray,
-    pe: FloatArray,
-    theta: FloatArray,
-    chunk: int,
-) -> FloatArray:
-    """Per portion ``i``, the mean over ``points`` of P(W <= offset[i] + factor[i] * point).
-
-    W is 0 with probability ``1 - pe`` and else exponential with mean ``theta``;
-    ``points`` are equal-probability values of a distribution.
-
-    Returns:
-        One probability per portion.
-    """
-    out = np.empty(offset.size)
-    th = np.where(np.isfinite(theta), np.maximum(theta, 1e-12), np.inf)
-    for lo in range(0, offset.size, chunk):
-        sl = slice(lo, lo + chunk)
-        y = offset[sl, None] + factor[sl, None] * points[None, :]
-        with np.errstate(over="ignore", invalid="ignore"):
-            tail = pe[sl, None] * np.exp(-np.maximum(y, 0.0) / th[sl, None])
-        cdf = np.where(y >= 0.0, 1.0 - tail, 0.0)
-        out[sl] = cdf.mean(axis=1)
-    return out
-
-
-def _cdf_coefficients(
-    pe: FloatArray, theta: FloatArray, m: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Write ``latency_cdf`` as ``1 - a * exp(-tau / m) - b * exp(-tau / theta)``.
-
-    Returns:
-        ``a``, ``b``, ``1 / m`` and ``1 / theta`` per portion (``b`` is 0 with no wait).
-    """
-    m = np.maximum(m, 1e-12)
-    th = np.where(np.isfinite(theta), np.maximum(theta, 1e-12), 1e300)
-    th = np.where(np.abs(th - m) < 1e-3 * m, m * 1.001, th)  # the formula's removable pole
-    wait = pe > 0
-    a = np.where(wait, 1.0 - pe - pe * m / (th - m), 1.0)
-    b = np.where(wait, pe * th / (th - m), 0.0)
-    return a, b, 1.0 / m, np.where(wait, 1.0 / th, 0.0)
-
-
-def _underflow_cut(
-    d0: FloatArray, coefficients: list[tuple[FloatArray, FloatArray, FloatArray, FloatArray]]
-) -> int:
-    """The first ``LATENCY_EDGES_S`` edge from which every portion's CDF is exactly 1.
-
-    From ``tau >= UNDERFLOW_X`` times a portion's largest time constant on, both of
-    its exponentials underflow to exactly 0, so ``_cdf_on_edges`` gives exactly 1.
-
-    Returns:
-        The index of that edge (the edge count when there is none).
-    """
-    if d0.size == 0:
-        return int(LATENCY_EDGES_S.size)
-    rates = [inv_m for _, _, inv_m, _ in coefficients]
-    rates += [inv_t[inv_t > 0] for _, _, _, inv_t in coefficients]
-    slowest = min(float(r.min()) for r in rates if r.size)
-    if not slowest > 0.0:
-        return int(LATENCY_EDGES_S.size)
-    edge = float(d0.max()) + UNDERFLOW_X / slowest
-    return int(np.searchsorted(LATENCY_EDGES_S, edge, side="left"))
-
-
-def _cdf_on_edges(
-    d0: FloatArray,
-    a: FloatArray,
-    b: FloatArray,
-    inv_m: FloatArray,
-    inv_t: FloatArray,
-    cut: int | None = None,
-    into: FloatArray | None = None,
-) -> FloatArray:
-    """CDF of each portion's latency at the ``LATENCY_EDGES_S`` edges before ``cut``.
-
-    ``into``, when given, is the array (a view of the right shape) the CDF is written to.
-    """
-    tau = LATENCY_EDGES_S[None, :cut] - d0[:, None]
-    np.maximum(tau, 0.0, out=tau)
-    out = np.multiply(tau, -inv_m[:, None], out=into)
-    np.exp(out, out=out)
-    out *= a[:, None]
-    waits = np.flatnonzero(inv_t > 0)
-    if waits.size == inv_t.size:  # every portion waits: no gather and scatter
-        out += b[:, None] * np.exp(tau * -inv_t[:, None])
-    elif waits.size:
-        ew = np.exp(tau[waits] * -inv_t[waits, None])
-        out[waits] += b[waits, None] * ew
-    np.subtract(1.0, out, out=out)
-    return np.clip(out, 0.0, 1.0, out=out)
-
-
-def _row_quantile(row_cdf: FloatArray, q: float) -> FloatArray:
-    """Invert each row's cumulative counts at ``LATENCY_EDGES_S``, log-linear within bins."""
-    edges = LATENCY_EDGES_S
-    total = row_cdf[:, -1]
-    out = np.full(row_cdf.shape[0], np.nan)
-    have = total > 0
-    if not have.any():
-        return out
-    frac = row_cdf[have] / total[have, None]
-    j = np.clip(np.argmax(frac >= q - 1e-12, axis=1), 1, edges.size - 1)
-    rows = np.arange(frac.shape[0])
-    f0, f1 = frac[rows, j - 1], frac[rows, j]
-    w = np.clip((q - f0) / np.maximum(f1 - f0, 1e-300), 0.0, 1.0)
-    x0, x1 = edges[j - 1], edges[j]
-    log_interp = np.exp(np.log(np.maximum(x0, 1e-300)) * (1 - w) + np.log(x1) * w)
-    out[have] = np.where(x0 > 0, log_interp, x1 * w)
-    return out

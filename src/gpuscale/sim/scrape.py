@@ -190,9 +190,10 @@ class Telemetry:
         working[stopping] = self.model_bytes
         working[ready] = self.model_bytes
         devs, due, span = loading
-        with np.errstate(invalid="ignore"):
-            done = np.clip(1.0 - (due - t) / np.maximum(span, 1.0), 0.0, 1.0)
-        working[devs] = self.model_bytes * nan_to(done, 0.0)
+        if devs.size:  # most collects find no pod starting
+            with np.errstate(invalid="ignore"):
+                done = np.clip(1.0 - (due - t) / np.maximum(span, 1.0), 0.0, 1.0)
+            working[devs] = self.model_bytes * nan_to(done, 0.0)
         kv = np.zeros(busy.size)
         kv[ready] = self.kv_bytes * per_pod
         self.physics.step(

@@ -28,7 +28,6 @@ Per GPU, for a step of ``dt`` seconds with the load held over the step:
 """
 
 import logging
-import math
 from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
@@ -136,6 +135,8 @@ class FleetPhysics:
         self._kv = np.zeros(self.n)
         self._mix_levels = mix_levels(mix, self.n)
         self._levels = self._mix_levels  # profiling ratios while busy
+        self._index = np.zeros(0)  # activity_index of ``_levels`` set from phase levels
+        self._phase_in: tuple[np.ndarray, np.ndarray] | None = None  # what set them
         self._mix_index = float(activity_index(mix_levels(mix, 1), activity.power_weights)[0])
         # Dynamic state: idle steady state at ambient.
         self.busy, self.lost = np.zeros(self.n), np.zeros(self.n, dtype=bool)
@@ -212,17 +213,29 @@ class FleetPhysics:
         if demanded.shape != (self.n,):
             raise ValueError(f"load must have shape ({self.n},), got {demanded.shape}")
         alive = ~self.lost
-        busy = np.where(alive, ff.clip01(ff.nan_to_zero(demanded, copy=False)), 0.0)
+        # With every GPU on the bus (nearly always) the masks below change nothing: a
+        # value kept where alive is the value, and x * 1.0 is x, so they are skipped.
+        all_alive = not np.logical_or.reduce(self.lost)
+        busy = ff.clip01(ff.nan_to_zero(demanded, copy=False))
+        if not all_alive:
+            busy = np.where(alive, busy, 0.0)
         if batch_fill is None and prefill_share is None:
-            self._levels, scale = self._mix_levels, busy
+            self._levels, scale, self._phase_in = self._mix_levels, busy, None
         else:
             fill = self._per_gpu(1.0 if batch_fill is None else batch_fill, "batch_fill")
             share = self.activity.typical_prefill_share if prefill_share is None else prefill_share
-            self._levels = phase_levels(self.activity, fill, self._per_gpu(share, "prefill_share"))
-            index = activity_index(self._levels, self.activity.power_weights)
+            shares = self._per_gpu(share, "prefill_share")
+            last = self._phase_in  # the levels depend on these alone (see ff.same_inputs)
+            if last is None or not ff.same_inputs(last, (fill, shares)):
+                self._levels = phase_levels(self.activity, fill, shares)
+                self._index = activity_index(self._levels, self.activity.power_weights)
+                self._phase_in = (fill, shares)
+            index = self._index
             scale = busy * index / self._mix_index if self._mix_index > 0 else busy
         sampled = busy if sampled_busy is None else self._per_gpu(sampled_busy, "sampled_busy")
-        self._sampled = np.where(alive, ff.clip01(sampled), 0.0)
+        self._sampled = (
+            ff.clip01(sampled) if all_alive else np.where(alive, ff.clip01(sampled), 0.0)
+        )
         jitter = self._rng.standard_normal(self.n)
         self._jitter = np.minimum(np.maximum(jitter, -3.0), 3.0)
         demand = self._intensity * scale * (1.0 + POWER_JITTER * self._jitter)
@@ -241,7 +254,12 @@ class FleetPhysics:
             t0 = self.temperature_c
             t_end_free = t_eq_free + (t0 - t_eq_free) * self._decay(dt)
             hot = t_eq_free > self._slowdown
-        c, live = self._counters, alive.astype(float)
+        c = self._counters
+        live = None if all_alive else alive.astype(float)
+
+        def alive_only(x: np.ndarray) -> np.ndarray:  # a lost GPU's counters stand still
+            return x if live is None else x * live
+
         if hot.any():  # some GPU heads past its slowdown temperature: the thermal limit
             th = throttle(
                 self._thermal, dt, demand, c_pow, limit, t_amb, t0, hot, t_eq_free, t_end_free
@@ -249,17 +267,17 @@ class FleetPhysics:
             t_held, clock = th.held_s, th.clock
             self.temperature_c = np.where(th.throttled, th.end_c, t_end_free)
             self.power_w = np.where(th.throttled, th.power_w, p_free)
-            c[ff.ENERGY] += (p_free * (dt - t_held) + th.power_w * t_held) * 1e3 * live  # mJ
-            c[ff.POWER_V] += np.where(capped, dt - t_held, 0.0) * _NS * live
-            c[ff.THERMAL_V] += t_held * _NS * live
+            c[ff.ENERGY] += alive_only((p_free * (dt - t_held) + th.power_w * t_held) * 1e3)  # mJ
+            c[ff.POWER_V] += alive_only(np.where(capped, dt - t_held, 0.0) * _NS)
+            c[ff.THERMAL_V] += alive_only(t_held * _NS)
         else:  # none throttles: what the general path computes with no time held
             self.temperature_c = t_end_free
             clock = c_pow
             self.power_w = p_free
-            c[ff.ENERGY] += p_free * dt * 1e3 * live  # mJ
-            c[ff.POWER_V] += np.where(capped, dt, 0.0) * _NS * live
+            c[ff.ENERGY] += alive_only(p_free * dt * 1e3)  # mJ
+            c[ff.POWER_V] += alive_only(np.where(capped, dt, 0.0) * _NS)
         self.busy = busy
-        c[ff.IDLE_V] += np.where(busy < IDLE_BUSY, dt, 0.0) * _NS * live
+        c[ff.IDLE_V] += alive_only(np.where(busy < IDLE_BUSY, dt, 0.0) * _NS)
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
         ws_arr = np.asarray(ws, dtype=float)
@@ -269,21 +287,12 @@ class FleetPhysics:
         )
         self.time_s += dt
         self._check_shutdown(alive)
-        self.capacity_factor = np.where(self.lost, 0.0, clock)
+        # A fresh array either way: faults write into it (a lost GPU's factor drops to 0).
+        self.capacity_factor = clock.copy() if all_alive else np.where(self.lost, 0.0, clock)
 
     def _per_gpu(self, value: np.ndarray | float, name: str) -> np.ndarray:
         """``value`` as a new float array of one value per GPU, NaN as 0."""
-        if isinstance(value, float | int) and math.isfinite(value):
-            return np.full(self.n, float(value))
-        arr = np.asarray(value, dtype=float)
-        if arr.shape == (self.n,):
-            return ff.nan_to_zero(arr, copy=True)
-        try:
-            return np.asarray(np.nan_to_num(np.broadcast_to(arr, (self.n,)), nan=0.0), dtype=float)
-        except ValueError:
-            raise ValueError(
-                f"{name} must be one value or shape ({self.n},), got {arr.shape}"
-            ) from None
+        return ff.per_gpu(value, self.n, name)
 
     def _add_correctable_errors(self, dt: float, alive: np.ndarray) -> None:
         count = self._rng.poisson(SBE_RATE_PER_S * dt * self.n)

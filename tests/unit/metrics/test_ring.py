@@ -75,3 +75,45 @@ def test_one_second_range_is_each_seconds_stored_value_with_gaps(
     lo, hi = max(start, oldest), min(start + length, seconds[-1])
     want = tuple((float(s), slots[s % capacity]) for s in range(lo, hi + 1))
     assert (got[0].points if got else ()) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    recorded=st.lists(st.booleans(), min_size=1, max_size=60),
+    capacity=st.integers(1, 25),
+    start=st.integers(-5, 65),
+    length=st.integers(0, 30),
+    values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=120, max_size=120),
+)
+def test_summed_range_is_the_ranges_added_as_summed_columns_adds_them(
+    recorded: list[bool], capacity: int, start: int, length: int, values: list[float]
+) -> None:
+    # Reference: the two ``range`` results added point by point from 0, as
+    # ``summed_columns`` (and ``sum``) adds them; gaps and wrapping included.
+    ring = SecondTotals(("in_flight", "queue"), capacity)
+    for t, kept in enumerate(recorded):
+        if kept:
+            ring.record(t, (values[2 * t], values[2 * t + 1]))
+    end = float(start + length)
+    got = ring.summed_range((IN_FLIGHT, QUEUE), float(start), end, 1.0)
+    a, b = ring.range(IN_FLIGHT, float(start), end, 1.0), ring.range(QUEUE, float(start), end, 1.0)
+    if not a:
+        assert got == ([], [])
+        return
+    times = [t for t, _ in a[0].points]
+    sums = [sum((x, y)) for (_, x), (_, y) in zip(a[0].points, b[0].points, strict=True)]
+    assert got == (times, sums)
+
+
+def test_summed_range_answers_only_every_metric_in_order_at_whole_seconds():
+    ring = filled(5)
+    assert ring.summed_range((IN_FLIGHT, QUEUE), 0.0, 4.0, 1.0) == (
+        [0.0, 1.0, 2.0, 3.0, 4.0],
+        [100.0, 102.0, 104.0, 106.0, 108.0],
+    )
+    assert ring.summed_range((QUEUE, IN_FLIGHT), 0.0, 4.0, 1.0) is None  # another order
+    assert ring.summed_range((IN_FLIGHT,), 0.0, 4.0, 1.0) is None  # not every metric
+    assert ring.summed_range((IN_FLIGHT, QUEUE), 0.0, 4.0, 2.0) is None  # not 1 s steps
+    assert ring.summed_range((IN_FLIGHT, QUEUE), 0.5, 4.0, 1.0) is None  # not whole seconds
+    with pytest.raises(ValueError, match="sum"):
+        ring.summed_range((IN_FLIGHT, Signal("queue", aggregation="avg")), 0.0, 4.0, 1.0)

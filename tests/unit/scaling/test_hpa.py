@@ -18,6 +18,7 @@ from gpuscale.scaling.hpa import (
     DEFAULT_BEHAVIOR,
     HpaConfig,
     HpaPolicy,
+    _group_and_read,
     external_average_value_replicas,
     external_value_replicas,
     group_pods,
@@ -491,3 +492,35 @@ def test_replicas_always_within_bounds(steps, lo, hi, readiness, behavior):
         decision = policy.decide(observe(15.0 * i, desired, pods, utils, healthy), state)
         assert lo <= decision.replicas <= hi
         state = json.loads(json.dumps(decision.state))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", "d", "e", "f"]),
+            st.booleans(),
+            st.one_of(st.none(), st.just(float("nan")), st.floats(0.0, 1e6)),
+        ),
+        max_size=8,
+    )
+)
+def test_pods_are_grouped_and_read_as_the_rule_says_one_by_one(rows):
+    # Reference: groupPods' rule pod by pod (no CPU rule): a pod with a sample that is
+    # not NaN is used, a Ready one without is missing, any other is unready; a name
+    # that is skipped anywhere is not used.
+    pods = [PodStatus(name, ready, 0.0, 0.0 if ready else None) for name, ready, _ in rows]
+    values = {name: v for name, _, v in rows if v is not None}  # the last value per name
+    used_count, unready, missing, milli = 0, set(), set(), {}
+    for pod in pods:
+        v = values.get(pod.name)
+        if v is not None and v == v:
+            used_count += 1
+            milli.setdefault(pod.name, int(v * 1000))
+        elif pod.ready:
+            missing.add(pod.name)
+        else:
+            unready.add(pod.name)
+    milli = {n: m for n, m in milli.items() if n not in unready | missing}
+    assert _group_and_read(pods, values, 0.0, HpaConfig()) == (used_count, unready, missing, milli)
+    assert list(_group_and_read(pods, values, 0.0, HpaConfig())[3]) == list(milli)  # order

@@ -65,3 +65,23 @@ def test_history_is_a_range_at_the_step_and_early_reads_are_unhealthy():
 
 def test_merge_of_nothing_is_empty():
     assert merge([]) == ()
+
+
+class KeyedSource(FakeSource):
+    """Also answers per-pod instant queries keyed by pod, as the simulator's store does."""
+
+    def __init__(self, keyed: dict[str, float]) -> None:
+        super().__init__()
+        self.keyed = keyed
+
+    def instant_by(self, signal, at, label):
+        self.calls.append(("instant_by", signal.metric, at, label))
+        return dict(self.keyed)
+
+
+def test_keyed_per_pod_values_keep_only_the_target_s_pods_in_the_source_s_order():
+    target = TargetStatus(2, (PodStatus("b", True, 0.0, 1.0), PodStatus("a", True, 0.0, 1.0)))
+    inside = observe(KeyedSource({"a": 1.0, "b": 2.0}), Policy(), target, 100.0)
+    assert list(inside.pod_metrics["util"].items()) == [("a", 1.0), ("b", 2.0)]
+    mixed = observe(KeyedSource({"gone": 9.0, "b": 2.0, "a": 1.0}), Policy(), target, 100.0)
+    assert list(mixed.pod_metrics["util"].items()) == [("b", 2.0), ("a", 1.0)]

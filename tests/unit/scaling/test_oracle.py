@@ -3,6 +3,7 @@
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from gpuscale.errors import ConfigError
 from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
 from gpuscale.scaling.policy import Decision, Observation, PodStatus, TargetStatus
+from gpuscale.scaling.rangemax import RangeMax
 
 
 def at(now, desired=1, healthy=True):
@@ -263,3 +265,97 @@ def test_fill_nodes_plans_whole_nodes_and_nothing_else_changes():
     assert one.planned.tolist() == required
     config = OracleConfig(lead_s=3.0, node_size=4, fill_nodes=True)
     assert OraclePolicy.from_config(required, config).planned.tolist() == [0, 4, 4, 8, 12, 4]
+
+
+def slot_waits(policy: OraclePolicy, live: list[tuple[int, float]]) -> list[float]:
+    """Each slot's node wait by the rule, slot by slot: provisioning above the standing
+    nodes, lowered over the slots each live entry's nodes hold to the least wait of it
+    and every entry of more capacity."""
+    top, fast = policy.max_replicas, policy.fast_capacity
+    if policy.node_lead_s <= 0 or fast is None:
+        return [0.0] * top
+    waits = [policy.node_lead_s if j > fast else 0.0 for j in range(1, top + 1)]
+    covered = 0
+    for cap, _ in sorted(live):
+        best = min(w for c, w in live if c >= cap)
+        for j in range(covered + 1, min(cap, top) + 1):
+            waits[j - 1] = min(waits[j - 1], best)
+        covered = max(covered, cap)
+    return waits
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    plan=st.lists(st.integers(0, 40), min_size=1, max_size=300),
+    now=st.floats(0.0, 400.0),
+    desired=st.integers(0, 45),
+    created=st.integers(0, 30),
+    colds=st.lists(st.floats(0.0, 120.0), max_size=50),
+    live=st.lists(st.tuples(st.integers(1, 60), st.floats(0.0, 200.0)), max_size=4),
+    fast=st.sampled_from([None, -1, 0, 5, 20]),
+    slack=st.sampled_from([0.0, 4.0]),
+)
+def test_largest_due_slot_is_the_rule_applied_slot_by_slot(
+    plan, now, desired, created, colds, live, fast, slack
+):
+    policy = OraclePolicy(
+        plan,
+        lead_s=30.0,
+        max_replicas=50,
+        interval_s=5.0,
+        node_lead_s=90.0,
+        fast_capacity=fast,
+        slack_s=slack,
+        cold_starts_s=colds,
+    )
+    # Reference: slot j is due when the plan over [now - slack, now + lead_j + slack)
+    # reaches j; lead_j = interval + node wait + the cold start of the pod filling it.
+    waits = slot_waits(policy, live)
+    start = max(0, math.floor(now - slack))
+    want = 0
+    for j in range(1, 51):
+        cold = policy.cold_start(created + max(j - desired - 1, 0))
+        lead = (cold + waits[j - 1]) + 5.0
+        if start >= len(plan):
+            most = plan[-1]
+        else:
+            end = max(start + 1, math.ceil(now + lead + slack))
+            most = max(plan[start : min(end, len(plan))])
+        if most >= j:
+            want = j
+    assert policy._largest_due(now, desired, created, list(live)) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=200), st.data())
+def test_range_max_is_the_max_of_the_slice(values, data):
+    table = RangeMax(np.asarray(values, dtype=np.int64))
+    for _ in range(20):
+        lo = data.draw(st.integers(0, len(values) - 1))
+        hi = data.draw(st.integers(lo + 1, len(values)))
+        assert table.max(lo, hi) == max(values[lo:hi])
+
+
+def test_node_memory_refreshes_held_levels_keeps_one_per_level_and_forgets_idle_nodes():
+    policy = OraclePolicy(
+        [4] * 10, lead_s=20.0, interval_s=5.0, node_lead_s=180.0, fast_capacity=8,
+        node_size=8, node_keep_s=600.0,
+    )  # fmt: skip
+    old = [
+        [0.0, 3.0, 0.0],  # held now (3 <= 5): refreshed to now
+        [0.0, 3.0, -5.0],  # the same level, nodes up: one of them is kept
+        [10.0, 9.0, 50.0],  # above desired, idle 90 s < 600 s: kept as it was
+        [5.0, 12.0, 0.0],
+        [90.0, 20.0, 200.0],  # its nodes join at 200 s: a wait of 100 s
+        [-1000.0, 15.0, 0.0],  # idle 1,100 s > 600 s: its nodes are gone
+    ]
+    recent, live = policy._walk(100.0, 5, {"recent": old})
+    assert recent == [
+        [100.0, 3.0, 0.0],
+        [10.0, 9.0, 50.0],
+        [5.0, 12.0, 0.0],
+        [90.0, 20.0, 200.0],
+    ]
+    # Nodes up cover up to the most replicas held (12, two nodes of 8); the joining
+    # ones cover 20 replicas (three nodes) with their wait.
+    assert sorted(live) == [(16, 0.0), (24, 100.0)]

@@ -494,3 +494,19 @@ def test_batch_fill_is_sequence_seconds_over_busy_seconds_and_slots():
     assert fill[1] == pytest.approx(1.0 / (slots * (1 - math.exp(-1))))
     assert fill[2] == pytest.approx(0.5)
     assert batch_fill(0.4, 0.4, 1) == pytest.approx(1.0)  # one slot: full whenever busy
+
+
+def test_repeated_batch_fill_gives_the_same_fields_as_computing_the_levels_afresh():
+    # The physics keeps the last phase levels while the fill and phase mix repeat; a
+    # twin that forgets them before every step must report the same fields bit for bit.
+    kept, fresh = FleetPhysics([H100] * 4, seed=9), FleetPhysics([H100] * 4, seed=9)
+    fills = [[1.0, 0.5, 0.0, 1.0]] * 3 + [[0.2, 0.5, 0.0, 1.0]] + [[1.0, 0.5, 0.0, 1.0]] * 2
+    for i, fill in enumerate(fills):
+        load = np.array([0.9, 0.4, 0.0, 1.0]) * (1.0 - 0.1 * i)
+        fresh._phase_in = None
+        for fleet in (kept, fresh):
+            fleet.step(30.0, load, batch_fill=np.array(fill), prefill_share=0.3 + 0.1 * (i == 5))
+        a, b = kept.fields(), fresh.fields()
+        assert a.keys() == b.keys()
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=f"{name} at step {i}")
