@@ -6,7 +6,8 @@ prints, as the README's Markdown table, the GPU-hours at the target attainment
 read off the policy's knob curve (mean over seeds, 95 % interval from each seed's
 own curve), that as a multiple of the oracle's, the share fewer than HPA's at the
 same attainment (or at HPA's best when its curve never reaches the target), the
-energy (kWh) and the mean time from a burst's onset to the SLO held again; then,
+energy (kWh), the node GPU-hours billed over those the pods held, and the mean
+time from a burst's onset to the SLO held again; then,
 per trace, whether ``hybrid`` meets the issue's targets:
 
 * at most 1.15 x the oracle's GPU-hours at the target attainment, and at least
@@ -151,10 +152,23 @@ def rows(doc: dict[str, Any]) -> list[str]:
             fewer,
             _pm(p["slo_attainment"], None, ".4f"),
             _pm(p.get("energy_kwh"), p.get("energy_kwh_ci95"), ".0f"),
+            node_overhead(p),
             _pm(p.get("burst_recovery_s"), p.get("burst_recovery_s_ci95"), ".0f"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def node_overhead(p: dict[str, Any]) -> str:
+    """Node GPU-hours over the pods' at the fair parameters (idle node GPUs billed).
+
+    Returns:
+        A percentage cell, or "-" where results.json has no pod GPU-hours.
+    """
+    held = p.get("allocated_gpu_hours")
+    if not held:
+        return "-"
+    return f"{(p['gpu_hours'] / held - 1.0) * 100.0:.0f} %"
 
 
 def verdict(doc: dict[str, Any]) -> str:
@@ -239,6 +253,8 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
             "fewer_than_hpa_bound": {">= ": "lower", "<= ": "upper"}.get(mark),
             "slo_attainment_fair": p["slo_attainment"],
             "energy_kwh_fair": p.get("energy_kwh"),
+            "gpu_hours_fair": p["gpu_hours"],
+            "allocated_gpu_hours_fair": p.get("allocated_gpu_hours"),
             "burst_recovery_s_fair": p.get("burst_recovery_s"),
         }
     return {
@@ -268,9 +284,9 @@ def main() -> None:
         store.write_text(json.dumps(kept, indent=2) + "\n")
     print(
         "| trace | policy | GPU-h at target | x oracle | fewer than HPA | within SLO "
-        "(fair) | kWh (fair) | burst recovery s |"
+        "(fair) | kWh (fair) | node GPU-h over pods' (fair) | burst recovery s |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for doc in docs:
         print("\n".join(rows(doc)))
     print()

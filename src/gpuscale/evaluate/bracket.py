@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscale.evaluate.knobs import Knob
-from gpuscale.evaluate.stats import UPPER, reading_at_target
+from gpuscale.evaluate.stats import UPPER, bracketing_points, reading_at_target
 
 MAX_ROUNDS = 6
 """Extension and refinement rounds per sweep at most (each runs one more knob value
@@ -74,21 +74,30 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
+def _value_means(samples: Sequence[Sample]) -> list[tuple[float | None, float, float]]:
+    """The mean over seeds of each knob value's cost and attainment.
+
+    Returns:
+        (knob value, cost, attainment) per knob value whose runs have an attainment.
+    """
+    by_value: dict[float | None, list[Sample]] = {}
+    for s in samples:
+        by_value.setdefault(s.value, []).append(s)
+    out = []
+    for value, runs in by_value.items():
+        known = [s.attainment for s in runs if s.attainment is not None]
+        if known:
+            out.append((value, _mean([s.cost for s in runs]), _mean(known)))
+    return out
+
+
 def mean_curve(samples: Sequence[Sample]) -> list[tuple[float, float]]:
     """The mean over seeds of each knob value's cost and attainment.
 
     Returns:
         (cost, attainment) per knob value whose runs have an attainment.
     """
-    by_value: dict[float | None, list[Sample]] = {}
-    for s in samples:
-        by_value.setdefault(s.value, []).append(s)
-    out = []
-    for runs in by_value.values():
-        known = [s.attainment for s in runs if s.attainment is not None]
-        if known:
-            out.append((_mean([s.cost for s in runs]), _mean(known)))
-    return out
+    return [(cost, attainment) for _, cost, attainment in _value_means(samples)]
 
 
 def seed_curves(
@@ -172,28 +181,16 @@ def refine_value(knob: Knob, samples: Sequence[Sample], target: float) -> float 
         The value, or None when the reading is bracketed closely enough, is not
         bracketed at all, or the knob has no value left between the two points.
     """
-    by_value: dict[float, list[Sample]] = {}
-    for s in samples:
-        if s.value is not None and s.attainment is not None:
-            by_value.setdefault(s.value, []).append(s)
-    points = sorted(
-        (_mean([s.cost for s in runs]), _mean([s.attainment or 0.0 for s in runs]), value)
-        for value, runs in by_value.items()
-    )
-    best, j = -1.0, None
-    for i, (_, attainment, _) in enumerate(points):  # the reading's envelope, by cost
-        best = max(best, attainment)
-        if best >= target:
-            j = i
-            break
-    if not j:
+    points = [p for p in _value_means(samples) if p[0] is not None]
+    pair = bracketing_points([c for _, c, _ in points], [a for _, _, a in points], target)
+    if pair is None:
         return None
-    (c0, _, v0), (c1, _, v1) = points[j - 1], points[j]
-    if c1 - c0 <= REFINE_SHARE * c1:
+    (v0, c0, _), (v1, c1, _) = points[pair[0]], points[pair[1]]
+    if v0 is None or v1 is None or c1 - c0 <= REFINE_SHARE * c1:
         return None
     mid = (v0 + v1) / 2 if knob.integer or v0 * v1 <= 0 else math.sqrt(v0 * v1)
     mid = float(round(mid)) if knob.integer else round(mid, 9)
-    if mid in (v0, v1) or mid in by_value or not knob.valid(mid):
+    if not knob.valid(mid) or any(mid == v for v, _, _ in points):
         return None
     return mid
 

@@ -107,14 +107,41 @@ def reading_at_target(
         cost and ``UPPER`` when even that point exceeds it; (None, None) when no
         point reaches it.
     """
-    order = np.argsort(np.asarray(costs, dtype=np.float64), kind="stable")
-    cost = np.asarray(costs, dtype=np.float64)[order]
-    envelope = np.maximum.accumulate(np.asarray(attainments, dtype=np.float64)[order])
-    reached = np.flatnonzero(envelope >= target)
-    if reached.size == 0:
+    _, cost, envelope, j = _crossing(costs, attainments, target)
+    if j is None:
         return None, None
-    j = int(reached[0])
     if j == 0:
         return float(cost[0]), (UPPER if envelope[0] > target else None)
     c0, c1, a0, a1 = cost[j - 1], cost[j], envelope[j - 1], envelope[j]
     return float(c0 + (target - a0) / (a1 - a0) * (c1 - c0)), None
+
+
+def _crossing(
+    costs: Sequence[float], attainments: Sequence[float], target: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
+    """The curve as ``reading_at_target`` reads it.
+
+    Returns:
+        (the points' order by cost, their costs in that order, the attainment envelope in
+        that order, the first position in it that reaches ``target`` or None).
+    """
+    order = np.argsort(np.asarray(costs, dtype=np.float64), kind="stable")
+    cost = np.asarray(costs, dtype=np.float64)[order]
+    envelope = np.maximum.accumulate(np.asarray(attainments, dtype=np.float64)[order])
+    reached = np.flatnonzero(envelope >= target)
+    return order, cost, envelope, (int(reached[0]) if reached.size else None)
+
+
+def bracketing_points(
+    costs: Sequence[float], attainments: Sequence[float], target: float
+) -> tuple[int, int] | None:
+    """The two points ``reading_at_target`` interpolates between, cheaper first.
+
+    Returns:
+        Their indices into ``costs``; None when the reading is not an interpolation (no
+        point reaches the target, or the cheapest already does).
+    """
+    order, _, _, j = _crossing(costs, attainments, target)
+    if not j:
+        return None
+    return int(order[j - 1]), int(order[j])

@@ -10,8 +10,8 @@ samples' scatter (``rising``), and only the window a decision needs
 
 import bisect
 import dataclasses
-import math
 
+from gpuscale.scaling.linefit import fit_line
 from gpuscale.scaling.policy import Observation, Series, State
 
 
@@ -54,22 +54,12 @@ def rising(points: Series, now: float, window_s: float) -> bool:
         True when both hold over the points in ``(now - window_s, now]``.
     """
     recent = [(t, v) for t, v in points if now - window_s < t <= now]
-    n = len(recent)
-    if n < 2:
+    if len(recent) < 2:
         return False
-    mean_t = sum(t for t, _ in recent) / n
-    mean_v = sum(v for _, v in recent) / n
-    sxx = sum((t - mean_t) ** 2 for t, _ in recent)
-    if sxx <= 0 or recent[-1][1] <= mean_v:
+    fit = fit_line(recent)
+    if fit.sxx <= 0 or recent[-1][1] <= fit.mean_v or fit.slope <= 0:
         return False
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent) / sxx
-    if slope <= 0:
-        return False
-    if n < 3:
-        return True
-    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
-    se = math.sqrt(sse / (n - 2) / sxx)
-    return slope >= RISE_T * se
+    return fit.n < 3 or fit.slope >= RISE_T * fit.slope_se()
 
 
 def recent_view(observation: Observation, state: State, history_s: float) -> Observation:

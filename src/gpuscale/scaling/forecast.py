@@ -34,6 +34,7 @@ from statistics import NormalDist
 from typing import Any, Literal
 
 from gpuscale.errors import require
+from gpuscale.scaling.linefit import fit_line
 from gpuscale.scaling.policy import Series
 
 logger = logging.getLogger(__name__)
@@ -298,11 +299,9 @@ def trend_forecast(
         spread = math.sqrt(sum((v - mean_v) ** 2 for _, v in recent) / n)
         upper = level + _z(cfg.quantile) * max(spread, floor)
         return Forecast(level, upper, "trend", horizon_s)
-    mean_t = sum(t for t, _ in recent) / n
-    sxx = sum((t - mean_t) ** 2 for t, _ in recent)
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in recent) / sxx if sxx > 0 else 0.0
-    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in recent)
-    if sxx <= 0 or abs(slope) < SLOPE_T * math.sqrt(sse / (n - 2) / sxx):
+    fit = fit_line(recent)
+    slope = fit.slope
+    if fit.sxx <= 0 or abs(slope) < SLOPE_T * fit.slope_se():
         # No slope the scatter cannot explain: the level, and a new point's spread.
         spread = math.sqrt(sum((v - mean_v) ** 2 for _, v in recent) / (n - 1))
         upper = mean_v + _z(cfg.quantile) * max(spread, floor) * math.sqrt(new + 1 / n)
@@ -315,8 +314,8 @@ def trend_forecast(
     at_now = sum(v for _, v in last) / len(last) + slope * (now - last_t)
     bound = cfg.max_rise_ratio * abs(mean_v)
     point = at_now + min(max(slope * horizon_s, -bound), bound)
-    sigma = max(math.sqrt(sse / (n - 2)), floor)
-    spread = sigma * math.sqrt(new + 1 / n + (x - mean_t) ** 2 / sxx)
+    sigma = max(math.sqrt(fit.sse / (n - 2)), floor)
+    spread = sigma * math.sqrt(new + 1 / n + (x - fit.mean_t) ** 2 / fit.sxx)
     return Forecast(
         max(point, 0.0), max(point + _z(cfg.quantile) * spread, 0.0), "trend", horizon_s
     )

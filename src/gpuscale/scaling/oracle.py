@@ -206,13 +206,16 @@ class OraclePolicy:
             Replicas.
         """
         start = max(0, math.floor(now - self.slack_s))
-        size = self._plan_max.size
-        if start >= size:
+        if start >= self._plan_max.size:
             return self._plan_last
-        end = max(
-            start + 1, math.ceil(now + (self.lead_s + self.interval_s + extra_s) + self.slack_s)
+        return self._plan_within(start, now, self.lead_s + self.interval_s + extra_s)
+
+    def _plan_within(self, start: int, now: float, lead: float) -> int:
+        """The plan's most over ``[start, now + lead + slack_s)`` (``start`` < its size)."""
+        size = self._plan_max.size
+        return self._plan_max.max(
+            start, min(max(start + 1, math.ceil(now + lead + self.slack_s)), size)
         )
-        return self._plan_max.max(start, min(end, size))
 
     def cold_start(self, k: int) -> float:
         """The cold start the ``k``-th pod created (0-based) will take, seconds."""
@@ -277,7 +280,7 @@ class OraclePolicy:
         start = max(0, math.floor(now - self.slack_s))
         if start >= size:
             return min(top, self._plan_last)
-        plan_max, slack, rest = self._plan_max.max, self.slack_s, self.interval_s
+        within, rest = self._plan_within, self.interval_s
         runs = self._wait_runs(live)
         colds = self.cold_starts_s
         bound = top  # no slot above the plan's most over the longest lead is due
@@ -287,20 +290,19 @@ class OraclePolicy:
             if created < 0 or last >= len(colds):
                 longest = max(longest, float(self.lead_s))
             longest = (longest + max(w for _, _, w in runs)) + rest
-            bound = plan_max(start, min(max(start + 1, math.ceil(now + longest + slack)), size))
+            bound = within(start, now, longest)
         for lo, hi, wait in reversed(runs):
             j = min(hi, bound)
             if colds:  # slots above desired + 1: a cold start each
                 while j > lo and j > desired + 1:
                     lead = (self.cold_start(created + j - desired - 1) + wait) + rest
-                    end = min(max(start + 1, math.ceil(now + lead + slack)), size)
-                    if plan_max(start, end) >= j:
+                    if within(start, now, lead) >= j:
                         return j
                     j -= 1
             if j > lo:  # slots sharing the next pod's cold start
                 cold = self.cold_start(created) if colds else self.lead_s
                 lead = (cold + wait) + rest
-                at = plan_max(start, min(max(start + 1, math.ceil(now + lead + slack)), size))
+                at = within(start, now, lead)
                 if at > lo:
                     return min(j, at)
         return 0
@@ -343,23 +345,19 @@ class OraclePolicy:
         keep, size = self.node_keep_s, self.node_size
         base = now + self.interval_s + self.node_lead_s
         old = state.get("recent")
-        fresh = old is None or now - now <= keep  # a level still held counts as held now
         recent: list[list[float]] = []
         live: list[tuple[int, float]] = []
         up = -math.inf  # most replicas of a live entry whose nodes are up
         # Entries whose nodes are up differ only in a past ``ready_at``, which no later
-        # decision reads (time only goes on): one of each (last held, replicas) is kept.
-        # Kept as (last held, replicas) among entries whose nodes are up: a level still
-        # held is refreshed to ``now`` (so keyed by its replicas alone; it holds no more
-        # than ``desired``, a level kept from before holds more, so the keys never meet).
+        # decision reads (time only goes on): one of each is kept. A level still held is
+        # refreshed to ``now``, so keyed by its replicas alone; a level kept from before
+        # holds more than ``desired``, so by (last held, replicas); the keys never meet.
         held_now: set[float] = set()
         joined: set[tuple[float, float]] = set()
         remember = recent.append
         near_now = base - now <= keep  # a refreshed level's nodes outlast a provisioning
         for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
-            if held <= desired:
-                if not fresh:
-                    continue
+            if held <= desired:  # still held: refreshed to now
                 last = now
                 if ready_at <= now:
                     if held in held_now:

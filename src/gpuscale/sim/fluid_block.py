@@ -53,15 +53,7 @@ def step_each_second(
 ) -> tuple[list[float], list[float]]:
     """``FluidQueue.advance`` for any queue: ``step`` once per second from ``t0`` to ``t1 - 1``.
 
-    Args:
-        queue: The queue.
-        t0: First second.
-        t1: One past the last second.
-        arrivals: Requests arriving, indexed by second.
-        work_s: Their total work, reference-GPU seconds, indexed by second.
-        servers: Ready slots.
-        capacity: Work the Ready replicas do per second, reference-GPU seconds.
-        waiting: When given, requests waiting at the end of each second are appended.
+    The arguments are ``FluidQueue.advance``'s, after the queue.
 
     Returns:
         Requests in service at the end of each second, and departures in each.

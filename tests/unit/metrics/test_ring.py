@@ -48,13 +48,17 @@ def test_only_plain_totals_are_answered():
         SecondTotals(("a",), 0)
 
 
+RECORDINGS = {
+    "recorded": st.lists(st.booleans(), min_size=1, max_size=60),
+    "capacity": st.integers(1, 25),
+    "start": st.integers(-5, 65),
+    "length": st.integers(0, 30),
+}
+"""Which seconds were recorded, the ring's size, and the range read."""
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    recorded=st.lists(st.booleans(), min_size=1, max_size=60),
-    capacity=st.integers(1, 25),
-    start=st.integers(-5, 65),
-    length=st.integers(0, 30),
-)
+@given(**RECORDINGS)
 def test_one_second_range_is_each_seconds_stored_value_with_gaps(
     recorded: list[bool], capacity: int, start: int, length: int
 ) -> None:
@@ -79,10 +83,7 @@ def test_one_second_range_is_each_seconds_stored_value_with_gaps(
 
 @settings(max_examples=60, deadline=None)
 @given(
-    recorded=st.lists(st.booleans(), min_size=1, max_size=60),
-    capacity=st.integers(1, 25),
-    start=st.integers(-5, 65),
-    length=st.integers(0, 30),
+    **RECORDINGS,
     values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=120, max_size=120),
 )
 def test_summed_range_is_the_ranges_added_as_summed_columns_adds_them(
