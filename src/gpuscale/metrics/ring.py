@@ -12,7 +12,8 @@ and may not carry matchers or a window.
 It also keeps each second's metrics added together (``summed_range``): a policy
 that adds its signals point by point (Knative's concurrency: in flight plus
 queued) reads them already added, the same floats, instead of adding a window of
-points at every decision.
+points at every decision; ``summed_window`` gives those sums and each metric's
+range from one call, as an observation of every kept metric reads them.
 """
 
 import math
@@ -50,6 +51,7 @@ class SecondTotals:
         # ``summed_range``: the sums ``scaling.baseline.summed_columns`` makes of them.
         self._sums = [0.0] * self.capacity_s
         self._times = [0.0] * self.capacity_s
+        self._summed_signals: tuple[Signal, ...] = ()  # last signals ``_summed_span`` checked
         self._unbroken = 0  # every second from this one to ``_last`` was recorded
         self._first: int | None = None
         self._last = -1
@@ -146,13 +148,7 @@ class SecondTotals:
             hi = min(math.floor(end), self._last)
             if hi < lo:
                 return []
-            i, j = lo % cap, hi % cap
-            if lo >= self._unbroken:  # each stored point is that second's own sample
-                kept = self._points[k]
-                points = tuple(kept[i : j + 1] if i <= j else kept[i:] + kept[: j + 1])
-            else:
-                values = ring[i : j + 1] if i <= j else ring[i:] + ring[: j + 1]
-                points = tuple(zip(map(float, range(lo, hi + 1)), values, strict=True))
+            points = self._seconds(k, lo, hi)
         else:
             n = math.floor((end - start) / step + 1e-9) + 1
             evals = (start + k * step for k in range(max(n, 0)))
@@ -162,6 +158,54 @@ class SecondTotals:
                 if min(math.floor(e), self._last) >= oldest
             )
         return [LabelledValue({}, points)] if points else []
+
+    def _seconds(self, k: int, lo: int, hi: int) -> tuple[tuple[float, float], ...]:
+        """Metric ``k``'s points at seconds ``lo`` to ``hi`` (kept, ``lo <= hi``)."""
+        cap = self.capacity_s
+        i, j = lo % cap, hi % cap
+        if lo >= self._unbroken:  # each stored point is that second's own sample
+            kept = self._points[k]
+            return tuple(kept[i : j + 1] if i <= j else kept[i:] + kept[: j + 1])
+        ring = self._rings[k]
+        values = ring[i : j + 1] if i <= j else ring[i:] + ring[: j + 1]
+        return tuple(zip(map(float, range(lo, hi + 1)), values, strict=True))
+
+    def summed_window(
+        self, signals: Sequence[Signal], start: float, end: float, step: float
+    ) -> tuple[tuple[tuple[tuple[float, float], ...], ...], list[float], list[float]] | None:
+        """``range`` of each of ``signals`` and their ``summed_range``, from one call.
+
+        What an observation of every kept metric needs at once: each signal's points
+        exactly as ``range`` gives them (empty where ``range`` gives no result), and
+        the columns ``summed_range`` gives, without a query per signal.
+
+        Args:
+            signals: The signals, in the order they are added.
+            start: First evaluation time, seconds.
+            end: Last evaluation time, seconds.
+            step: Seconds between evaluation times.
+
+        Returns:
+            (each signal's points, times in seconds, sums), oldest first; None where
+            ``summed_range`` answers None (read ``range`` instead).
+
+        Raises:
+            ValueError: A signal asks for something other than a plain total.
+        """
+        span = self._summed_span(signals, start, end, step)
+        if span is None:
+            return None
+        lo, hi = span
+        if hi < lo:
+            return tuple([() for _ in signals]), [], []
+        cap = self.capacity_s
+        i, j = lo % cap, hi % cap
+        if i <= j and lo >= self._unbroken:  # the common case: one slice of each list
+            cut = slice(i, j + 1)
+            points = tuple([tuple(kept[cut]) for kept in self._points])
+            return points, self._times[cut], self._sums[cut]
+        points = tuple([self._seconds(k, lo, hi) for k in range(len(self.metrics))])
+        return (points, *self._summed(lo, hi))
 
     def summed_range(
         self, signals: Sequence[Signal], start: float, end: float, step: float
@@ -186,15 +230,33 @@ class SecondTotals:
         Raises:
             ValueError: A signal asks for something other than a plain total.
         """
+        span = self._summed_span(signals, start, end, step)
+        if span is None:
+            return None
+        lo, hi = span
+        return ([], []) if hi < lo else self._summed(lo, hi)
+
+    def _summed_span(
+        self, signals: Sequence[Signal], start: float, end: float, step: float
+    ) -> tuple[int, int] | None:
+        """The kept seconds (first, last) of a summed query; None where none is answered.
+
+        Raises:
+            ValueError: A signal asks for something other than a plain total.
+        """
         if step != 1.0 or start != math.floor(start) or len(signals) != len(self.metrics):
             return None
-        for n, s in enumerate(signals):
-            if self._column(s) != n:  # raises as ``range`` would for what it cannot answer
-                return None
-        lo = max(int(start), self._oldest())
-        hi = min(math.floor(end), self._last)
-        if self._first is None or hi < lo:
-            return [], []
+        if signals != self._summed_signals:  # the same signals as last time are valid
+            for n, s in enumerate(signals):
+                if self._column(s) != n:  # raises as ``range`` would for what it cannot answer
+                    return None
+            self._summed_signals = tuple(signals)
+        if self._first is None:
+            return 0, -1
+        return max(int(start), self._oldest()), min(math.floor(end), self._last)
+
+    def _summed(self, lo: int, hi: int) -> tuple[list[float], list[float]]:
+        """The times and sums of seconds ``lo`` to ``hi`` (kept, ``lo <= hi``)."""
         cap = self.capacity_s
         i, j = lo % cap, hi % cap
         sums = self._sums[i : j + 1] if i <= j else self._sums[i:] + self._sums[: j + 1]

@@ -124,7 +124,7 @@ def summed_columns(
     if (
         added is not None
         and len(added.of) == len(present)
-        and all(a is b for a, b in zip(added.of, present, strict=True))
+        and all(map(operator.is_, added.of, present))
     ):
         # The source added these very series already, the same way as below.
         return None if math.isnan(math.fsum(added.values)) else (added.times, added.values)

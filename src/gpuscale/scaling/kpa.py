@@ -204,6 +204,7 @@ class KpaPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
+        self._panic_window_s = self.config.panic_window_s  # read at every tick
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Run one decider tick and the reconciler after it.
@@ -250,8 +251,9 @@ class KpaPolicy:
         ``points`` are the summed concurrency's (times, values).
         """
         cfg = self.config
-        stable = window_mean(*points, cfg.stable_window_s)
-        panic = window_mean(*points, cfg.panic_window_s)
+        times, values = points
+        stable = window_mean(times, values, cfg.stable_window_s)
+        panic = window_mean(times, values, self._panic_window_s)
         ready = float(max(1, ready_pods))
         max_up = math.ceil(cfg.max_scale_up_rate * ready)
         max_down = math.floor(ready / cfg.max_scale_down_rate)

@@ -9,7 +9,7 @@ no I/O itself; the source may be the in-process store, a ring of per-second
 samples or Prometheus.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from gpuscale.metrics.signal import LabelledValue, MetricsSource
 from gpuscale.scaling.policy import (
@@ -84,17 +84,22 @@ def observe(
                     if (pod := res.labels.get("pod")) in names and res.points
                 }
             )
-    series: dict[str, Series] = {}
     hist = policy.history_s
-    for key, sig in policy.signals.items():
+    signals = policy.signals
+    series: dict[str, Series]
+    # A source that keeps its totals added per sample (the simulator's ring) gives the
+    # policy's signals added up, so a policy adding them at each decision need not;
+    # and with them each signal's range, from one call instead of a query per signal.
+    summed_window = getattr(source, "summed_window", None)
+    if summed_window is not None and hist > 0 and len(signals) > 1:
+        window = summed_window(tuple(signals.values()), at - hist, at, step_s)
+        if window is not None:
+            of, times, values = window
+            series = dict(zip(signals, of, strict=True))
+            sums = {tuple(series): SeriesSum(of, times, values)}
+            return Observation(now, target, pod_metrics, series, healthy=at >= 0.0, sums=sums)
+    series = {}
+    for key, sig in signals.items():
         found = source.range(sig, at - hist, at, step_s) if hist > 0 else source.instant(sig, at)
         series[key] = merge(found)
-    sums: Mapping[tuple[str, ...], SeriesSum] = NO_SUMS
-    # A source that keeps its totals added per sample (the simulator's ring) gives the
-    # policy's signals added up, so a policy adding them at each decision need not.
-    summed_range = getattr(source, "summed_range", None)
-    if summed_range is not None and hist > 0 and len(series) > 1:
-        added = summed_range(tuple(policy.signals.values()), at - hist, at, step_s)
-        if added is not None:
-            sums = {tuple(series): SeriesSum(tuple(series.values()), *added)}
-    return Observation(now, target, pod_metrics, series, healthy=at >= 0.0, sums=sums)
+    return Observation(now, target, pod_metrics, series, healthy=at >= 0.0, sums=NO_SUMS)

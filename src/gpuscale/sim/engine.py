@@ -68,6 +68,10 @@ from gpuscale.telemetry.physics import FleetPhysics, gpu_model
 logger = logging.getLogger(__name__)
 
 
+RING_S = 4096
+"""Seconds the direct path's ring keeps at least (a few hundred KiB)."""
+
+
 def _first_second(x: float) -> int:
     """The first whole second at or after ``x`` (a large number for inf)."""
     return math.ceil(x) if x < 1e18 else 1 << 62
@@ -107,7 +111,9 @@ class _Run:
         self.step_s = scenario.scrape_interval_s
         if self.path.source == "direct":  # sampled by the controller itself (Knative)
             keep = policy.history_s + self.path.delay_s + 2 * self.path.interval_s
-            self.ring = SecondTotals((IN_FLIGHT, QUEUE), int(keep) + 2)
+            # Longer than the history read: a window across the ring's end is copied in
+            # three pieces, so a ring many windows long keeps most reads to one slice.
+            self.ring = SecondTotals((IN_FLIGHT, QUEUE), max(int(keep) + 2, RING_S))
             self.source, self.step_s = self.ring, self.path.interval_s
         serving = scenario.serving
         self._base_scv = service_scv(serving, scenario.workload)  # fixed for the run

@@ -118,3 +118,40 @@ def test_summed_range_answers_only_every_metric_in_order_at_whole_seconds():
     assert ring.summed_range((IN_FLIGHT, QUEUE), 0.5, 4.0, 1.0) is None  # not whole seconds
     with pytest.raises(ValueError, match="sum"):
         ring.summed_range((IN_FLIGHT, Signal("queue", aggregation="avg")), 0.0, 4.0, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    **RECORDINGS,
+    values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=120, max_size=120),
+)
+def test_summed_window_is_each_range_and_the_summed_range(
+    recorded: list[bool], capacity: int, start: int, length: int, values: list[float]
+) -> None:
+    # Reference: the separate queries it stands for, gaps and wrapping included.
+    ring = SecondTotals(("in_flight", "queue"), capacity)
+    for t, kept in enumerate(recorded):
+        if kept:
+            ring.record(t, (values[2 * t], values[2 * t + 1]))
+    end = float(start + length)
+    got = ring.summed_window((IN_FLIGHT, QUEUE), float(start), end, 1.0)
+    assert got is not None
+    ranges = [ring.range(s, float(start), end, 1.0) for s in (IN_FLIGHT, QUEUE)]
+    assert got[0] == tuple(r[0].points if r else () for r in ranges)
+    assert got[1:] == ring.summed_range((IN_FLIGHT, QUEUE), float(start), end, 1.0)
+
+
+def test_summed_window_checks_its_signals_at_every_call():
+    # The signals checked last are remembered; other signals are checked again.
+    ring = filled(5)
+    assert ring.summed_window((IN_FLIGHT, QUEUE), 0.0, 4.0, 1.0) is not None
+    assert ring.summed_window((QUEUE, IN_FLIGHT), 0.0, 4.0, 1.0) is None
+    with pytest.raises(ValueError, match="sum"):
+        ring.summed_window((IN_FLIGHT, Signal("queue", aggregation="avg")), 0.0, 4.0, 1.0)
+    assert ring.summed_window((IN_FLIGHT, QUEUE), 0.0, 4.0, 2.0) is None
+    window = ring.summed_window((IN_FLIGHT, QUEUE), 0.0, 4.0, 1.0)
+    assert window is not None
+    (a, _), times, sums = window
+    assert times == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert sums == [100.0, 102.0, 104.0, 106.0, 108.0]
+    assert a == tuple((float(t), float(t)) for t in range(5))

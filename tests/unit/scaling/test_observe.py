@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 
+from gpuscale.metrics.ring import SecondTotals
 from gpuscale.metrics.signal import LabelledValue, Signal
 from gpuscale.scaling.observe import merge, observe
 from gpuscale.scaling.policy import PodStatus, TargetStatus
@@ -85,3 +86,30 @@ def test_keyed_per_pod_values_keep_only_the_target_s_pods_in_the_source_s_order(
     assert list(inside.pod_metrics["util"].items()) == [("a", 1.0), ("b", 2.0)]
     mixed = observe(KeyedSource({"gone": 9.0, "b": 2.0, "a": 1.0}), Policy(), target, 100.0)
     assert list(mixed.pod_metrics["util"].items()) == [("b", 2.0), ("a", 1.0)]
+
+
+class RangesOnly:
+    """The ring's ``instant`` and ``range`` alone: a source with no shortcut."""
+
+    def __init__(self, ring: SecondTotals) -> None:
+        self.instant, self.range = ring.instant, ring.range
+
+
+def test_a_ring_s_window_gives_the_series_its_ranges_give_and_their_sums():
+    # observe reads a ring in one call (summed_window); the series must be those of a
+    # query per signal, and the sums must name those very series objects.
+    ring = SecondTotals(("in_flight", "queue"), 30)
+    for t in range(45):
+        ring.record(t, (t * 0.5, float(t % 4)))
+    signals = {"c": Signal("in_flight", aggregation="sum"), "q": Signal("queue", aggregation="sum")}
+    policy = Policy(history_s=20.0, signals=signals, pod_signals={})
+    fast = observe(ring, policy, TARGET, 44.0, step_s=1.0)
+    slow = observe(RangesOnly(ring), policy, TARGET, 44.0, step_s=1.0)
+    assert fast.series == slow.series
+    assert len(fast.series["c"]) == 21
+    (added,) = fast.sums.values()
+    assert added.of[0] is fast.series["c"]
+    assert added.of[1] is fast.series["q"]
+    pairs = zip(slow.series["c"], slow.series["q"], strict=True)
+    assert list(added.values) == [a + b for (_, a), (_, b) in pairs]
+    assert slow.sums == {}
