@@ -288,13 +288,23 @@ class Cluster:
                 self._new_pod(now)
         elif n_live > self.desired:
             live = self.live_pods()
-
-            def rank(p: Pod) -> tuple[int, int, float, float]:
-                ready_since = -(p.ready_at if p.ready_at is not None else math.inf)
-                return (p.slot >= 0, p.state == READY, ready_since, -p.created_at)
-
-            for pod in heapq.nsmallest(len(live) - self.desired, live, key=rank):  # = sorted[:k]
-                self._delete(pod, now)
+            # Kubernetes' order, each pod's key built inline (no call per pod): unscheduled,
+            # then not Ready, then the most recently Ready, then the newest.
+            inf = math.inf
+            rank = [
+                (
+                    p.slot >= 0,
+                    p.state == READY,
+                    -(inf if p.ready_at is None else p.ready_at),
+                    -p.created_at,
+                )
+                for p in live
+            ]
+            first = heapq.nsmallest(
+                len(live) - self.desired, range(len(live)), key=rank.__getitem__
+            )
+            for i in first:  # = sorted(live, key=rank)[:k]: ties keep the older pod first
+                self._delete(live[i], now)
         self._schedule(now)
         self.version += 1
 
