@@ -117,17 +117,18 @@ def summed_columns(
         (times in seconds, summed values), oldest first and of equal length; None
         when data is missing or any value is NaN.
     """
-    present = _present(observation, keys)
-    if present is None:
-        return None
-    added = observation.sums.get(tuple(keys)) if len(present) == len(keys) else None
+    added = observation.sums.get(tuple(keys)) if observation.sums else None
     if (
         added is not None
-        and len(added.of) == len(present)
-        and all(map(operator.is_, added.of, present))
+        and len(added.of) == len(keys)
+        and all(added.of)  # every series has points: all are present
+        and all(map(operator.is_, added.of, map(observation.series.get, keys)))
     ):
         # The source added these very series already, the same way as below.
         return None if math.isnan(math.fsum(added.values)) else (added.times, added.values)
+    present = _present(observation, keys)
+    if present is None:
+        return None
     columns = [tuple(zip(*points, strict=False)) for points in present]  # points are pairs
     times = columns[0][0]
     if all(c[0] == times for c in columns[1:]):

@@ -228,7 +228,7 @@ class Cluster:
             # A pod's status is dropped where it turns Ready or not Ready (nothing else in
             # it changes); live pods are the states before TERMINATING.
             pods = tuple(
-                p.status or _pod_status(p) for p in self.pods.values() if p.state < TERMINATING
+                [p.status or _pod_status(p) for p in self.pods.values() if p.state < TERMINATING]
             )
             self._status = (self.version, TargetStatus(self.desired, pods))
         return self._status[1]

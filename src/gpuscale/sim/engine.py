@@ -254,12 +254,14 @@ class _Run:
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
         self._ready_speed = speed
         up = speed > 0
-        self.servers = int(up.sum()) * self.slots
+        n_up = int(np.count_nonzero(up))
+        self.servers = n_up * self.slots
         self.capacity = total
         base = self._base_scv
-        if up.sum() > 1:  # a mix of speeds widens service times
-            s = speed[up]
-            mix = float((1.0 / s).sum() * s.sum()) / float(s.size) ** 2
+        if n_up > 1:  # a mix of speeds widens service times
+            s = speed if n_up == speed.size else speed[up]  # all up: the usual case
+            s_sum = total if s is speed else float(s.sum())  # ``total`` is speed's sum
+            mix = float((1.0 / s).sum() * s_sum) / float(s.size) ** 2
             self.queue.service_scv = (1.0 + base) * mix - 1.0
         else:
             self.queue.service_scv = base

@@ -95,7 +95,9 @@ class Telemetry:
         self.drain_seq = np.zeros(n)  # sequence-seconds of draining pods since the last collect
         self._busy = np.zeros(n)  # busy seconds since the last collect
         self._seq = np.zeros(n)  # sequence-seconds since the last collect
-        self._last_busy = np.zeros(n)  # busy share in the last second flushed
+        # Busy share in the last second flushed: (devices, share), 0 elsewhere; kept
+        # as a pair since only a collect reads it, and most flushes are not followed by one.
+        self._last_busy: tuple[np.ndarray, float] | None = None
         self._last_collect: float | None = None
         self._fields: dict[str, np.ndarray] = {}
         self._work = workload.work_s
@@ -130,19 +132,17 @@ class Telemetry:
                 m_sum, u_sum = m_first + m_last, min(max(m_first, 0.0), 1.0) + u_last
             self._busy[devs] += u_sum
             self._seq[devs] += m_sum
-            self._last_busy[:] = 0.0
-            self._last_busy[devs] = u_last
+            self._last_busy = (devs, u_last)
             self.writer.add_completions(slots_of, uids, shares, self.done)
         elif occupancy and devs.size:
             m = np.asarray(occupancy) * self.slots
             u = busy_share(m, self.slots)
             self._busy[devs] += float(u.sum())
             self._seq[devs] += float(m.sum())
-            self._last_busy[:] = 0.0
-            self._last_busy[devs] = float(u[-1])
+            self._last_busy = (devs, float(u[-1]))
             self.writer.add_completions(slots_of, uids, shares, self.done)
         elif self.occupancy:
-            self._last_busy[:] = 0.0
+            self._last_busy = None
         self.occupancy.clear()
         self.done = 0.0
 
@@ -177,7 +177,9 @@ class Telemetry:
         last = self._last_collect
         dt = max(t - last, 1.0) if last is not None else 1.0
         self._last_collect = t
-        busy, seq, sampled = self._busy, self._seq, self._last_busy.copy()
+        busy, seq, sampled = self._busy, self._seq, np.zeros(self._busy.size)
+        if self._last_busy is not None:
+            sampled[self._last_busy[0]] = self._last_busy[1]
         draining = np.flatnonzero(self.drain_seq > 0)
         if draining.size:
             d_busy = busy_share(self.drain_seq[draining] / dt, self.slots)
