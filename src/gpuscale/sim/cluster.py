@@ -29,76 +29,18 @@ import heapq
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from gpuscale.errors import ConfigError, check_ranges
+from gpuscale.errors import ConfigError
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.sim.coldstart import ColdStart, ColdStartStream
+from gpuscale.sim.nodepool import ClusterConfig
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Cluster", "ClusterConfig", "ColdStart", "Pod"]
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    """The GPU node pool and pod lifecycle timings.
-
-    Attributes:
-        gpu_model: GPU short name of every node (``H100``).
-        gpus_per_node: GPUs per node.
-        initial_nodes: Nodes up at the start.
-        max_nodes: The node pool's upper bound.
-        min_nodes: Nodes never removed below this; None means ``initial_nodes``.
-        node_provision_s: Time from the scale-up decision to a schedulable node, seconds.
-        node_idle_remove_s: An empty node is removed after this long, seconds.
-        termination_grace_s: A deleted pod holds its GPU at most this long, seconds.
-        cold_start: Time from scheduling to Ready.
-        namespace: Namespace of the deployment (a label on its series).
-        deployment: Deployment name; pods are named after it.
-    """
-
-    gpu_model: str = "H100"
-    gpus_per_node: int = 8
-    initial_nodes: int = 2
-    max_nodes: int = 16
-    min_nodes: int | None = None
-    node_provision_s: float = 180.0
-    node_idle_remove_s: float = 600.0
-    termination_grace_s: float = 30.0
-    cold_start: ColdStart = field(default_factory=ColdStart.from_gentd26)
-    namespace: str = "default"
-    deployment: str = "inference"
-
-    def __post_init__(self) -> None:
-        floor = self.initial_nodes if self.min_nodes is None else self.min_nodes
-        checks = {
-            "max_nodes": self.max_nodes >= 1,
-            "gpus_per_node": self.gpus_per_node >= 1,
-            "initial_nodes": 0 <= self.initial_nodes <= self.max_nodes,
-            "min_nodes": 0 <= floor <= self.max_nodes,
-            "node_provision_s": self.node_provision_s >= 0,
-            "node_idle_remove_s": self.node_idle_remove_s >= 0,
-            "termination_grace_s": self.termination_grace_s >= 0,
-        }
-        check_ranges(
-            "cluster",
-            self,
-            checks,
-            "need 0 <= min_nodes, initial_nodes <= max_nodes and non-negative times",
-        )
-
-    @property
-    def floor_nodes(self) -> int:
-        """Nodes the pool never shrinks below."""
-        return self.initial_nodes if self.min_nodes is None else self.min_nodes
-
-    @property
-    def max_gpus(self) -> int:
-        """GPUs in the pool at its largest."""
-        return self.max_nodes * self.gpus_per_node
 
 
 PENDING, STARTING, READY, TERMINATING, GONE = range(5)  # in lifecycle order (``status``)
@@ -190,6 +132,9 @@ class Cluster:
         self._uid = 0
         self._events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, id)
         self._seq = 0
+        # Bumped where the status changes: ``desired``, a live pod added or removed, or
+        # one turning Ready or not (binding a pod or freeing a deleted one's GPU does not).
+        self._status_changes = 0
         self._status: tuple[int, TargetStatus] | None = None
 
     # ----------------------------------------------------------------- queries
@@ -224,13 +169,13 @@ class Cluster:
 
     def status(self) -> TargetStatus:
         """The deployment's status as the API server reports it."""
-        if self._status is None or self._status[0] != self.version:
+        if self._status is None or self._status[0] != self._status_changes:
             # A pod's status is dropped where it turns Ready or not Ready (nothing else in
             # it changes); live pods are the states before TERMINATING.
             pods = tuple(
                 [p.status or _pod_status(p) for p in self.pods.values() if p.state < TERMINATING]
             )
-            self._status = (self.version, TargetStatus(self.desired, pods))
+            self._status = (self._status_changes, TargetStatus(self.desired, pods))
         return self._status[1]
 
     def nodes_up(self) -> int:
@@ -245,6 +190,7 @@ class Cluster:
     def start(self, replicas: int, now: float = 0.0) -> None:
         """Create ``replicas`` pods already Ready at ``now`` (a warmed-up deployment)."""
         self.desired = replicas
+        self._status_changes += 1
         places = self._placements(replicas)
         if len(places) < replicas:
             raise ConfigError(
@@ -261,6 +207,7 @@ class Cluster:
     def scale(self, replicas: int, now: float) -> None:
         """Set ``spec.replicas``; the ReplicaSet creates or deletes pods at once."""
         self.desired = max(int(replicas), 0)
+        self._status_changes += 1
         self._reconcile(now)
 
     def delete_named(self, names: Sequence[str], now: float) -> None:
@@ -279,6 +226,7 @@ class Cluster:
         pod = Pod(self._uid, f"{self.config.deployment}-{self._uid:05d}", now)
         self.pods[pod.uid] = pod
         self._pending[pod.uid] = pod
+        self._status_changes += 1
         return pod
 
     def _reconcile(self, now: float) -> None:
@@ -309,6 +257,7 @@ class Cluster:
         self.version += 1
 
     def _delete(self, pod: Pod, now: float) -> None:
+        self._status_changes += 1
         if pod.slot < 0:
             pod.state = GONE
             del self.pods[pod.uid]
@@ -415,6 +364,8 @@ class Cluster:
         self.ready_changes += pod.state == READY
         if pod.state == TERMINATING:
             self._terminating -= 1
+        else:  # a live pod gone
+            self._status_changes += 1
         self.slot_pod[list(pod.gpus) or slot] = -1
         pod.state, pod.slot, pod.gpus = GONE, -1, ()
         return pod
@@ -424,6 +375,7 @@ class Cluster:
         if pod.state not in (STARTING, READY):
             return
         self.ready_changes += pod.state == READY
+        self._status_changes += 1
         pod.state, pod.ready_at, pod.status = STARTING, None, None
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
@@ -462,6 +414,7 @@ class Cluster:
                 return False
             pod.state, pod.ready_at, pod.due, pod.status = READY, when, math.inf, None
             self.ready_changes += 1
+            self._status_changes += 1
             return True
         if kind == 1:  # termination grace over
             return self.release(ident, when)

@@ -5,8 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
+from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.sim.cluster import (
     PENDING,
     READY,
@@ -314,3 +317,46 @@ def test_ready_changes_moves_exactly_when_the_ready_pods_change():
     c.restart_pod(pod, 63.0)  # a crash takes it out of Ready
     assert pod.state == STARTING
     assert c.ready_changes > seen
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["scale", "advance", "release", "fail", "restart"]), st.integers(0, 7)
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_cached_status_is_always_the_one_built_afresh(ops):
+    # status() is rebuilt only where it can change (desired, live pods added or gone,
+    # Ready or not); after any sequence of changes it must equal a fresh build.
+    c = Cluster(small(initial_nodes=2, max_nodes=4, cold_start=ColdStart.fixed(20.0)))
+    c.start(2)
+    now = 0.0
+    for op, k in ops:
+        now += 7.0
+        if op == "scale":
+            c.scale(k, now)
+        elif op == "advance":
+            c.advance(now)
+        elif op == "release":
+            stopping = [p for p in c.pods.values() if p.state == TERMINATING]
+            if stopping:
+                c.release(stopping[k % len(stopping)].uid, now)
+        elif op == "fail":
+            c.fail_gpu(k % c.n_devices, now, replace_after=30.0)
+        else:
+            live = [p for p in c.pods.values() if p.state in (STARTING, READY)]
+            if live:
+                c.restart_pod(live[k % len(live)], now)
+        fresh = TargetStatus(
+            c.desired,
+            tuple(
+                PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
+                for p in c.pods.values()
+                if p.state in (PENDING, STARTING, READY)
+            ),
+        )
+        assert c.status() == fresh

@@ -1,0 +1,69 @@
+"""The GPU node pool's size and the pod lifecycle's timings, as one frozen config.
+
+Kept apart from ``sim.cluster`` (which re-exports it) so that the cluster module
+holds only the pods' and nodes' behaviour.
+"""
+
+from dataclasses import dataclass, field
+
+from gpuscale.errors import check_ranges
+from gpuscale.sim.coldstart import ColdStart
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """The GPU node pool and pod lifecycle timings.
+
+    Attributes:
+        gpu_model: GPU short name of every node (``H100``).
+        gpus_per_node: GPUs per node.
+        initial_nodes: Nodes up at the start.
+        max_nodes: The node pool's upper bound.
+        min_nodes: Nodes never removed below this; None means ``initial_nodes``.
+        node_provision_s: Time from the scale-up decision to a schedulable node, seconds.
+        node_idle_remove_s: An empty node is removed after this long, seconds.
+        termination_grace_s: A deleted pod holds its GPU at most this long, seconds.
+        cold_start: Time from scheduling to Ready.
+        namespace: Namespace of the deployment (a label on its series).
+        deployment: Deployment name; pods are named after it.
+    """
+
+    gpu_model: str = "H100"
+    gpus_per_node: int = 8
+    initial_nodes: int = 2
+    max_nodes: int = 16
+    min_nodes: int | None = None
+    node_provision_s: float = 180.0
+    node_idle_remove_s: float = 600.0
+    termination_grace_s: float = 30.0
+    cold_start: ColdStart = field(default_factory=ColdStart.from_gentd26)
+    namespace: str = "default"
+    deployment: str = "inference"
+
+    def __post_init__(self) -> None:
+        floor = self.initial_nodes if self.min_nodes is None else self.min_nodes
+        checks = {
+            "max_nodes": self.max_nodes >= 1,
+            "gpus_per_node": self.gpus_per_node >= 1,
+            "initial_nodes": 0 <= self.initial_nodes <= self.max_nodes,
+            "min_nodes": 0 <= floor <= self.max_nodes,
+            "node_provision_s": self.node_provision_s >= 0,
+            "node_idle_remove_s": self.node_idle_remove_s >= 0,
+            "termination_grace_s": self.termination_grace_s >= 0,
+        }
+        check_ranges(
+            "cluster",
+            self,
+            checks,
+            "need 0 <= min_nodes, initial_nodes <= max_nodes and non-negative times",
+        )
+
+    @property
+    def floor_nodes(self) -> int:
+        """Nodes the pool never shrinks below."""
+        return self.initial_nodes if self.min_nodes is None else self.min_nodes
+
+    @property
+    def max_gpus(self) -> int:
+        """GPUs in the pool at its largest."""
+        return self.max_nodes * self.gpus_per_node
