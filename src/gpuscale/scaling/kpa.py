@@ -204,7 +204,10 @@ class KpaPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
-        self._panic_window_s = self.config.panic_window_s  # read at every tick
+        # Read at every tick: worked out once.
+        self._panic_window_s = self.config.panic_window_s
+        self._panic_ratio = self.config.panic_threshold_percentage / 100
+        self._target_text = f"{self.config.target:g}"
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Run one decider tick and the reconciler after it.
@@ -261,7 +264,7 @@ class KpaPolicy:
         dppc = math.ceil(panic / cfg.target)
         desired_stable = min(max(dspc, max_down), max_up)
         desired_panic = min(max(dppc, max_down), max_up)
-        over = dppc / ready >= cfg.panic_threshold_percentage / 100
+        over = dppc / ready >= self._panic_ratio
         panic_time = st.get("panic_time")
         max_panic = int(st.get("max_panic_pods", 0))
         if over:
@@ -281,7 +284,7 @@ class KpaPolicy:
             capacity = ready_pods * cfg.target / cfg.target_utilization
             burst = math.floor(capacity - cfg.target_burst_capacity - panic)
         seen = (
-            f"{mode}: stable {stable:.2f} panic {panic:.2f} / target {cfg.target:g} "
+            f"{mode}: stable {stable:.2f} panic {panic:.2f} / target {self._target_text} "
             f"-> {dspc}/{dppc} pods, ready {ready_pods}"
         )
         return desired, burst, seen
