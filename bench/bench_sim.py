@@ -8,7 +8,13 @@ minutes and the 1-hour, 10,000-GPU run under 5 minutes.
   simulating; the trace is loaded once before) in this process, pinned to one core
   where the OS allows it, timed with ``time.process_time`` (CPU seconds, so other
   load on a shared machine counts less than in wall time). Reported: each policy's
-  median over ``--repeats``, the 2 s target and the ratio to it.
+  median over ``--repeats``, the 2 s target and the ratio to it, with the date and
+  the load average before and after (``--one-core-only`` updates only this case).
+* ``24h_100gpu_kpa_replay`` (``--kpa-replay``): where kpa's one-core time goes. Its
+  run, and the same run with its recorded decisions replayed by a policy that reads
+  no signal (the same signal path, so the engine still samples its ring each second):
+  the replay is the simulation of kpa's dynamics alone, the difference the cost of
+  observing and deciding. CPU seconds on one core, median of ``--repeats``.
 * ``24h_100gpu`` and ``1h_10000gpu``: the policies in a two-worker process pool, as
   ``gpuscale evaluate --jobs 2`` does, each worker timing its own run. Reported: wall
   seconds of the whole case (median of ``--repeats``), each policy's wall and CPU
@@ -22,6 +28,7 @@ Run:
     python bench/bench_sim.py                 # writes bench/results.json["sim"]
     python bench/bench_sim.py --repeats 1     # quicker
     python bench/bench_sim.py --one-core-only # only the one-core CPU figure
+    python bench/bench_sim.py --one-core-only --kpa-replay  # and where kpa's time goes
 """
 
 import argparse
@@ -32,8 +39,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpuscale.evaluate.pool import RunPool
-from gpuscale.evaluate.runner import POLICY_NAMES, EvaluationRequest, PreparedEvaluation, run_one
+from gpuscale.evaluate.pool import RunPool, decisions_at_debug
+from gpuscale.evaluate.runner import (
+    POLICY_NAMES,
+    EvaluationRequest,
+    PreparedEvaluation,
+    build_policy,
+    run_one,
+)
+from gpuscale.scaling.policy import Decision, Observation, ScalingPolicy, State
+from gpuscale.sim.engine import simulate
 
 ROOT = Path(__file__).resolve().parent
 
@@ -106,6 +121,73 @@ def bench_one_core(repeats: int) -> dict[str, object]:
         "cpu_s_all": cpu,
         "ratio_to_target": {p: s / ONE_CORE_TARGET_S for p, s in medians.items()},
         "meets_target": {p: s <= ONE_CORE_TARGET_S for p, s in medians.items()},
+    }
+
+
+class Recording:
+    """A policy that decides as ``inner`` does and keeps each decision."""
+
+    def __init__(self, inner: ScalingPolicy) -> None:
+        self.inner, self.decisions = inner, list[Decision]()
+        self.name, self.interval_s = inner.name, inner.interval_s
+        self.signals, self.pod_signals = inner.signals, inner.pod_signals
+        self.history_s = inner.history_s
+        self.min_replicas, self.max_replicas = inner.min_replicas, inner.max_replicas
+        self.signal_path = getattr(inner, "signal_path", None)
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        decision = self.inner.decide(observation, state)
+        self.decisions.append(decision)
+        return decision
+
+
+class Replay(Recording):
+    """The recorded decisions, in order, with no signal to read (``signal_path`` kept)."""
+
+    def __init__(self, recording: Recording) -> None:
+        super().__init__(recording.inner)
+        self.signals = self.pod_signals = {}
+        self.history_s = 0.0
+        self._next = iter(recording.decisions).__next__
+
+    def decide(self, observation: Observation, state: State) -> Decision:
+        return self._next()
+
+
+def bench_kpa_replay(repeats: int) -> dict[str, object]:
+    """kpa's one-core run against the same run with its decisions replayed (CPU s)."""
+    trace, scale, duration, _ = CASES["24h_100gpu"]
+    prepared = EvaluationRequest(trace, scale=scale, duration_s=duration).prepare()
+    recording = Recording(build_policy("kpa", prepared.configs["kpa"], prepared.required))
+    with decisions_at_debug():
+        reference = simulate(prepared.scenario, recording)
+    before, core = pin_to_one_core()
+    kpa, replay = [], []
+    try:
+        for _ in range(repeats):
+            start = time.process_time()
+            run_one(prepared, "kpa", quiet=True)
+            kpa.append(time.process_time() - start)
+            start = time.process_time()
+            with decisions_at_debug():
+                replayed = simulate(prepared.scenario, Replay(recording))
+            replay.append(time.process_time() - start)
+            same = (replayed.gpu_seconds, replayed.scale_events, replayed.within_slo)
+            assert same == (reference.gpu_seconds, reference.scale_events, reference.within_slo)
+    finally:
+        if before is not None:
+            os.sched_setaffinity(0, before)
+    k, r = statistics.median(kpa), statistics.median(replay)
+    return {
+        "core": core,
+        "repeats": repeats,
+        "decisions": len(recording.decisions),
+        "scale_events": reference.scale_events,
+        "kpa_cpu_s": k,
+        "replay_cpu_s": r,
+        "observe_and_decide_cpu_s": k - r,
+        "kpa_cpu_s_all": kpa,
+        "replay_cpu_s_all": replay,
     }
 
 
@@ -196,6 +278,9 @@ def main() -> None:
     parser.add_argument(
         "--one-core-only", action="store_true", help="only the one-core CPU-seconds case"
     )
+    parser.add_argument(
+        "--kpa-replay", action="store_true", help="also kpa against its decisions replayed"
+    )
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
     when = {  # CPU seconds on a shared machine depend on its load: keep both with the figures
@@ -203,6 +288,7 @@ def main() -> None:
         "load_average_1min_before": round(os.getloadavg()[0], 2),
     }
     one_core = bench_one_core(args.repeats)  # before the pool: its workers must not be pinned
+    one_core.update(when, load_average_1min_after=round(os.getloadavg()[0], 2))
     if not args.one_core_only:
         with RunPool(args.jobs) as pool:
             results = {
@@ -211,16 +297,28 @@ def main() -> None:
             }
         print_table(results)
     print_one_core(one_core)
+    if args.kpa_replay:
+        replay = bench_kpa_replay(args.repeats)
+        replay.update(when, load_average_1min_after=round(os.getloadavg()[0], 2))
+        results["24h_100gpu_kpa_replay"] = replay
+        print(
+            f"kpa {replay['kpa_cpu_s']:.2f} CPU s; its decisions replayed (no observation) "
+            f"{replay['replay_cpu_s']:.2f}; observing and deciding "
+            f"{replay['observe_and_decide_cpu_s']:.2f} ({replay['decisions']} decisions, "
+            f"{replay['scale_events']} scale changes)"
+        )
     document = json.loads(args.out.read_text()) if args.out.exists() else {}
-    previous = document.get("sim", {}).get("results", {}) if args.one_core_only else {}
-    results = {**previous, **results, "24h_100gpu_one_core": one_core}
+    previous = document.get("sim", {}) if args.one_core_only else {}
+    results = {**previous.get("results", {}), **results, "24h_100gpu_one_core": one_core}
     when["load_average_1min_after"] = round(os.getloadavg()[0], 2)
-    document["sim"] = {
+    # The header dates the pool cases: a one-core-only run keeps theirs (its own date
+    # and load are in its result).
+    header = {k: v for k, v in previous.items() if k != "results"} or {
         "machine": f"{os.cpu_count()} cores",
         "jobs": args.jobs,
         **when,
-        "results": results,
     }
+    document["sim"] = {**header, "results": results}
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {args.out} ['sim']")
 
