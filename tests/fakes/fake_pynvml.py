@@ -16,6 +16,7 @@ MIG with ``FakeMig`` instances, and queue XID events with ``queue_xid``.
 """
 
 import string
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -200,6 +201,9 @@ class FakeGpu:
         default_factory=lambda: {0: 5_000_000, 1: 2_000, 2: 0, 3: 7_000, 4: 9_000_000, 5: 0}
     )
     pcie_kbps: tuple[int, int] = (1000, 2000)  # tx, rx in KB/s
+    # NVML measures PCIe throughput over 20 ms and blocks meanwhile; a barrier shared by
+    # several GPUs stands in for that wait and breaks (after 5 s) unless they read at once.
+    pcie_barrier: threading.Barrier | None = None
     power_limit_mw: int = 700000
     clock_reasons: int = 0x4  # DCGM/NVML clocks event reason bits: SW power cap
     brand: int = NVML_BRAND_NVIDIA
@@ -233,6 +237,7 @@ class _EventSet:
 
 
 calls: Counter[str] = Counter()
+_calls_lock = threading.Lock()  # the source reads GPUs on several threads
 wait_timeouts: list[int] = []  # timeoutms of every nvmlEventSetWait
 _gpus: list[FakeGpu] = []
 _handles: list[_Handle] = []
@@ -274,7 +279,8 @@ def queue_xid(gpu_index: int, xid: int) -> None:
 
 
 def _enter(fn: str, handle: _Handle | None = None) -> None:
-    calls[fn] += 1
+    with _calls_lock:
+        calls[fn] += 1
     if not _initialized[0]:
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
     if handle is None:
@@ -491,7 +497,10 @@ def nvmlDeviceGetViolationStatus(device: _Handle, perfPolicyType: int) -> Simple
 
 
 def nvmlDeviceGetPcieThroughput(device: _Handle, counter: int) -> int:
-    return _whole_gpu("nvmlDeviceGetPcieThroughput", device).pcie_kbps[counter]
+    gpu = _whole_gpu("nvmlDeviceGetPcieThroughput", device)
+    if gpu.pcie_barrier is not None:
+        gpu.pcie_barrier.wait(timeout=5)
+    return gpu.pcie_kbps[counter]
 
 
 def nvmlDeviceGetNvLinkState(device: _Handle, link: int) -> int:

@@ -258,6 +258,10 @@ register(
 )
 
 
+QUEUE_WAIT_SHARE = 0.25
+"""hybrid holds a scale-in for a queue expected to wait over this share of the SLO's budget."""
+
+
 # Predictive and hybrid (issue 9): not in the default set until their matched-SLO
 # targets are shown. Demand per replica is KEDA's and KPA's (in flight plus queued at
 # the 70 % target); node provisioning counts beyond the always-up nodes, as the
@@ -276,7 +280,7 @@ def _predictive(f: FairInputs) -> PredictiveConfig:
 def _hybrid(f: FairInputs) -> HybridConfig:
     p = _predictive(f)
     fields = {k.name: getattr(p, k.name) for k in dataclasses.fields(PredictiveConfig)}
-    return HybridConfig(**fields)
+    return HybridConfig(**fields, queue_wait_s=round(QUEUE_WAIT_SHARE * f.wait_budget_s, 3))
 
 
 def _build_predictive(c: PredictiveConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
@@ -307,7 +311,7 @@ register(
         HybridConfig,
         _hybrid,
         _build_hybrid,
-        (*_PLAN_FIELDS, "sm_target"),
+        (*_PLAN_FIELDS, "sm_target", "queue_wait_s"),
         units={"per_replica": "requests (in flight + queued) per replica"},
         knob=_PLAN_KNOB,
         default=False,

@@ -39,6 +39,9 @@ class FairInputs:
         fast_capacity: Replicas that fit on the nodes that are always up.
         node_size: Replicas (GPUs) per node.
         node_keep_s: An idle node is removed after this long, seconds.
+        wait_budget_s: The wait in the queue a mean request may have and still meet its
+            SLO, seconds: an LLM's TTFT budget for the trace's mean prompt, else the
+            latency SLO less the mean service time.
     """
 
     min_replicas: int
@@ -52,6 +55,7 @@ class FairInputs:
     fast_capacity: int
     node_size: int
     node_keep_s: float
+    wait_budget_s: float
 
 
 @dataclass(frozen=True, slots=True)

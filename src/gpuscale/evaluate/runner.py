@@ -54,6 +54,7 @@ from gpuscale.scaling.policy import ScalingPolicy
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.faults import SimFault, parse_sim_fault
+from gpuscale.sim.llm import step_model
 from gpuscale.sim.outcome import RunResult
 from gpuscale.sim.queue_model import QueueModel
 from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, required_replicas
@@ -232,6 +233,26 @@ def default_slo_s(workload: Workload, serving: ServingConfig, gpu_model: str) ->
     return math.ceil(SLO_SERVICE_MULTIPLE * service * 10.0) / 10.0
 
 
+def wait_budget_s(
+    workload: Workload, serving: ServingConfig, gpu_model: str, slo_latency_s: float
+) -> float:
+    """The wait in the queue a mean request may have and still meet its SLO.
+
+    An LLM request's TTFT is its wait plus its prefill, so its budget is
+    ``ttft_slowdown - 1`` idle prefills of the trace's mean prompt; any other
+    request's is the latency SLO less its mean service time on ``gpu_model``.
+
+    Returns:
+        Seconds, at least 0.
+    """
+    profile = workload.profile
+    if serving.llm_slo is not None and profile is not None and profile.context_q is not None:
+        prefill = float(step_model(gpu_model).prefill_step_s(1.0, float(profile.context_q.mean())))
+        return (serving.llm_slo.ttft_slowdown - 1.0) * prefill
+    speed = relative_speed(gpu_model, serving.reference_model)
+    return max(slo_latency_s - workload.mean_service_s() / speed, 0.0)
+
+
 def plan(
     workload: Workload,
     *,
@@ -298,6 +319,7 @@ def plan(
         fast_capacity=cluster_cfg.floor_nodes * per_node // gpr,
         node_size=max(per_node // gpr, 1),
         node_keep_s=cluster_cfg.node_idle_remove_s,
+        wait_budget_s=wait_budget_s(workload, serving, template.gpu_model, slo_latency_s),
     )
     logger.info(
         "scenario %s: %d s, peak need %d replicas, static %d, max %d, initial %d, nodes %d-%d",

@@ -22,7 +22,9 @@ is added for each such pod so that the healthy count meets the need, and the
 pod is named in ``Decision.delete`` (``replace``) so that it is replaced by a
 new pod. Scale-in follows ``predictive`` (only when observed load agrees, never
 while it rises, after the stabilisation window, in small steps a cool-down
-apart) and never happens while requests queue; scale-out is fast but bounded.
+apart) and never happens while requests queue beyond ordinary queueing (with
+``queue_wait_s`` set: while the queue's expected wait after the scale-in would
+exceed it); scale-out is fast but bounded.
 """
 
 import logging
@@ -84,6 +86,13 @@ class HybridConfig(PredictiveConfig):
         panic_ratio: When the newest demand sample needs this many times the Ready
             replicas, the reactive need reads it unsmoothed (Knative's panic threshold,
             200 %): a burst must not wait for ``smoothing_s`` to fill.
+        queue_wait_s: A queue whose expected wait after a scale-in stays under this is
+            ordinary queueing of a busy fleet and does not hold the scale-in. The wait is
+            Little's law on the fleet's completion rate, scaled to the replicas left:
+            queued x service time / in service x current / proposed replicas. A share
+            of the wait the SLO allows a request (``gpuscale evaluate`` sets a quarter
+            of it). None: any queue above ``SATURATED_SHARE`` of those in service holds
+            scale-in, as does an unknown service time.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -97,6 +106,7 @@ class HybridConfig(PredictiveConfig):
         default="gpuscale_serving_queue_requests", metadata={"unit": ""}
     )
     panic_ratio: float = field(default=2.0, metadata={"unit": "ratio"})
+    queue_wait_s: float | None = field(default=None, metadata={"unit": "s"})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -108,6 +118,8 @@ class HybridConfig(PredictiveConfig):
         check(0 < self.sm_target <= 1, "sm_target", "use a ratio in (0, 1]")
         check(self.ttft_slo_s > 0, "ttft_slo_s", "use > 0 s")
         check(self.panic_ratio >= 1, "panic_ratio", "use a ratio of 1 or more")
+        wait = self.queue_wait_s
+        check(wait is None or wait >= 0, "queue_wait_s", "use >= 0 s, or none")
 
 
 def reactive_need(
@@ -182,7 +194,7 @@ def backlog_demand(
     backlog: Series | None,
     health_state: Mapping[str, Any],
     horizon_s: float,
-) -> tuple[Series, str]:
+) -> tuple[Series, str, float | None]:
     """The demand the reactive need sees: in service, the queue's share, and its growth.
 
     While requests queue, those in flight are bounded by the Ready pods and hide how
@@ -197,20 +209,42 @@ def backlog_demand(
     The service time is ``service_time_s``; unknown, the queue counts in full.
 
     Returns:
-        The demand points (the newest with both terms) and a note.
+        The demand points (the newest with both terms), a note, and the service time
+        (None when unknown).
     """
     points = weigh_backlog(total, backlog, 0.0)
     if not backlog or not points:
-        return total, ""
+        return total, "", None
     service = service_time_s(observation, points[-1][1], health_state)
     if service is None or horizon_s <= 0:
-        return total, ""
+        return total, "", service
     weight = min(service / horizon_s, 1.0)
     growth = queue_growth(backlog, float(observation.now)) * service
     weighed = weigh_backlog(total, backlog, weight)
     t, v = weighed[-1]
     note = f", queue x{weight:.2f} + growth {growth:.1f}" if backlog[-1][1] > 0 else ""
-    return (*weighed[:-1], (t, v + growth)), note
+    return (*weighed[:-1], (t, v + growth)), note, service
+
+
+def queue_holds(
+    in_service: float,
+    queued: float,
+    service: float | None,
+    current: int,
+    proposal: int,
+    cfg: HybridConfig,
+) -> bool:
+    """Whether a queue, seen now, should hold a scale-in from ``current`` to ``proposal``.
+
+    Returns:
+        True unless ``queue_wait_s`` is set, the service time is known and the queue's
+        expected wait with ``proposal`` replicas (``HybridConfig.queue_wait_s``) is
+        within it.
+    """
+    if cfg.queue_wait_s is None or service is None or service <= 0 or in_service <= 0:
+        return True
+    wait = queued * service / in_service * current / max(proposal, 1)
+    return wait > cfg.queue_wait_s
 
 
 def steady_demand(
@@ -234,8 +268,14 @@ def steady_demand(
     return samples, points, tuple(demand)
 
 
-def last_saturated(in_service: Series, backlog: Series | None) -> float | None:
-    """The newest time at which requests were queued beyond ``SATURATED_SHARE``.
+def last_saturated(
+    in_service: Series, backlog: Series | None, service: float | None, cfg: HybridConfig
+) -> float | None:
+    """The newest time at which requests were queued beyond ordinary queueing.
+
+    A queue is beyond it when above ``SATURATED_SHARE`` of those in service and, with
+    ``queue_wait_s`` set and the service time known, when its expected wait (queued x
+    service time / in service) exceeds ``queue_wait_s``.
 
     Returns:
         Seconds, or None when the queue stayed (nearly) empty.
@@ -243,8 +283,12 @@ def last_saturated(in_service: Series, backlog: Series | None) -> float | None:
     if not backlog:
         return None
     serving = dict(in_service)
+    bound = None  # queued per request in service beyond which the wait is long
+    if cfg.queue_wait_s is not None and service is not None and service > 0:
+        bound = cfg.queue_wait_s / service
     for t, q in reversed(backlog):
-        if q > SATURATED_SHARE * serving.get(t, 0.0) and q > 0:
+        busy = serving.get(t, 0.0)
+        if q > SATURATED_SHARE * busy and q > 0 and (bound is None or q > bound * busy):
             return float(t)
     return None
 
@@ -327,23 +371,27 @@ class HybridPolicy:
         ready = sum(1 for p in observation.target.pods if p.ready)
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
-        since, queued = None, ""
+        since, queued, service = None, "", None
         if cfg.backlog_metric is not None:
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.
             # The queue is drained by replicas beyond the current ones: they may need a node.
             cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
             reach = horizon_s(cold, current + 1, cfg)
-            now_points, queued = backlog_demand(observation, now_points, backlog, old_health, reach)
-            since = last_saturated(samples, backlog)
+            now_points, queued, service = backlog_demand(
+                observation, now_points, backlog, old_health, reach
+            )
+            since = last_saturated(samples, backlog, service, cfg)
         planned, why, parts = plan(observation, samples, state, cfg, unsaturated_since=since)
         need, seen = reactive_need(observation, now_points, sick, cfg)
         seen += queued
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
         proposal, up, agreed = agree(proposal, current, points, now, cfg, started, samples)
-        # Requests queued now: the pods are short, whatever the served load says.
-        up = up or (since is not None and since >= float(points[-1][0]))
+        # Requests queued now: the pods are short, whatever the served load says, unless
+        # the queue is the ordinary queueing of a busy fleet (``queue_holds``).
+        if since is not None and since >= float(points[-1][0]) and backlog:
+            up = up or queue_holds(samples[-1][1], backlog[-1][1], service, current, proposal, cfg)
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"

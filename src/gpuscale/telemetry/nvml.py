@@ -16,7 +16,10 @@ NVML errors three ways:
 
 Reads are batched per device, as nvitop's ``oneshot()`` does: one pass over
 each entity per sample, values converted to the DCGM catalogue's units. The
-getter-to-field mapping lives in ``gpuscale.telemetry.nvml_reads``.
+getter-to-field mapping lives in ``gpuscale.telemetry.nvml_reads``. Entities are
+read on a small thread pool (NVML is thread-safe): some getters wait rather than
+compute (the PCIe throughput counters measure over 20 ms each; on one H200 a
+sample spent 84 of its 97 ms there), and that wait must not add up per GPU.
 
 MIG: when a GPU runs in MIG mode, the GPU stays an entity (temperature, power,
 clocks) and each MIG device becomes one more, labelled with the parent's UUID
@@ -33,6 +36,7 @@ import math
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
@@ -55,6 +59,7 @@ from gpuscale.telemetry.nvml_reads import (
 logger = logging.getLogger(__name__)
 
 _MAX_EVENTS_PER_SAMPLE = 1000
+_MAX_READERS = 16  # threads reading entities at once; a node has at most 8-16 GPUs
 
 
 def _load() -> ModuleType:
@@ -139,6 +144,10 @@ class NvmlSource:
             raise SourceUnavailableError(_unavailable(str(err))) from err
         self._entities = self._with_p2p(self._entities)
         self._register_xids()
+        readers = min(len(self._entities), _MAX_READERS)
+        self._readers = (
+            ThreadPoolExecutor(readers, thread_name_prefix="nvml-read") if readers > 1 else None
+        )
 
     # --- the chokepoint -------------------------------------------------------
     def _call(self, fn: str, *args: object) -> Any:  # noqa: ANN401 - untyped ctypes answers
@@ -312,9 +321,14 @@ class NvmlSource:
             raise SourceUnavailableError("NVML source is closed")
         timestamp = self._clock()
         xids = self._drain_xids(timestamp)
-        samples = tuple(
-            self._sample(e, xids.get(_handle_key(e.handle), ())) for e in self._entities
-        )
+
+        def read(entity: _Entity) -> DeviceSample:
+            return self._sample(entity, xids.get(_handle_key(entity.handle), ()))
+
+        if self._readers is None:
+            samples = tuple(map(read, self._entities))
+        else:
+            samples = tuple(self._readers.map(read, self._entities))
         return Snapshot(timestamp=timestamp, hostname=self._hostname, devices=samples)
 
     def close(self) -> None:
@@ -322,6 +336,8 @@ class NvmlSource:
         if self._closed:
             return
         self._closed = True
+        if self._readers is not None:
+            self._readers.shutdown(wait=True)
         if self._event_set is not None:
             try:
                 self._call("nvmlEventSetFree", self._event_set)

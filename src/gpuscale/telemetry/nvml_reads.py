@@ -82,15 +82,15 @@ SCALARS: tuple[tuple[str, str, tuple[str, ...], Callable[[Any], float]], ...] = 
             ("RELIABILITY", "NVML_PERF_POLICY_RELIABILITY"),
         )
     ),
-    # KB/s as DCGM_FI_DEV_PCIE_*_THROUGHPUT, and -> B/s; nvidia-smi dmon -s t (txpci / rxpci)
-    *(
-        (f"DCGM_FI_{group}_{way}_{suffix}", "nvmlDeviceGetPcieThroughput", (counter,), convert)
-        for way, counter in (("TX", "NVML_PCIE_UTIL_TX_BYTES"), ("RX", "NVML_PCIE_UTIL_RX_BYTES"))
-        for group, suffix, convert in (
-            ("DEV_PCIE", "THROUGHPUT", _ident),
-            ("PROF_PCIE", "BYTES", _kib),
-        )
-    ),
+)
+
+# PCIe throughput per counter: (counter, field in KB/s, field in B/s); nvidia-smi dmon
+# -s t (txpci / rxpci). NVML
+# measures each counter over a 20 ms interval and blocks for it (on one H200, 21 ms a
+# call), so each is read once and feeds both fields.
+PCIE = tuple(
+    (counter, f"DCGM_FI_DEV_PCIE_{way}_THROUGHPUT", f"DCGM_FI_PROF_PCIE_{way}_BYTES")
+    for way, counter in (("TX", "NVML_PCIE_UTIL_TX_BYTES"), ("RX", "NVML_PCIE_UTIL_RX_BYTES"))
 )
 
 # NVLink DL error counters summed over active links, count; nvidia-smi nvlink -e
@@ -147,6 +147,10 @@ def read_gpu(b: Batch, nv: ModuleType, nvlinks: tuple[int, ...]) -> None:
     for name, fn, consts, convert in SCALARS:
         value = b.get((name,), fn, *(getattr(nv, c) for c in consts))
         b.put(name, None if value is None else convert(value))
+    for counter, kbps, bytes_s in PCIE:
+        value = b.get((kbps, bytes_s), "nvmlDeviceGetPcieThroughput", getattr(nv, counter))
+        b.put(kbps, None if value is None else float(value))
+        b.put(bytes_s, None if value is None else _kib(value))
     # HBM temperature, C; temperature.memory, through the field-values API.
     fvs = b.get((MEMORY_TEMP,), "nvmlDeviceGetFieldValues", [nv.NVML_FI_DEV_MEMORY_TEMP])
     if fvs:

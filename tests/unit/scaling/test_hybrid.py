@@ -101,6 +101,57 @@ def test_queued_requests_count_at_the_share_of_a_cold_start_a_service_takes():
     assert "demand 165.00 -> 17" in d3.reason
 
 
+def scale_in_with_a_queue(queued: float, cfg: HybridConfig) -> int:
+    """Replicas after 10 pods serving 50 in flight (need 5) see ``queued`` requests wait.
+
+    A first decision at 100 in flight sets the completion counters; by the second the
+    pods have completed 200 requests in 15 s: service time 50 / (200 / 15) = 3.75 s.
+    """
+    target, policy = TargetStatus(10, ready_pods(10)), HybridPolicy(cfg)
+    d1 = policy.decide(observe(585.0, target, [100.0] * 41, metrics(10)), LONG_AGO)
+    assert d1.replicas >= 10  # no scale-in yet, so no cool-down at the second
+    later = metrics(10, **{health.DONE: {f"p{i}": 20.0 for i in range(10)}})
+    obs = observe(600.0, target, [50.0] * 41, later)
+    queue = tuple((t, 0.0 if t < 560.0 else queued) for t, _ in obs.series[IN_FLIGHT])
+    obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
+    return policy.decide(obs, d1.state).replicas
+
+
+@pytest.mark.parametrize(
+    ("queued", "wait_s", "scales_in"),
+    [
+        (2.0, None, False),  # without a wait bound any queue holds
+        (2.0, 1.0, True),  # 2 x 3.75 / 50 = 0.15 s now, ~0.3 s on half the pods: ordinary
+        (40.0, 1.0, False),  # 40 queued: 3 s now, over the bound
+    ],
+)
+def test_a_queue_holds_scale_in_only_when_its_expected_wait_is_long(queued, wait_s, scales_in):
+    cfg = HybridConfig(
+        per_replica=10.0,
+        stabilization_window_s=0.0,
+        scale_down_percent=100.0,
+        queue_wait_s=wait_s,
+    )
+    assert (scale_in_with_a_queue(queued, cfg) < 10) is scales_in
+
+
+@pytest.mark.parametrize(("queued", "scales_in"), [(0.0, True), (5.0, False)])
+def test_a_queue_beside_idle_pods_holds_scale_in(queued, scales_in):
+    # Completions but nothing in flight: a service time of 0 s says nothing of the
+    # queue's wait, which is then unknown and holds, as without a bound.
+    cfg = HybridConfig(
+        per_replica=10.0, stabilization_window_s=0.0, scale_down_percent=100.0, queue_wait_s=1.0
+    )
+    target, policy = TargetStatus(10, ready_pods(10)), HybridPolicy(cfg)
+    d1 = policy.decide(observe(585.0, target, [100.0] * 41, metrics(10)), LONG_AGO)
+    assert d1.replicas >= 10
+    later = metrics(10, **{health.DONE: {f"p{i}": 20.0 for i in range(10)}})
+    obs = observe(600.0, target, [0.0] * 41, later)
+    queue = tuple((t, queued) for t, _ in obs.series[IN_FLIGHT])
+    obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
+    assert (policy.decide(obs, d1.state).replicas < 10) is scales_in
+
+
 def test_a_starting_pod_is_not_capacity():
     pods = (*ready_pods(4), PodStatus("p4", False, 590.0, None))
     target = TargetStatus(5, pods)
@@ -228,18 +279,24 @@ def paths(draw):
     n = draw(st.integers(1, 50))
     demand = draw(st.lists(st.floats(0.0, 300.0, allow_nan=False), min_size=n, max_size=n))
     sm = draw(st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=n, max_size=n))
-    return demand, sm
+    queued = draw(st.lists(st.floats(0.0, 50.0, allow_nan=False), min_size=n, max_size=n))
+    return demand, sm, queued
 
 
-def run(policy, demand, sm, start):
+def run(policy, demand, sm, queued, start):
+    """Decisions along a path; each pod completes 5 requests per step (service time known)."""
     state: dict = {}
     current = start
-    history = [demand[0]] * 40
-    for i, (v, s) in enumerate(zip(demand, sm, strict=True)):
-        history = [*history[1:], v]
+    history, backlog = [demand[0]] * 40, [0.0] * 40
+    for i, (v, s, q) in enumerate(zip(demand, sm, queued, strict=True)):
+        history, backlog = [*history[1:], v], [*backlog[1:], q]
         now = 600.0 + STEP_S * i
         target = TargetStatus(current, ready_pods(current))
-        obs = observe(now, target, history, metrics(current, sm=s))
+        done = {health.DONE: {f"p{k}": 5.0 * i for k in range(current)}}
+        obs = observe(now, target, history, metrics(current, sm=s, **done))
+        times = [t for t, _ in obs.series[IN_FLIGHT]]
+        queue = tuple(zip(times, backlog, strict=True))
+        obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
         d = policy.decide(obs, state)
         yield now, current, obs, d, state
         state = json.loads(json.dumps(d.state))
@@ -248,15 +305,24 @@ def run(policy, demand, sm, start):
 
 WINDOWS = st.sampled_from([(0.0, 0.0), (300.0, 0.0), (300.0, 300.0)])
 """(stabilisation window, scale-in window): with both 0 only the rise rule stops a scale-in."""
+WAITS = st.sampled_from([None, 0.0, 2.0])
+"""``queue_wait_s``: any queue holds, any queue with a known service time holds, or 2 s."""
 
 
 @settings(max_examples=100, deadline=None)
 @given(
-    paths(), st.integers(1, 4), st.integers(0, 40), WINDOWS, st.booleans(), st.sampled_from([1, 4])
+    paths(),
+    st.integers(1, 4),
+    st.integers(0, 40),
+    WINDOWS,
+    st.booleans(),
+    st.sampled_from([1, 4]),
+    WAITS,
 )
-def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_high, size):
+def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_high, size, wait):
     stable, scale_in = windows
     cfg = HybridConfig(
+        queue_wait_s=wait,
         node_size=size,
         per_replica=10.0,
         min_replicas=low,
@@ -278,9 +344,9 @@ def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_
 
 
 @settings(max_examples=40, deadline=None)
-@given(paths())
-def test_property_deterministic_and_state_round_trips(path):
-    cfg = HybridConfig(per_replica=10.0)
+@given(paths(), WAITS)
+def test_property_deterministic_and_state_round_trips(path, wait):
+    cfg = HybridConfig(per_replica=10.0, queue_wait_s=wait)
     for _, _, obs, d, state in run(HybridPolicy(cfg), *path, start=2):
         again = HybridPolicy(cfg).decide(obs, json.loads(json.dumps(state)))
         assert (again.replicas, again.reason, again.state) == (d.replicas, d.reason, d.state)
@@ -294,17 +360,26 @@ def test_property_deterministic_and_state_round_trips(path):
 @given(
     st.lists(st.floats(0.0, 300.0, allow_nan=False), min_size=2, max_size=40),
     st.lists(st.floats(0.0, 50.0, allow_nan=False), min_size=40, max_size=40),
+    st.sampled_from([None, 0.0]),
 )
-def test_property_no_scale_in_while_requests_queue_or_within_the_cooldown(demand, queued):
+def test_property_no_scale_in_while_requests_queue_or_within_the_cooldown(demand, queued, wait):
+    # queue_wait_s = 0: any expected wait is too long, so any queue holds, as with None.
     cfg = HybridConfig(
-        per_replica=10.0, stabilization_window_s=0.0, scale_in_window_s=0.0, max_replicas=60
+        per_replica=10.0,
+        stabilization_window_s=0.0,
+        scale_in_window_s=0.0,
+        max_replicas=60,
+        queue_wait_s=wait,
     )
     policy, state, current, last_in = HybridPolicy(cfg), dict(LONG_AGO), 60, None
     history = [demand[0]] * 40
     for i, v in enumerate(demand):
         history = [*history[1:], v]
         now = 600.0 + STEP_S * i
-        obs = observe(now, TargetStatus(current, ready_pods(current)), history, metrics(current))
+        done = {health.DONE: {f"p{k}": 5.0 * i for k in range(current)}}
+        obs = observe(
+            now, TargetStatus(current, ready_pods(current)), history, metrics(current, **done)
+        )
         times = [t for t, _ in obs.series[IN_FLIGHT]]
         queue = tuple(zip(times, [*queued[i + 1 :], *queued[: i + 1]], strict=True))
         obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})

@@ -4,6 +4,7 @@ import ctypes.util
 import importlib.util
 import inspect
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -282,7 +283,21 @@ def test_each_device_is_read_once_per_sample(nv):
     assert delta["nvmlDeviceGetPowerUsage"] == 3
     assert delta["nvmlDeviceGetClockInfo"] == 6  # SM and memory clocks
     assert delta["nvmlDeviceGetViolationStatus"] == 18  # six policies
+    # NVML blocks 20 ms per PCIe counter read: TX and RX once each, for both fields.
+    assert delta["nvmlDeviceGetPcieThroughput"] == 6
     assert delta["nvmlDeviceGetHandleByIndex"] == 0  # handles come from start-up
+
+
+def test_gpus_are_read_at_once_so_blocking_getters_do_not_add_up(nv):
+    # Each GPU's PCIe read waits at a barrier for all four: read one after another,
+    # the first waits alone, the barrier breaks after 5 s and the sample fails.
+    barrier = threading.Barrier(4)
+    gpus = [nv.FakeGpu(uuid=gpu_uuid(i), minor=i, pcie_barrier=barrier) for i in range(4)]
+    source = start(nv, gpus)
+    devices = source.sample().devices
+    assert [d.info.uuid for d in devices] == [gpu_uuid(i) for i in range(4)]  # index order
+    assert all(d.values["DCGM_FI_DEV_PCIE_RX_THROUGHPUT"] == 2000.0 for d in devices)
+    source.close()
 
 
 def test_memory_falls_back_to_v1_without_reserved(nv):
