@@ -23,8 +23,8 @@ pod is named in ``Decision.delete`` (``replace``) so that it is replaced by a
 new pod. Scale-in follows ``predictive`` (only when observed load agrees, never
 while it rises, after the stabilisation window, in small steps a cool-down
 apart) and never happens while requests queue beyond ordinary queueing (with
-``queue_wait_s`` set: while the queue's expected wait after the scale-in would
-exceed it); scale-out is fast but bounded.
+``queue_wait_s`` set: while the queue's expected wait exceeds it); scale-out is
+fast but bounded.
 """
 
 import logging
@@ -86,13 +86,13 @@ class HybridConfig(PredictiveConfig):
         panic_ratio: When the newest demand sample needs this many times the Ready
             replicas, the reactive need reads it unsmoothed (Knative's panic threshold,
             200 %): a burst must not wait for ``smoothing_s`` to fill.
-        queue_wait_s: A queue whose expected wait after a scale-in stays under this is
-            ordinary queueing of a busy fleet and does not hold the scale-in. The wait is
-            Little's law on the fleet's completion rate, scaled to the replicas left:
-            queued x service time / in service x current / proposed replicas. A share
-            of the wait the SLO allows a request (``gpuscale evaluate`` sets a quarter
-            of it). None: any queue above ``SATURATED_SHARE`` of those in service holds
-            scale-in, as does an unknown service time.
+        queue_wait_s: A queue whose expected wait stays under this is ordinary queueing
+            of a busy fleet: it neither holds a scale-in nor cuts the forecast's fit
+            window. The wait is Little's law on the fleet's completion rate: queued x
+            service time / in service. A share of the wait the SLO allows a request
+            (``gpuscale evaluate`` sets a quarter of it). None: any queue above
+            ``SATURATED_SHARE`` of those in service counts, as it does while the
+            service time is unknown.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -224,27 +224,6 @@ def backlog_demand(
     t, v = weighed[-1]
     note = f", queue x{weight:.2f} + growth {growth:.1f}" if backlog[-1][1] > 0 else ""
     return (*weighed[:-1], (t, v + growth)), note, service
-
-
-def queue_holds(
-    in_service: float,
-    queued: float,
-    service: float | None,
-    current: int,
-    proposal: int,
-    cfg: HybridConfig,
-) -> bool:
-    """Whether a queue, seen now, should hold a scale-in from ``current`` to ``proposal``.
-
-    Returns:
-        True unless ``queue_wait_s`` is set, the service time is known and the queue's
-        expected wait with ``proposal`` replicas (``HybridConfig.queue_wait_s``) is
-        within it.
-    """
-    if cfg.queue_wait_s is None or service is None or service <= 0 or in_service <= 0:
-        return True
-    wait = queued * service / in_service * current / max(proposal, 1)
-    return wait > cfg.queue_wait_s
 
 
 def steady_demand(
@@ -388,10 +367,9 @@ class HybridPolicy:
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
         proposal, up, agreed = agree(proposal, current, points, now, cfg, started, samples)
-        # Requests queued now: the pods are short, whatever the served load says, unless
-        # the queue is the ordinary queueing of a busy fleet (``queue_holds``).
-        if since is not None and since >= float(points[-1][0]) and backlog:
-            up = up or queue_holds(samples[-1][1], backlog[-1][1], service, current, proposal, cfg)
+        # Requests queued now beyond ordinary queueing (``last_saturated``): the pods are
+        # short, whatever the served load says.
+        up = up or (since is not None and since >= float(points[-1][0]))
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"

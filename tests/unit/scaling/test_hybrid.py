@@ -121,8 +121,8 @@ def scale_in_with_a_queue(queued: float, cfg: HybridConfig) -> int:
     ("queued", "wait_s", "scales_in"),
     [
         (2.0, None, False),  # without a wait bound any queue holds
-        (2.0, 1.0, True),  # 2 x 3.75 / 50 = 0.15 s now, ~0.3 s on half the pods: ordinary
-        (40.0, 1.0, False),  # 40 queued: 3 s now, over the bound
+        (2.0, 1.0, True),  # 2 x 3.75 / 50 = 0.15 s expected wait: ordinary
+        (40.0, 1.0, False),  # 40 queued: 3 s, over the bound
     ],
 )
 def test_a_queue_holds_scale_in_only_when_its_expected_wait_is_long(queued, wait_s, scales_in):
