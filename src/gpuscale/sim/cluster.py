@@ -29,57 +29,33 @@ import heapq
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling.policy import PodStatus, TargetStatus
+from gpuscale.scaling.policy import TargetStatus
 from gpuscale.sim.coldstart import ColdStart, ColdStartStream
 from gpuscale.sim.nodepool import ClusterConfig
+from gpuscale.sim.pod import GONE, PENDING, READY, STARTING, TERMINATING, Pod, pod_status
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Cluster", "ClusterConfig", "ColdStart", "Pod"]
+__all__ = [
+    "GONE",
+    "PENDING",
+    "READY",
+    "STARTING",
+    "TERMINATING",
+    "Cluster",
+    "ClusterConfig",
+    "ColdStart",
+    "Pod",
+]
 
 
-PENDING, STARTING, READY, TERMINATING, GONE = range(5)  # in lifecycle order (``status``)
 _NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY = range(3)
 NODE_READY = _NODE_READY
 """``Cluster.node_state`` of a node that has joined and takes pods."""
-
-
-@dataclass(slots=True)
-class Pod:
-    """One replica (mutable simulator state).
-
-    Attributes:
-        uid: Creation sequence number.
-        name: Pod name.
-        created_at: Creation time, seconds.
-        state: PENDING, STARTING, READY, TERMINATING or GONE.
-        slot: First GPU slot it holds, -1 while unscheduled.
-        gpus: Every GPU slot it holds (all on one node), empty while unscheduled.
-        ready_at: When it became Ready (None before).
-        due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
-        status: Cached API view of the pod (None where it must be rebuilt).
-    """
-
-    uid: int
-    name: str
-    created_at: float
-    state: int = PENDING
-    slot: int = -1
-    gpus: tuple[int, ...] = ()
-    ready_at: float | None = None
-    due: float = math.inf
-    status: PodStatus | None = None
-
-
-def _pod_status(p: Pod) -> PodStatus:
-    """The API view of ``p``, kept on it until it changes."""
-    p.status = PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
-    return p.status
 
 
 class Cluster:
@@ -122,6 +98,12 @@ class Cluster:
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
         self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
+        # Kept as pods change, so no query scans every pod: live pods (oldest first), those
+        # starting, GPUs held, uids that left Ready since ``take_left_ready``.
+        self._live: dict[int, Pod] = {}
+        self._starting: dict[int, Pod] = {}
+        self._held = 0
+        self._left_ready: list[int] = []
         self._terminating = 0
         self.desired = 0
         self.version = 0
@@ -144,7 +126,7 @@ class Cluster:
 
     def live_pods(self) -> list[Pod]:
         """Pods counted against ``spec.replicas`` (not terminating), oldest first."""
-        return [p for p in self.pods.values() if p.state in (PENDING, STARTING, READY)]
+        return list(self._live.values())
 
     def ready_pods(self) -> list[Pod]:
         """Ready pods, oldest first."""
@@ -156,7 +138,12 @@ class Cluster:
 
     def held_count(self) -> int:
         """GPUs held by the deployment's pods (every GPU of each pod)."""
-        return int(np.count_nonzero(self.slot_pod >= 0))
+        return self._held
+
+    def take_left_ready(self) -> list[int]:
+        """The uids of the pods that left Ready since the last call, in the order they left."""
+        left, self._left_ready = self._left_ready, []
+        return left
 
     def terminating_count(self) -> int:
         """Pods terminating (deleted, still holding their GPUs)."""
@@ -172,9 +159,7 @@ class Cluster:
         if self._status is None or self._status[0] != self._status_changes:
             # A pod's status is dropped where it turns Ready or not Ready (nothing else in
             # it changes); live pods are the states before TERMINATING.
-            pods = tuple(
-                [p.status or _pod_status(p) for p in self.pods.values() if p.state < TERMINATING]
-            )
+            pods = tuple([p.status or pod_status(p) for p in self._live.values()])
             self._status = (self._status_changes, TargetStatus(self.desired, pods))
         return self._status[1]
 
@@ -224,16 +209,24 @@ class Cluster:
     def _new_pod(self, now: float) -> Pod:
         self._uid += 1
         pod = Pod(self._uid, f"{self.config.deployment}-{self._uid:05d}", now)
-        self.pods[pod.uid] = pod
+        self.pods[pod.uid] = self._live[pod.uid] = pod
         self._pending[pod.uid] = pod
         self._status_changes += 1
         return pod
 
     def _reconcile(self, now: float) -> None:
-        n_live = len(self.pods) - self._terminating
+        n_live = len(self._live)
         if n_live < self.desired:
             for _ in range(self.desired - n_live):
                 self._new_pod(now)
+        elif (
+            n_live > self.desired
+            and not self._pending
+            and len(self._starting) >= (n_live - self.desired)
+        ):  # the full order below would pick starting pods, which tie but for their age
+            newest = sorted(self._starting.values(), key=lambda p: (-p.created_at, p.uid))
+            for pod in newest[: n_live - self.desired]:  # uid: creation (``live``'s) order
+                self._delete(pod, now)
         elif n_live > self.desired:
             live = self.live_pods()
             # Kubernetes' order, each pod's key built inline (no call per pod): unscheduled,
@@ -258,13 +251,14 @@ class Cluster:
 
     def _delete(self, pod: Pod, now: float) -> None:
         self._status_changes += 1
+        del self._live[pod.uid]
         if pod.slot < 0:
             pod.state = GONE
             del self.pods[pod.uid]
             del self._pending[pod.uid]
             return
         self._terminating += 1
-        self.ready_changes += pod.state == READY
+        self._left(pod)
         pod.state, pod.due = TERMINATING, now + self.config.termination_grace_s
         self._push(pod.due, 1, pod.uid)
 
@@ -287,8 +281,17 @@ class Cluster:
                 return out[:limit]
         return out
 
+    def _left(self, pod: Pod) -> None:
+        """``pod`` leaves its state (Ready or starting) for another."""
+        if pod.state == READY:
+            self.ready_changes += 1
+            self._left_ready.append(pod.uid)
+        elif pod.state == STARTING:
+            del self._starting[pod.uid]
+
     def _bind(self, pod: Pod, gpus: tuple[int, ...]) -> None:
         pod.slot, pod.gpus = gpus[0], gpus
+        self._held += len(gpus)
         self.slot_pod[list(gpus)] = pod.uid
         self._pending.pop(pod.uid, None)
 
@@ -301,6 +304,7 @@ class Cluster:
         for pod, gpus in zip(started, places, strict=False):
             self._bind(pod, gpus)
             pod.state = STARTING
+            self._starting[pod.uid] = pod
         for pod in started:  # the k-th pod created takes the stream's k-th draw
             pod.due = now + self._cold.draw(pod.uid - 1)
             self._push(pod.due, 0, pod.uid)
@@ -361,12 +365,14 @@ class Cluster:
         if uid < 0:
             return None
         pod = self.pods.pop(uid)
-        self.ready_changes += pod.state == READY
+        self._left(pod)
         if pod.state == TERMINATING:
             self._terminating -= 1
         else:  # a live pod gone
             self._status_changes += 1
+            del self._live[uid]
         self.slot_pod[list(pod.gpus) or slot] = -1
+        self._held -= len(pod.gpus)
         pod.state, pod.slot, pod.gpus = GONE, -1, ()
         return pod
 
@@ -374,9 +380,10 @@ class Cluster:
         """The pod's container crashed (e.g. an ECC error): it cold-starts again in place."""
         if pod.state not in (STARTING, READY):
             return
-        self.ready_changes += pod.state == READY
+        self._left(pod)
         self._status_changes += 1
         pod.state, pod.ready_at, pod.status = STARTING, None, None
+        self._starting[pod.uid] = pod
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
         self.version += 1
@@ -412,6 +419,7 @@ class Cluster:
             pod = self.pods.get(ident)
             if pod is None or pod.state != STARTING or pod.due != when:
                 return False
+            del self._starting[ident]
             pod.state, pod.ready_at, pod.due, pod.status = READY, when, math.inf, None
             self.ready_changes += 1
             self._status_changes += 1

@@ -168,17 +168,14 @@ class _Run:
         c, q = self.cluster, self.queue
         per_server = q.busy / self.servers if self.servers else 0.0
         pods = c.pods
-        left = (
-            [  # the pods Ready at the last refresh that are no longer (none if none left)
-                (uid, speed)
-                for uid, speed in zip(
-                    self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
-                )
-                if uid not in pods or pods[uid].state != READY
-            ]
-            if c.ready_changes != self._ready_seen
-            else []
-        )
+        left: list[tuple[int, float]] = []  # the pods Ready at the last refresh no longer Ready
+        gone = c.take_left_ready()  # every pod that left Ready since: only these can be
+        if gone and c.ready_changes != self._ready_seen:
+            uids, at = self._ready_uids, np.searchsorted(self._ready_uids, gone).tolist()
+            for i in sorted(set(at)):  # the Ready pods' order (uids ascend)
+                uid = int(uids[i]) if i < uids.size else -1
+                if uid in gone and (uid not in pods or pods[uid].state != READY):
+                    left.append((uid, float(self._ready_speed[i])))
         for uid, speed in left:
             pod = pods.get(uid)
             serving = per_server * self.slots if speed > 0 else 0.0
