@@ -40,17 +40,8 @@ from gpuscale.sim.pod import GONE, PENDING, READY, STARTING, TERMINATING, Pod, p
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "GONE",
-    "PENDING",
-    "READY",
-    "STARTING",
-    "TERMINATING",
-    "Cluster",
-    "ClusterConfig",
-    "ColdStart",
-    "Pod",
-]
+__all__ = ["Cluster", "ClusterConfig", "ColdStart", "Pod"]
+__all__ += ["GONE", "PENDING", "READY", "STARTING", "TERMINATING"]  # from sim.pod
 
 
 _NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY = range(3)
@@ -94,6 +85,7 @@ class Cluster:
         self._next_spare = self.n_slots
         self.node_state = np.full(config.max_nodes, _NODE_ABSENT, dtype=np.int8)
         self.node_state[: config.initial_nodes] = _NODE_READY
+        self._on_ready_node: np.ndarray | None = None  # ``on_ready_node``, None when stale
         self._node_gpus = g
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
@@ -262,10 +254,15 @@ class Cluster:
         pod.state, pod.due = TERMINATING, now + self.config.termination_grace_s
         self._push(pod.due, 1, pod.uid)
 
+    def on_ready_node(self) -> np.ndarray:
+        """Which slots are on Ready nodes (kept until a node changes state; do not modify)."""
+        if self._on_ready_node is None:
+            self._on_ready_node = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
+        return self._on_ready_node
+
     def _free_slots(self) -> np.ndarray:
         """Free, working GPU slots on Ready nodes, lowest first (pods pack onto nodes)."""
-        ready_nodes = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
-        return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & ready_nodes)
+        return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & self.on_ready_node())
 
     def _placements(self, limit: int) -> list[tuple[int, ...]]:
         """Up to ``limit`` sets of ``gpus_per_pod`` free slots, each on one node, packed."""
@@ -320,6 +317,7 @@ class Cluster:
         absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
         for node in absent:
             self.node_state[node] = _NODE_PROVISIONING
+            self._on_ready_node = None
             self._push(now + self.config.node_provision_s, 2, int(node))
             logger.debug("t=%.0f: provisioning node %d", now, node)
         if need > absent.size:
@@ -428,6 +426,7 @@ class Cluster:
             return self.release(ident, when)
         if kind == 2:  # node joined
             self.node_state[ident] = _NODE_READY
+            self._on_ready_node = None
             self.ready_node_gpus += g
             self._schedule(when)
             self._schedule_node_removal(ident, when)
@@ -446,6 +445,7 @@ class Cluster:
             and self.nodes_up() > self.config.floor_nodes
         ):
             self.node_state[ident] = _NODE_ABSENT
+            self._on_ready_node = None
             self.ready_node_gpus -= g
             logger.debug("t=%.0f: removed idle node %d", when, ident)
             return True

@@ -42,7 +42,6 @@ from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
 from gpuscale.sim.alerting import SimAlerting, alert_window_s
 from gpuscale.sim.cluster import (
-    NODE_READY,
     READY,
     STARTING,
     TERMINATING,
@@ -274,8 +273,7 @@ class _Run:
             self.tel.collect(t, self._ready_gpus, stopping, loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
             c = self.cluster
-            on = np.repeat(c.node_state == NODE_READY, c.config.gpus_per_node)
-            self._power_w = float(self.physics.power_w[c.slot_phys[on]].sum())
+            self._power_w = float(self.physics.power_w[c.slot_phys[c.on_ready_node()]].sum())
         if scrape:
             self.tel.scrape(t, per_pod, self.queue.waiting)
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.sim.cluster import (
+    NODE_READY,
     PENDING,
     READY,
     STARTING,
@@ -43,9 +44,9 @@ def deletion_order(live: list[Pod]) -> list[Pod]:
 @settings(max_examples=60, deadline=None)
 @given(OPS, st.sampled_from([1, 2]))
 def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
-    # held_count, live_pods, the scale-in victims (found among the starting pods alone
-    # when they suffice) and take_left_ready are kept as pods change instead of scanning
-    # every pod; after each change they must equal the scan, whatever the sequence.
+    # held_count, live_pods, on_ready_node, the scale-in victims (found among the starting
+    # pods alone when they suffice) and take_left_ready are kept as pods change instead of
+    # scanning every pod; after each change they must equal the scan, whatever the sequence.
     config = ClusterConfig(
         gpus_per_node=4,
         initial_nodes=2,
@@ -87,6 +88,8 @@ def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
         if op == "scale":
             assert sorted(deleted) == sorted(expected_victims)
         assert c.held_count() == int(np.count_nonzero(c.slot_pod >= 0))
+        on = np.repeat(c.node_state == NODE_READY, config.gpus_per_node)
+        assert np.array_equal(c.on_ready_node(), on)
         live = [p for p in c.pods.values() if p.state in (PENDING, STARTING, READY)]
         assert c.live_pods() == live
         ready_now = {p.uid for p in c.pods.values() if p.state == READY}
