@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling.policy import TargetStatus
+from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.sim.coldstart import ColdStart, ColdStartStream
 from gpuscale.sim.nodepool import ClusterConfig
 from gpuscale.sim.pod import GONE, PENDING, READY, STARTING, TERMINATING, Pod, pod_status
@@ -90,18 +90,16 @@ class Cluster:
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
         self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
-        # Kept as pods change, so no query scans every pod: live pods (oldest first), those
-        # starting, GPUs held, uids that left Ready since ``take_left_ready``.
+        # Kept as pods change, so no query scans every pod: live pods (oldest first) and
+        # their API views, those starting, GPUs held, uids that left Ready (``take_left_ready``).
         self._live: dict[int, Pod] = {}
+        self._live_status: dict[int, PodStatus] = {}
         self._starting: dict[int, Pod] = {}
-        self._held = 0
-        self._left_ready: list[int] = []
-        self._terminating = 0
+        self._held, self._left_ready, self._terminating = 0, list[int](), 0
         self.desired = 0
         self.version = 0
-        # Bumped where the Ready pods change (``version`` also counts
-        # pods starting, terminating or freeing GPUs): what is built from the Ready pods
-        # alone stays valid while it holds.
+        # Bumped where the Ready pods change (``version`` also counts pods starting,
+        # terminating or freeing GPUs): what is built from the Ready pods alone holds.
         self.ready_changes = 0
         self._uid = 0
         self._events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, id)
@@ -149,9 +147,9 @@ class Cluster:
     def status(self) -> TargetStatus:
         """The deployment's status as the API server reports it."""
         if self._status is None or self._status[0] != self._status_changes:
-            # A pod's status is dropped where it turns Ready or not Ready (nothing else in
-            # it changes); live pods are the states before TERMINATING.
-            pods = tuple([p.status or pod_status(p) for p in self._live.values()])
+            # A pod's view is replaced where it turns Ready or not Ready (nothing else in it
+            # changes), in place, so the views keep the live pods' order.
+            pods = tuple(self._live_status.values())
             self._status = (self._status_changes, TargetStatus(self.desired, pods))
         return self._status[1]
 
@@ -177,7 +175,8 @@ class Cluster:
         for gpus in places:
             pod = self._new_pod(now)
             self._bind(pod, gpus)
-            pod.state, pod.ready_at, pod.status = READY, now, None
+            pod.state, pod.ready_at = READY, now
+            self._live_status[pod.uid] = pod_status(pod)
         self.version += 1
         self.ready_changes += 1
 
@@ -202,6 +201,7 @@ class Cluster:
         self._uid += 1
         pod = Pod(self._uid, f"{self.config.deployment}-{self._uid:05d}", now)
         self.pods[pod.uid] = self._live[pod.uid] = pod
+        self._live_status[pod.uid] = pod_status(pod)
         self._pending[pod.uid] = pod
         self._status_changes += 1
         return pod
@@ -243,7 +243,7 @@ class Cluster:
 
     def _delete(self, pod: Pod, now: float) -> None:
         self._status_changes += 1
-        del self._live[pod.uid]
+        del self._live[pod.uid], self._live_status[pod.uid]
         if pod.slot < 0:
             pod.state = GONE
             del self.pods[pod.uid]
@@ -368,7 +368,7 @@ class Cluster:
             self._terminating -= 1
         else:  # a live pod gone
             self._status_changes += 1
-            del self._live[uid]
+            del self._live[uid], self._live_status[uid]
         self.slot_pod[list(pod.gpus) or slot] = -1
         self._held -= len(pod.gpus)
         pod.state, pod.slot, pod.gpus = GONE, -1, ()
@@ -380,7 +380,8 @@ class Cluster:
             return
         self._left(pod)
         self._status_changes += 1
-        pod.state, pod.ready_at, pod.status = STARTING, None, None
+        pod.state, pod.ready_at = STARTING, None
+        self._live_status[pod.uid] = pod_status(pod)
         self._starting[pod.uid] = pod
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
@@ -388,8 +389,9 @@ class Cluster:
 
     def _schedule_node_removal(self, node: int, now: float) -> None:
         g = self._node_gpus
-        if self.node_state[node] == _NODE_READY and np.all(
-            self.slot_pod[node * g : (node + 1) * g] < 0
+        if (
+            self.node_state[node] == _NODE_READY
+            and (self.slot_pod[node * g : (node + 1) * g] < 0).all()
         ):
             self._push(now + self.config.node_idle_remove_s, 4, node)
 
@@ -418,7 +420,8 @@ class Cluster:
             if pod is None or pod.state != STARTING or pod.due != when:
                 return False
             del self._starting[ident]
-            pod.state, pod.ready_at, pod.due, pod.status = READY, when, math.inf, None
+            pod.state, pod.ready_at, pod.due = READY, when, math.inf
+            self._live_status[ident] = pod_status(pod)
             self.ready_changes += 1
             self._status_changes += 1
             return True
@@ -438,7 +441,7 @@ class Cluster:
             self._schedule(when)
             return True
         # kind 4: remove an idle node, if it is still idle and above the floor
-        empty = bool(np.all(self.slot_pod[ident * g : (ident + 1) * g] < 0))
+        empty = bool((self.slot_pod[ident * g : (ident + 1) * g] < 0).all())
         if (
             self.node_state[ident] == _NODE_READY
             and empty
