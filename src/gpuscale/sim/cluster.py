@@ -37,6 +37,7 @@ from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.sim.coldstart import ColdStart, ColdStartStream
 from gpuscale.sim.nodepool import ClusterConfig
 from gpuscale.sim.pod import GONE, PENDING, READY, STARTING, TERMINATING, Pod, pod_status
+from gpuscale.sim.podorder import scale_in_victims
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,10 @@ class Cluster:
         self._live: dict[int, Pod] = {}
         self._live_status: dict[int, PodStatus] = {}
         self._starting: dict[int, Pod] = {}
+        # Ready pods as (Ready time, pod) in the order they turned Ready; while those times
+        # never went back, also their time order (``podorder.scale_in_victims``).
+        self._ready: dict[int, tuple[float, Pod]] = {}
+        self._ready_sorted = True
         self._held, self._left_ready, self._terminating = 0, list[int](), 0
         self.desired = 0
         self.version = 0
@@ -175,8 +180,7 @@ class Cluster:
         for gpus in places:
             pod = self._new_pod(now)
             self._bind(pod, gpus)
-            pod.state, pod.ready_at = READY, now
-            self._live_status[pod.uid] = pod_status(pod)
+            self._now_ready(pod, now)
         self.version += 1
         self.ready_changes += 1
 
@@ -211,33 +215,17 @@ class Cluster:
         if n_live < self.desired:
             for _ in range(self.desired - n_live):
                 self._new_pod(now)
-        elif (
-            n_live > self.desired
-            and not self._pending
-            and len(self._starting) >= (n_live - self.desired)
-        ):  # the full order below would pick starting pods, which tie but for their age
-            newest = sorted(self._starting.values(), key=lambda p: (-p.created_at, p.uid))
-            for pod in newest[: n_live - self.desired]:  # uid: creation (``live``'s) order
-                self._delete(pod, now)
         elif n_live > self.desired:
-            live = self.live_pods()
-            # Kubernetes' order, each pod's key built inline (no call per pod): unscheduled,
-            # then not Ready, then the most recently Ready, then the newest.
-            inf = math.inf
-            rank = [
-                (
-                    p.slot >= 0,
-                    p.state == READY,
-                    -(inf if p.ready_at is None else p.ready_at),
-                    -p.created_at,
-                )
-                for p in live
-            ]
-            first = heapq.nsmallest(
-                len(live) - self.desired, range(len(live)), key=rank.__getitem__
+            ready = self._ready if self._ready_sorted else None
+            victims = scale_in_victims(
+                self.live_pods() if self._pending or ready is None else [],
+                n_live - self.desired,
+                pending=len(self._pending),
+                starting=self._starting.values(),
+                ready=ready,
             )
-            for i in first:  # = sorted(live, key=rank)[:k]: ties keep the older pod first
-                self._delete(live[i], now)
+            for pod in victims:
+                self._delete(pod, now)
         self._schedule(now)
         self.version += 1
 
@@ -278,10 +266,19 @@ class Cluster:
                 return out[:limit]
         return out
 
+    def _now_ready(self, pod: Pod, now: float) -> None:
+        """``pod`` turns Ready at ``now``."""
+        pod.state, pod.ready_at = READY, now
+        self._live_status[pod.uid] = pod_status(pod)
+        if self._ready and now < next(reversed(self._ready.values()))[0]:
+            self._ready_sorted = False
+        self._ready[pod.uid] = (now, pod)
+
     def _left(self, pod: Pod) -> None:
         """``pod`` leaves its state (Ready or starting) for another."""
         if pod.state == READY:
             self.ready_changes += 1
+            del self._ready[pod.uid]
             self._left_ready.append(pod.uid)
         elif pod.state == STARTING:
             del self._starting[pod.uid]
@@ -420,8 +417,8 @@ class Cluster:
             if pod is None or pod.state != STARTING or pod.due != when:
                 return False
             del self._starting[ident]
-            pod.state, pod.ready_at, pod.due = READY, when, math.inf
-            self._live_status[ident] = pod_status(pod)
+            pod.due = math.inf
+            self._now_ready(pod, when)
             self.ready_changes += 1
             self._status_changes += 1
             return True

@@ -41,7 +41,7 @@ def deletion_order(live: list[Pod]) -> list[Pod]:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(OPS, st.sampled_from([1, 2]))
 def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
     # held_count, live_pods, on_ready_node, the scale-in victims (found among the starting
@@ -95,3 +95,25 @@ def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
         ready_now = {p.uid for p in c.pods.values() if p.state == READY}
         assert ready_before - ready_now <= set(c.take_left_ready())
         assert c.take_left_ready() == []  # taken: the next call starts afresh
+
+
+def test_scale_in_takes_the_most_recently_ready_pods_one_by_one():
+    # Pods turn Ready at different times; each scale-in by one must take the pod a full
+    # ranking of every live pod puts first (the newest Ready, not one already deleted).
+    c = Cluster(
+        ClusterConfig(
+            gpus_per_node=8, initial_nodes=2, max_nodes=2, cold_start=ColdStart.fixed(20.0)
+        )
+    )
+    c.start(2)
+    for i in range(6):  # one pod created every 7 s: each turns Ready 20 s later
+        c.scale(3 + i, 7.0 * i)
+        c.advance(7.0 * i)
+    c.advance(100.0)
+    assert len(c.ready_pods()) == 8
+    for want in range(7, -1, -1):
+        live = [p for p in c.pods.values() if p.state in (PENDING, STARTING, READY)]
+        expected = deletion_order(live)[0]
+        c.scale(want, 101.0 + want)
+        assert expected.state == TERMINATING
+        assert [p.uid for p in c.live_pods()] == [p.uid for p in live if p is not expected]
