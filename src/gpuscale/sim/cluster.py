@@ -29,7 +29,6 @@ import heapq
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,49 +36,18 @@ from gpuscale.errors import ConfigError
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.sim.coldstart import ColdStart, ColdStartStream
 from gpuscale.sim.nodepool import ClusterConfig
+from gpuscale.sim.pod import GONE, PENDING, READY, STARTING, TERMINATING, Pod, pod_status
+from gpuscale.sim.podorder import scale_in_victims
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Cluster", "ClusterConfig", "ColdStart", "Pod"]
+__all__ += ["GONE", "PENDING", "READY", "STARTING", "TERMINATING"]  # from sim.pod
 
 
-PENDING, STARTING, READY, TERMINATING, GONE = range(5)  # in lifecycle order (``status``)
 _NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY = range(3)
 NODE_READY = _NODE_READY
 """``Cluster.node_state`` of a node that has joined and takes pods."""
-
-
-@dataclass(slots=True)
-class Pod:
-    """One replica (mutable simulator state).
-
-    Attributes:
-        uid: Creation sequence number.
-        name: Pod name.
-        created_at: Creation time, seconds.
-        state: PENDING, STARTING, READY, TERMINATING or GONE.
-        slot: First GPU slot it holds, -1 while unscheduled.
-        gpus: Every GPU slot it holds (all on one node), empty while unscheduled.
-        ready_at: When it became Ready (None before).
-        due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
-        status: Cached API view of the pod (None where it must be rebuilt).
-    """
-
-    uid: int
-    name: str
-    created_at: float
-    state: int = PENDING
-    slot: int = -1
-    gpus: tuple[int, ...] = ()
-    ready_at: float | None = None
-    due: float = math.inf
-    status: PodStatus | None = None
-
-
-def _pod_status(p: Pod) -> PodStatus:
-    """The API view of ``p``, kept on it until it changes."""
-    p.status = PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
-    return p.status
 
 
 class Cluster:
@@ -118,16 +86,25 @@ class Cluster:
         self._next_spare = self.n_slots
         self.node_state = np.full(config.max_nodes, _NODE_ABSENT, dtype=np.int8)
         self.node_state[: config.initial_nodes] = _NODE_READY
+        self._on_ready_node: np.ndarray | None = None  # ``on_ready_node``, None when stale
         self._node_gpus = g
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
         self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
-        self._terminating = 0
+        # Kept as pods change, so no query scans every pod: live pods (oldest first) and
+        # their API views, those starting, GPUs held, uids that left Ready (``take_left_ready``).
+        self._live: dict[int, Pod] = {}
+        self._live_status: dict[int, PodStatus] = {}
+        self._starting: dict[int, Pod] = {}
+        # Ready pods as (Ready time, pod) in the order they turned Ready; while those times
+        # never went back, also their time order (``podorder.scale_in_victims``).
+        self._ready: dict[int, tuple[float, Pod]] = {}
+        self._ready_sorted = True
+        self._held, self._left_ready, self._terminating = 0, list[int](), 0
         self.desired = 0
         self.version = 0
-        # Bumped where the Ready pods change (``version`` also counts
-        # pods starting, terminating or freeing GPUs): what is built from the Ready pods
-        # alone stays valid while it holds.
+        # Bumped where the Ready pods change (``version`` also counts pods starting,
+        # terminating or freeing GPUs): what is built from the Ready pods alone holds.
         self.ready_changes = 0
         self._uid = 0
         self._events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, id)
@@ -144,7 +121,7 @@ class Cluster:
 
     def live_pods(self) -> list[Pod]:
         """Pods counted against ``spec.replicas`` (not terminating), oldest first."""
-        return [p for p in self.pods.values() if p.state in (PENDING, STARTING, READY)]
+        return list(self._live.values())
 
     def ready_pods(self) -> list[Pod]:
         """Ready pods, oldest first."""
@@ -156,7 +133,12 @@ class Cluster:
 
     def held_count(self) -> int:
         """GPUs held by the deployment's pods (every GPU of each pod)."""
-        return int(np.count_nonzero(self.slot_pod >= 0))
+        return self._held
+
+    def take_left_ready(self) -> list[int]:
+        """The uids of the pods that left Ready since the last call, in the order they left."""
+        left, self._left_ready = self._left_ready, []
+        return left
 
     def terminating_count(self) -> int:
         """Pods terminating (deleted, still holding their GPUs)."""
@@ -170,11 +152,9 @@ class Cluster:
     def status(self) -> TargetStatus:
         """The deployment's status as the API server reports it."""
         if self._status is None or self._status[0] != self._status_changes:
-            # A pod's status is dropped where it turns Ready or not Ready (nothing else in
-            # it changes); live pods are the states before TERMINATING.
-            pods = tuple(
-                [p.status or _pod_status(p) for p in self.pods.values() if p.state < TERMINATING]
-            )
+            # A pod's view is replaced where it turns Ready or not Ready (nothing else in it
+            # changes), in place, so the views keep the live pods' order.
+            pods = tuple(self._live_status.values())
             self._status = (self._status_changes, TargetStatus(self.desired, pods))
         return self._status[1]
 
@@ -200,7 +180,7 @@ class Cluster:
         for gpus in places:
             pod = self._new_pod(now)
             self._bind(pod, gpus)
-            pod.state, pod.ready_at, pod.status = READY, now, None
+            self._now_ready(pod, now)
         self.version += 1
         self.ready_changes += 1
 
@@ -224,54 +204,53 @@ class Cluster:
     def _new_pod(self, now: float) -> Pod:
         self._uid += 1
         pod = Pod(self._uid, f"{self.config.deployment}-{self._uid:05d}", now)
-        self.pods[pod.uid] = pod
+        self.pods[pod.uid] = self._live[pod.uid] = pod
+        self._live_status[pod.uid] = pod_status(pod)
         self._pending[pod.uid] = pod
         self._status_changes += 1
         return pod
 
     def _reconcile(self, now: float) -> None:
-        n_live = len(self.pods) - self._terminating
+        n_live = len(self._live)
         if n_live < self.desired:
             for _ in range(self.desired - n_live):
                 self._new_pod(now)
         elif n_live > self.desired:
-            live = self.live_pods()
-            # Kubernetes' order, each pod's key built inline (no call per pod): unscheduled,
-            # then not Ready, then the most recently Ready, then the newest.
-            inf = math.inf
-            rank = [
-                (
-                    p.slot >= 0,
-                    p.state == READY,
-                    -(inf if p.ready_at is None else p.ready_at),
-                    -p.created_at,
-                )
-                for p in live
-            ]
-            first = heapq.nsmallest(
-                len(live) - self.desired, range(len(live)), key=rank.__getitem__
+            ready = self._ready if self._ready_sorted else None
+            victims = scale_in_victims(
+                self.live_pods() if self._pending or ready is None else [],
+                n_live - self.desired,
+                pending=len(self._pending),
+                starting=self._starting.values(),
+                ready=ready,
             )
-            for i in first:  # = sorted(live, key=rank)[:k]: ties keep the older pod first
-                self._delete(live[i], now)
+            for pod in victims:
+                self._delete(pod, now)
         self._schedule(now)
         self.version += 1
 
     def _delete(self, pod: Pod, now: float) -> None:
         self._status_changes += 1
+        del self._live[pod.uid], self._live_status[pod.uid]
         if pod.slot < 0:
             pod.state = GONE
             del self.pods[pod.uid]
             del self._pending[pod.uid]
             return
         self._terminating += 1
-        self.ready_changes += pod.state == READY
+        self._left(pod)
         pod.state, pod.due = TERMINATING, now + self.config.termination_grace_s
         self._push(pod.due, 1, pod.uid)
 
+    def on_ready_node(self) -> np.ndarray:
+        """Which slots are on Ready nodes (kept until a node changes state; do not modify)."""
+        if self._on_ready_node is None:
+            self._on_ready_node = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
+        return self._on_ready_node
+
     def _free_slots(self) -> np.ndarray:
         """Free, working GPU slots on Ready nodes, lowest first (pods pack onto nodes)."""
-        ready_nodes = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
-        return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & ready_nodes)
+        return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & self.on_ready_node())
 
     def _placements(self, limit: int) -> list[tuple[int, ...]]:
         """Up to ``limit`` sets of ``gpus_per_pod`` free slots, each on one node, packed."""
@@ -287,8 +266,26 @@ class Cluster:
                 return out[:limit]
         return out
 
+    def _now_ready(self, pod: Pod, now: float) -> None:
+        """``pod`` turns Ready at ``now``."""
+        pod.state, pod.ready_at = READY, now
+        self._live_status[pod.uid] = pod_status(pod)
+        if self._ready and now < next(reversed(self._ready.values()))[0]:
+            self._ready_sorted = False
+        self._ready[pod.uid] = (now, pod)
+
+    def _left(self, pod: Pod) -> None:
+        """``pod`` leaves its state (Ready or starting) for another."""
+        if pod.state == READY:
+            self.ready_changes += 1
+            del self._ready[pod.uid]
+            self._left_ready.append(pod.uid)
+        elif pod.state == STARTING:
+            del self._starting[pod.uid]
+
     def _bind(self, pod: Pod, gpus: tuple[int, ...]) -> None:
         pod.slot, pod.gpus = gpus[0], gpus
+        self._held += len(gpus)
         self.slot_pod[list(gpus)] = pod.uid
         self._pending.pop(pod.uid, None)
 
@@ -301,6 +298,7 @@ class Cluster:
         for pod, gpus in zip(started, places, strict=False):
             self._bind(pod, gpus)
             pod.state = STARTING
+            self._starting[pod.uid] = pod
         for pod in started:  # the k-th pod created takes the stream's k-th draw
             pod.due = now + self._cold.draw(pod.uid - 1)
             self._push(pod.due, 0, pod.uid)
@@ -316,6 +314,7 @@ class Cluster:
         absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
         for node in absent:
             self.node_state[node] = _NODE_PROVISIONING
+            self._on_ready_node = None
             self._push(now + self.config.node_provision_s, 2, int(node))
             logger.debug("t=%.0f: provisioning node %d", now, node)
         if need > absent.size:
@@ -361,12 +360,14 @@ class Cluster:
         if uid < 0:
             return None
         pod = self.pods.pop(uid)
-        self.ready_changes += pod.state == READY
+        self._left(pod)
         if pod.state == TERMINATING:
             self._terminating -= 1
         else:  # a live pod gone
             self._status_changes += 1
+            del self._live[uid], self._live_status[uid]
         self.slot_pod[list(pod.gpus) or slot] = -1
+        self._held -= len(pod.gpus)
         pod.state, pod.slot, pod.gpus = GONE, -1, ()
         return pod
 
@@ -374,17 +375,20 @@ class Cluster:
         """The pod's container crashed (e.g. an ECC error): it cold-starts again in place."""
         if pod.state not in (STARTING, READY):
             return
-        self.ready_changes += pod.state == READY
+        self._left(pod)
         self._status_changes += 1
-        pod.state, pod.ready_at, pod.status = STARTING, None, None
+        pod.state, pod.ready_at = STARTING, None
+        self._live_status[pod.uid] = pod_status(pod)
+        self._starting[pod.uid] = pod
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)
         self.version += 1
 
     def _schedule_node_removal(self, node: int, now: float) -> None:
         g = self._node_gpus
-        if self.node_state[node] == _NODE_READY and np.all(
-            self.slot_pod[node * g : (node + 1) * g] < 0
+        if (
+            self.node_state[node] == _NODE_READY
+            and (self.slot_pod[node * g : (node + 1) * g] < 0).all()
         ):
             self._push(now + self.config.node_idle_remove_s, 4, node)
 
@@ -412,7 +416,9 @@ class Cluster:
             pod = self.pods.get(ident)
             if pod is None or pod.state != STARTING or pod.due != when:
                 return False
-            pod.state, pod.ready_at, pod.due, pod.status = READY, when, math.inf, None
+            del self._starting[ident]
+            pod.due = math.inf
+            self._now_ready(pod, when)
             self.ready_changes += 1
             self._status_changes += 1
             return True
@@ -420,6 +426,7 @@ class Cluster:
             return self.release(ident, when)
         if kind == 2:  # node joined
             self.node_state[ident] = _NODE_READY
+            self._on_ready_node = None
             self.ready_node_gpus += g
             self._schedule(when)
             self._schedule_node_removal(ident, when)
@@ -431,13 +438,14 @@ class Cluster:
             self._schedule(when)
             return True
         # kind 4: remove an idle node, if it is still idle and above the floor
-        empty = bool(np.all(self.slot_pod[ident * g : (ident + 1) * g] < 0))
+        empty = bool((self.slot_pod[ident * g : (ident + 1) * g] < 0).all())
         if (
             self.node_state[ident] == _NODE_READY
             and empty
             and self.nodes_up() > self.config.floor_nodes
         ):
             self.node_state[ident] = _NODE_ABSENT
+            self._on_ready_node = None
             self.ready_node_gpus -= g
             logger.debug("t=%.0f: removed idle node %d", when, ident)
             return True

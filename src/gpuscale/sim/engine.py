@@ -42,7 +42,6 @@ from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
 from gpuscale.sim.alerting import SimAlerting, alert_window_s
 from gpuscale.sim.cluster import (
-    NODE_READY,
     READY,
     STARTING,
     TERMINATING,
@@ -168,17 +167,14 @@ class _Run:
         c, q = self.cluster, self.queue
         per_server = q.busy / self.servers if self.servers else 0.0
         pods = c.pods
-        left = (
-            [  # the pods Ready at the last refresh that are no longer (none if none left)
-                (uid, speed)
-                for uid, speed in zip(
-                    self._ready_uids.tolist(), self._ready_speed.tolist(), strict=True
-                )
-                if uid not in pods or pods[uid].state != READY
-            ]
-            if c.ready_changes != self._ready_seen
-            else []
-        )
+        left: list[tuple[int, float]] = []  # the pods Ready at the last refresh no longer Ready
+        gone = c.take_left_ready()  # every pod that left Ready since: only these can be
+        if gone and c.ready_changes != self._ready_seen:
+            uids, at = self._ready_uids, np.searchsorted(self._ready_uids, gone).tolist()
+            for i in sorted(set(at)):  # the Ready pods' order (uids ascend)
+                uid = int(uids[i]) if i < uids.size else -1
+                if uid in gone and (uid not in pods or pods[uid].state != READY):
+                    left.append((uid, float(self._ready_speed[i])))
         for uid, speed in left:
             pod = pods.get(uid)
             serving = per_server * self.slots if speed > 0 else 0.0
@@ -277,8 +273,7 @@ class _Run:
             self.tel.collect(t, self._ready_gpus, stopping, loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
             c = self.cluster
-            on = np.repeat(c.node_state == NODE_READY, c.config.gpus_per_node)
-            self._power_w = float(self.physics.power_w[c.slot_phys[on]].sum())
+            self._power_w = float(self.physics.power_w[c.slot_phys[c.on_ready_node()]].sum())
         if scrape:
             self.tel.scrape(t, per_pod, self.queue.waiting)
 
