@@ -259,7 +259,9 @@ register(
 
 
 QUEUE_WAIT_SHARE = 0.25
-"""hybrid holds a scale-in for a queue expected to wait over this share of the SLO's budget."""
+"""hybrid's ``queue_wait_s`` as a share of the wait the SLO allows a mean request: with
+exponential waits, a mean of a quarter of that budget leaves e^-4 (2 %) of the
+requests that wait past it."""
 
 
 # Predictive and hybrid (issue 9): not in the default set until their matched-SLO
