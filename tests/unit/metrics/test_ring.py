@@ -55,6 +55,17 @@ RECORDINGS = {
     "length": st.integers(0, 30),
 }
 """Which seconds were recorded, the ring's size, and the range read."""
+VALUES = st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=120, max_size=120)
+"""Two values per second for ``paired``."""
+
+
+def paired(recorded: list[bool], capacity: int, values: list[float]) -> SecondTotals:
+    """A two-metric ring holding ``values[2t], values[2t + 1]`` at each recorded second t."""
+    ring = SecondTotals(("in_flight", "queue"), capacity)
+    for t, kept in enumerate(recorded):
+        if kept:
+            ring.record(t, (values[2 * t], values[2 * t + 1]))
+    return ring
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,19 +93,13 @@ def test_one_second_range_is_each_seconds_stored_value_with_gaps(
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    **RECORDINGS,
-    values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=120, max_size=120),
-)
+@given(**RECORDINGS, values=VALUES)
 def test_summed_range_is_the_ranges_added_as_summed_columns_adds_them(
     recorded: list[bool], capacity: int, start: int, length: int, values: list[float]
 ) -> None:
     # Reference: the two ``range`` results added point by point from 0, as
     # ``summed_columns`` (and ``sum``) adds them; gaps and wrapping included.
-    ring = SecondTotals(("in_flight", "queue"), capacity)
-    for t, kept in enumerate(recorded):
-        if kept:
-            ring.record(t, (values[2 * t], values[2 * t + 1]))
+    ring = paired(recorded, capacity, values)
     end = float(start + length)
     got = ring.summed_range((IN_FLIGHT, QUEUE), float(start), end, 1.0)
     a, b = ring.range(IN_FLIGHT, float(start), end, 1.0), ring.range(QUEUE, float(start), end, 1.0)
@@ -121,18 +126,12 @@ def test_summed_range_answers_only_every_metric_in_order_at_whole_seconds():
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    **RECORDINGS,
-    values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=120, max_size=120),
-)
+@given(**RECORDINGS, values=VALUES)
 def test_summed_window_is_each_range_and_the_summed_range(
     recorded: list[bool], capacity: int, start: int, length: int, values: list[float]
 ) -> None:
     # Reference: the separate queries it stands for, gaps and wrapping included.
-    ring = SecondTotals(("in_flight", "queue"), capacity)
-    for t, kept in enumerate(recorded):
-        if kept:
-            ring.record(t, (values[2 * t], values[2 * t + 1]))
+    ring = paired(recorded, capacity, values)
     end = float(start + length)
     got = ring.summed_window((IN_FLIGHT, QUEUE), float(start), end, 1.0)
     assert got is not None
