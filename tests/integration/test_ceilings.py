@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuscale.evaluate.oracle_search import DEFAULT_TARGET
 from gpuscale.evaluate.runner import EvaluationRequest
 from gpuscale.scaling.static import StaticPolicy
 from gpuscale.sim.engine import simulate
@@ -53,3 +54,17 @@ def test_unlimited_fleet_attains_the_default_slo(trace, scale):
         assert result.tpot_within_slo is not None
         assert result.ttft_within_slo / ended >= 0.999
         assert result.tpot_within_slo / ended >= 0.999
+
+
+@pytest.mark.parametrize("trace", ["diurnal", "bursty", "flash-crowd", "ramp"])
+def test_unlimited_fleet_reaches_the_default_target_on_every_generator(trace):
+    # The generators' service times vary as GenTD26's measured ones (SCV 0.41): an idle
+    # fleet serves about 0.997-0.999 of them within 4 means (the fluid's two-moment fit,
+    # the per-request queue's gamma draws), so the default target of 0.99 can be met
+    # and a policy's shortfall is its own (an exponential's 1 - e^-4 = 0.982 could not).
+    result = unlimited(trace, 1.0)
+    ended = result.requests - result.in_flight_requests
+    ceiling = result.within_slo / ended
+    print(f"{trace}: ceiling {ceiling:.5f} of {ended:.0f} ended requests")
+    assert ceiling > DEFAULT_TARGET
+    assert result.dropped_requests == 0.0

@@ -22,8 +22,8 @@ run is not run again.
 1. ``x = 0``.
 2. If it misses the target: the ceiling, every GPU the node pool holds asked for
    at the start (from the scenario's own initial replicas and nodes). If it
-   misses the target (the serving model caps attainment below it: exponential
-   service times with the SLO at 4 x their mean cap it at 1 - e^-4), the goal is
+   misses the target (the serving model caps attainment below it: an SLO shorter
+   than the slowest service times, whatever the fleet), the goal is
    the ceiling itself, less one request's share of the run (``ceiling_goal``):
    attainment counts requests, and the fluid queue only approaches the ceiling
    (any queueing at all costs a fraction of a request), so a plan within one

@@ -57,7 +57,13 @@ from gpuscale.sim.faults import SimFault, parse_sim_fault
 from gpuscale.sim.llm import step_model
 from gpuscale.sim.outcome import RunResult
 from gpuscale.sim.queue_model import QueueModel
-from gpuscale.sim.serving import ServingConfig, relative_speed, replica_slots, required_replicas
+from gpuscale.sim.serving import (
+    MEASURED_SERVICE_SCV,
+    ServingConfig,
+    relative_speed,
+    replica_slots,
+    required_replicas,
+)
 from gpuscale.sim.traces import AZURE_FILES, load_trace
 from gpuscale.sim.workload import Workload
 
@@ -216,10 +222,15 @@ class PreparedEvaluation:
 def serving_for(trace: str) -> ServingConfig:
     """The serving model a trace implies: LLM batching for Azure, one at a time otherwise.
 
+    One at a time, service times vary as GenTD26's measured ones do
+    (``MEASURED_SERVICE_SCV``) unless the trace measures its own (``Workload.profile``).
+
     Returns:
         The serving config.
     """
-    return ServingConfig.for_llm() if trace in AZURE_FILES else ServingConfig()
+    if trace in AZURE_FILES:
+        return ServingConfig.for_llm()
+    return ServingConfig(service_scv=MEASURED_SERVICE_SCV)
 
 
 def default_slo_s(workload: Workload, serving: ServingConfig, gpu_model: str) -> float:

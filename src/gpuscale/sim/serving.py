@@ -29,7 +29,7 @@ from gpuscale.sim.llm import (
     step_model,
     tpot_s,
 )
-from gpuscale.sim.queueing import erfc, erlang_c, stationary_attainment
+from gpuscale.sim.queueing import erfc, erlang_c, shaped_latency_cdf, stationary_attainment
 from gpuscale.sim.workload import FloatArray, RequestProfile, Workload
 
 if TYPE_CHECKING:
@@ -78,6 +78,15 @@ LLM_THROUGHPUT: dict[str, LlmThroughput] = {
 }
 LLM_BATCH_SLOTS = 64
 """Concurrent sequences per replica the throughput figures above were measured near (48-112)."""
+
+MEASURED_SERVICE_SCV = 0.41
+"""Service-time SCV of a one-request-at-a-time GPU service, as measured in the shared data.
+
+GenTD26's ``model_predict_ms`` (6,254 diffusion inferences, SCV 0.414): ``gpuscale
+evaluate`` gives it to traces that measure none (the generators, rate files). An
+exponential's 1 would put 1 - e^-4 = 1.8 % of requests past an SLO of 4 x the mean
+service time on an idle fleet, a ceiling that hides every difference in capacity.
+"""
 _TYPICAL_REQUEST = (1024.0, 256.0)  # context, generated tokens: sets relative GPU speeds
 
 
@@ -329,7 +338,8 @@ def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
     and a queue short enough for TTFT. Otherwise it is the fewest replicas whose
     stationary M/G/k queue (replicas x slots servers at the cluster GPU's speed, no
     throttling) serves at least ``slo_quantile`` of the share of requests that would
-    meet the end-to-end SLO with no waiting, ``1 - exp(-slo / service)``. Seconds
+    meet the end-to-end SLO with no waiting (the service time's two-moment shape,
+    ``queueing.service_phases``). Seconds
     without demand need 0.
 
     Returns:
@@ -357,7 +367,11 @@ def required_replicas(workload: Workload, scenario: "Scenario") -> np.ndarray:
             return np.asarray(ok >= serving.slo_quantile - 1e-12)
 
     else:
-        best = 1.0 - np.exp(-scenario.slo_latency_s / np.maximum(service, 1e-12))
+        idle = np.zeros_like(service)
+        best = shaped_latency_cdf(
+            np.asarray(scenario.slo_latency_s), idle, idle, np.full_like(service, np.inf),
+            service, scv,
+        )  # fmt: skip
         goal = serving.slo_quantile * best
 
         def meets(r: np.ndarray, idx: np.ndarray) -> np.ndarray:

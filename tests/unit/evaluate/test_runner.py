@@ -1,6 +1,8 @@
 import dataclasses
 import math
+import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +25,13 @@ from gpuscale.scaling.static import StaticConfig
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.generators import from_rate
 from gpuscale.sim.latency import centred_mean
-from gpuscale.sim.serving import ServingConfig, replica_slots, required_replicas
+from gpuscale.sim.serving import (
+    MEASURED_SERVICE_SCV,
+    ServingConfig,
+    replica_slots,
+    required_replicas,
+)
+from gpuscale.sim.traces import load_trace
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +42,9 @@ def prepared():
 @pytest.fixture(scope="module")
 def serial(prepared):
     return run_evaluation(prepared, jobs=1)
+
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_parameters_follow_the_documented_fair_rules(prepared):
@@ -245,3 +256,15 @@ def test_prepared_configs_are_typed_and_pickle_to_workers(prepared):
     copy = pickle.loads(pickle.dumps(prepared))  # noqa: S301 - our own bytes, as a worker gets them
     assert copy.configs == prepared.configs
     assert all(dataclasses.is_dataclass(c) for c in prepared.configs.values())
+
+
+def test_one_at_a_time_traces_get_gentd26s_measured_service_variability():
+    assert serving_for("diurnal").service_scv == MEASURED_SERVICE_SCV
+    assert serving_for("azure-code").service_scv == 1.0  # its profile's SCV replaces it
+    traces = Path(os.environ.get("GPUSCALE_TRACES_DIR", ROOT / ".." / "shared" / "traces"))
+    if not (traces / "gentd26_model_predict_ms.csv.gz").is_file():
+        pytest.skip(f"GenTD26's model_predict_ms absent from {traces}")
+    workload = load_trace("gentd26", duration_s=3600, traces_dir=traces)
+    assert workload.profile is not None
+    # The constant is the trace's figure rounded to two places.
+    assert workload.profile.scv == pytest.approx(MEASURED_SERVICE_SCV, abs=0.005)

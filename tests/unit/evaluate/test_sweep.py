@@ -95,7 +95,8 @@ def test_headline_figures_are_means_over_seeds_of_the_fair_runs(plan, swept, eva
     assert summary.gpu_hours == pytest.approx(want.mean)
     assert summary.gpu_hours_ci95 == (want.low, want.high)
     assert summary.knob == "replicas"
-    assert len(summary.curve) == len(plan.points["static"])
+    # every planned knob value is on the curve (a bracketed reading may add refinements)
+    assert {c.knob_value for c in summary.curve} >= {v for v, _ in plan.points["static"]}
 
 
 def test_a_curve_that_never_reaches_the_target_says_so(plan, swept):
