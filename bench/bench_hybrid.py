@@ -124,13 +124,24 @@ def fewer_than_hpa(doc: dict[str, Any], name: str) -> tuple[float | None, str]:
     return 1.0 - at / hpa_hours, (">= " if mine else "<= " if theirs else "")
 
 
+def label(doc: dict[str, Any]) -> str:
+    """The trace, its scale where it is not 1, and its faults: one run's name in the table.
+
+    Returns:
+        E.g. ``diurnal x4 + thermal@7200:duration=1800``.
+    """
+    scale = float(doc.get("scale", 1.0))
+    trace = doc["trace"] + (f" x{scale:g}" if scale != 1.0 else "")
+    return trace + (f" + {', '.join(doc['faults'])}" if doc["faults"] else "")
+
+
 def rows(doc: dict[str, Any]) -> list[str]:
     """The Markdown rows of one trace, one per policy.
 
     Returns:
         Lines of the table body.
     """
-    trace = doc["trace"] + (f" + {', '.join(doc['faults'])}" if doc["faults"] else "")
+    trace = label(doc)
     lines = []
     for name, p in doc["policies"].items():
         at = p["gpu_hours_at_target"]
@@ -177,7 +188,7 @@ def verdict(doc: dict[str, Any]) -> str:
     Returns:
         One line.
     """
-    trace = doc["trace"] + (f" + {', '.join(doc['faults'])}" if doc["faults"] else "")
+    trace = label(doc)
     head = f"{trace} ({doc['seeds']} seeds, target {doc['target_attainment']:g}, "
     head += f"ceiling {doc['ceiling']:.4f})"
     hybrid = doc["policies"].get("hybrid")
@@ -259,6 +270,7 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
         }
     return {
         "trace": doc["trace"],
+        "scale": doc.get("scale", 1.0),
         "faults": doc["faults"],
         "seeds": doc["seeds"],
         "target_attainment": doc["target_attainment"],
