@@ -23,8 +23,10 @@ pod is named in ``Decision.delete`` (``replace``) so that it is replaced by a
 new pod. Scale-in follows ``predictive`` (only when observed load agrees, never
 while it rises, after the stabilisation window, in small steps a cool-down
 apart) and never happens while requests queue beyond ordinary queueing (with
-``queue_wait_s`` set: while the queue's expected wait exceeds it); scale-out is
-fast but bounded.
+``queue_wait_s`` set: while the queue's expected wait exceeds it); the observed
+load it agrees with leaves out such saturated times (``served_since``), when the
+count in flight is the pods' capacity draining a backlog. Scale-out is fast but
+bounded.
 """
 
 import logging
@@ -272,6 +274,24 @@ def last_saturated(
     return None
 
 
+def served_since(points: Series, since: float | None, smoothing_s: float) -> Series:
+    """The smoothed load in service that scale-in must agree with: none of it saturated.
+
+    While requests queue beyond ordinary queueing (``last_saturated``), the pods'
+    in-flight count is their capacity draining the backlog, not the load; once the
+    backlog is gone, that peak would hold the fleet for ``scale_in_window_s``. So the
+    points whose trailing mean (``smoothing_s``) covers a saturated second are left
+    out, as the forecast's fit window leaves them out.
+
+    Returns:
+        The points after ``since`` plus ``smoothing_s``, or the newest point when none
+        is (``points`` as they are when nothing queued).
+    """
+    if since is None:
+        return points
+    return tuple(p for p in points if p[0] - smoothing_s > since) or points[-1:]
+
+
 def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Series:
     """The demand with its queued part counted at ``weight``.
 
@@ -366,7 +386,8 @@ class HybridPolicy:
         seen += queued
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
-        proposal, up, agreed = agree(proposal, current, points, now, cfg, started, samples)
+        served = served_since(points, since, cfg.smoothing_s)
+        proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples)
         # Requests queued now beyond ordinary queueing (``last_saturated``): the pods are
         # short, whatever the served load says.
         up = up or (since is not None and since >= float(points[-1][0]))

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling import health
+from gpuscale.scaling import health, hybrid
 from gpuscale.scaling.demand import rising
 from gpuscale.scaling.hybrid import TTFT, HybridConfig, HybridPolicy
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
@@ -150,6 +150,30 @@ def test_a_queue_beside_idle_pods_holds_scale_in(queued, scales_in):
     queue = tuple((t, queued) for t, _ in obs.series[IN_FLIGHT])
     obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
     assert (policy.decide(obs, d1.state).replicas < 10) is scales_in
+
+
+@pytest.mark.parametrize("leave_out", [True, False])
+def test_the_load_scale_in_agrees_with_leaves_out_a_drained_backlog(leave_out, monkeypatch):
+    # 10 pods served 100 in flight while 100 more queued (a 2.25 s expected wait, over
+    # the 1 s bound) until t = 450 s, then 30 with nothing queued. The 100 was their
+    # capacity draining the backlog: the observed peak of the last 300 s must not hold
+    # the fleet for it. Without ``served_since`` it does (10 replicas).
+    if not leave_out:
+        monkeypatch.setattr(hybrid, "served_since", lambda points, since, smoothing_s: points)
+    cfg = HybridConfig(
+        per_replica=10.0, stabilization_window_s=0.0, scale_down_percent=100.0, queue_wait_s=1.0
+    )
+    target, policy = TargetStatus(10, ready_pods(10)), HybridPolicy(cfg)
+    d1 = policy.decide(observe(585.0, target, [100.0] * 41, metrics(10)), LONG_AGO)
+    later = metrics(10, **{health.DONE: {f"p{i}": 20.0 for i in range(10)}})
+    obs = observe(600.0, target, [100.0] * 31 + [30.0] * 10, later)
+    busy = obs.series[IN_FLIGHT]
+    queue = tuple((t, 100.0 if v > 50.0 else 0.0) for t, v in busy)
+    obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
+    assert max(t for t, v in busy if v > 50.0) == 450.0
+    decision = policy.decide(obs, {**d1.state, "last_in": None})
+    # the plan: the forecast's q0.9 of 30 in flight at 10 per replica
+    assert decision.replicas == (4 if leave_out else 10), decision.reason
 
 
 def test_a_starting_pod_is_not_capacity():
