@@ -98,6 +98,11 @@ class Telemetry:
         # Busy share in the last second flushed: (devices, share), 0 elsewhere; kept
         # as a pair since only a collect reads it, and most flushes are not followed by one.
         self._last_busy: tuple[np.ndarray, float] | None = None
+        # Flushes not yet added to ``_busy``/``_seq``, all to the same Ready GPUs: (their
+        # devices, busy seconds of each flush, sequence-seconds of each). Most flushes find
+        # the Ready set of the last one, so each is a scalar kept here, and the GPUs' arrays
+        # take them one by one (the same additions) when the set changes or at a collect.
+        self._pending: tuple[np.ndarray, list[float], list[float]] | None = None
         self._last_collect: float | None = None
         self._fields: dict[str, np.ndarray] = {}
         self._work = workload.work_s
@@ -130,21 +135,47 @@ class Telemetry:
             if len(occupancy) == 2:  # numpy's sum of two values: the first plus the second
                 m_first = occupancy[0] * self.slots
                 m_sum, u_sum = m_first + m_last, min(max(m_first, 0.0), 1.0) + u_last
-            self._busy[devs] += u_sum
-            self._seq[devs] += m_sum
+            self._credit(devs, u_sum, m_sum)
             self._last_busy = (devs, u_last)
             self.writer.add_completions(slots_of, uids, shares, self.done)
         elif occupancy and devs.size:
-            m = np.asarray(occupancy) * self.slots
+            m = np.asarray(occupancy, dtype=float)
+            if self.slots != 1:  # times one is the value itself
+                m = m * self.slots
             u = busy_share(m, self.slots)
-            self._busy[devs] += float(u.sum())
-            self._seq[devs] += float(m.sum())
+            # ``sum()``'s reduction, without its wrappers
+            self._credit(devs, float(np.add.reduce(u)), float(np.add.reduce(m)))
             self._last_busy = (devs, float(u[-1]))
             self.writer.add_completions(slots_of, uids, shares, self.done)
         elif self.occupancy:
             self._last_busy = None
         self.occupancy.clear()
         self.done = 0.0
+
+    def _credit(self, devs: np.ndarray, busy_s: float, seq_s: float) -> None:
+        """Add one flush's busy and sequence-seconds to each of ``devs`` (kept while pending)."""
+        pending = self._pending
+        if pending is not None and pending[0] is devs:  # the same Ready GPUs as last time
+            pending[1].append(busy_s)
+            pending[2].append(seq_s)
+            return
+        self._settle()
+        self._pending = (devs, [busy_s], [seq_s])
+
+    def _settle(self) -> None:
+        """Add the pending flushes to their GPUs' seconds, flush by flush as ``+=`` would."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        devs, busy_s, seq_s = pending
+        for seconds, adds in ((self._busy, busy_s), (self._seq, seq_s)):
+            if len(adds) == 1:
+                seconds[devs] += adds[0]
+                continue
+            x = seconds[devs]
+            for add in adds:  # each flush in turn, as one ``seconds[devs] += add`` each
+                x += add
+            seconds[devs] = x
 
     def _prefill_share(self, t: float, dt: float) -> float | None:
         if self.slots == 1:
@@ -174,6 +205,7 @@ class Telemetry:
             loading: Starting pods (the model fills the GPU as it loads).
             per_pod: Requests in service per Ready pod now (for the KV cache).
         """
+        self._settle()
         last = self._last_collect
         dt = max(t - last, 1.0) if last is not None else 1.0
         self._last_collect = t
