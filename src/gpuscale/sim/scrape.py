@@ -50,6 +50,32 @@ Loading = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Devices of starting pods, when each becomes Ready, and its cold start length."""
 
 
+SMALL_SUM = 16
+"""``add_reduce`` takes fewer values than this."""
+
+
+def add_reduce(values: list[float]) -> float:
+    """``np.add.reduce`` of fewer than ``SMALL_SUM`` floats, bit for bit, in Python scalars.
+
+    numpy's pairwise sum adds fewer than 8 values one by one from 0.0, and up to 15 as
+    eight in a tree and the rest one by one (tests/unit/sim/test_scrape_pending.py
+    checks it against numpy); a numpy call costs more than these few additions.
+
+    Returns:
+        The sum.
+    """
+    if len(values) < 8:
+        total = 0.0
+        for v in values:
+            total += v
+        return total
+    a = values
+    total = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+    for v in a[8:]:
+        total += v
+    return total
+
+
 def busy_share(m: np.ndarray, slots: int) -> np.ndarray:
     """Share of each second some kernel runs, for ``m`` requests in service per replica.
 
@@ -126,17 +152,12 @@ class Telemetry:
             shares: Their shares of the completions.
         """
         occupancy = self.occupancy
-        if self.slots == 1 and 0 < len(occupancy) <= 2 and devs.size:
-            # The usual flush between decisions a second or two apart, in scalars: the
-            # same products, clips and sums (numpy adds one or two values in this order).
-            m_last = occupancy[-1] * self.slots
-            u_last = min(max(m_last, 0.0), 1.0)
-            m_sum, u_sum = m_last, u_last
-            if len(occupancy) == 2:  # numpy's sum of two values: the first plus the second
-                m_first = occupancy[0] * self.slots
-                m_sum, u_sum = m_first + m_last, min(max(m_first, 0.0), 1.0) + u_last
-            self._credit(devs, u_sum, m_sum)
-            self._last_busy = (devs, u_last)
+        if self.slots == 1 and 0 < len(occupancy) < SMALL_SUM and devs.size:
+            # The usual flush, a few seconds after the last one, in scalars: the same
+            # clips (times one slot is the value itself) and sums as the numpy path below.
+            shares_busy = [min(max(m, 0.0), 1.0) for m in occupancy]
+            self._credit(devs, add_reduce(shares_busy), add_reduce(occupancy))
+            self._last_busy = (devs, shares_busy[-1])
             self.writer.add_completions(slots_of, uids, shares, self.done)
         elif occupancy and devs.size:
             m = np.asarray(occupancy, dtype=float)

@@ -1,8 +1,9 @@
-"""The telemetry's pending flushes add up to what adding each flush at once gives.
+"""The telemetry's flushes in scalars add up to what numpy's arrays give, bit for bit.
 
 ``Telemetry`` keeps the flushes to one Ready set as scalars and adds them to the
 GPUs' busy and sequence-seconds when the set changes or at a collect; the arrays must
-then hold, bit for bit, what ``seconds[devs] += flushed`` at every flush holds.
+then hold, bit for bit, what ``seconds[devs] += flushed`` at every flush holds. A
+flush of a few seconds sums them in Python (``add_reduce``) as numpy would.
 """
 
 import numpy as np
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.sim.engine import _Run
+from gpuscale.sim.scrape import SMALL_SUM, add_reduce
 from tests.support.sim import Recorder, scenario, workload
 
 # (which Ready set: one of three arrays, or a fresh copy of the first; busy s; seq s;
@@ -67,3 +69,31 @@ def test_a_collect_takes_the_pending_flushes_first() -> None:
     # the GPUs' busy seconds: each flush added in turn, over the collect's interval
     assert seen["load"][:2].tolist() == [0.25 + 0.5 + 0.125] * 2
     assert seen["load"][2:].tolist() == [0.0] * (seen["load"].size - 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(0.0, 1e6, allow_nan=False) | st.floats(0.0, 1.0, allow_nan=False),
+        min_size=1,
+        max_size=SMALL_SUM - 1,
+    )
+)
+def test_a_small_sum_adds_as_numpy_does(values: list[float]) -> None:
+    # numpy's order (pairwise_sum: one by one below 8 values, eight in a tree above)
+    # is what the arrays held before: a numpy that adds otherwise fails here
+    assert add_reduce(values) == float(np.add.reduce(np.asarray(values)))
+
+
+def test_a_small_sum_is_not_a_plain_sum() -> None:
+    """Where the orders differ, ``add_reduce`` follows numpy, not a running total."""
+    rng = np.random.default_rng(5)
+    differ = 0
+    for _ in range(2000):
+        values = (rng.random(12) * rng.choice([1e-3, 1.0, 1e3], 12)).tolist()
+        running = 0.0
+        for v in values:
+            running += v
+        assert add_reduce(values) == float(np.add.reduce(np.asarray(values)))
+        differ += running != add_reduce(values)
+    assert differ > 0  # twelve values: a running total is not numpy's sum
