@@ -272,9 +272,8 @@ class _Run:
             stopping, loading = self._in_transition()
             self.tel.collect(t, self._ready_gpus, stopping, loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
-            c = self.cluster
-            on_ready = self.physics.power_w[c.slot_phys[c.on_ready_node()]]
-            self._power_w = float(np.add.reduce(on_ready))  # ``sum()``, without its wrappers
+            c, power = self.cluster, self.physics.power_w
+            self._power_w = float(np.add.reduce(power[c.slot_phys[c.on_ready_node()]]))
         if scrape:
             self.tel.scrape(t, per_pod, self.queue.waiting)
 
