@@ -66,10 +66,16 @@ class SecondTotals:
         i = t % self.capacity_s
         at = float(t)
         total: float = 0  # from int 0, as sum() and summed_columns add
-        for ring, points, v in zip(self._rings, self._points, values, strict=True):
-            ring[i] = v
-            points[i] = (at, v)
-            total += v
+        if len(values) == 2 == len(self._rings):  # the engine's pair, once a second: unrolled
+            a, b = values
+            (ring_a, ring_b), (points_a, points_b) = self._rings, self._points
+            ring_a[i], ring_b[i], points_a[i], points_b[i] = a, b, (at, a), (at, b)
+            total = total + a + b
+        else:
+            for ring, points, v in zip(self._rings, self._points, values, strict=True):
+                ring[i] = v
+                points[i] = (at, v)
+                total += v
         self._sums[i], self._times[i] = total, at
         if self._first is None:
             self._first = t

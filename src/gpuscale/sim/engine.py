@@ -246,7 +246,7 @@ class _Run:
         devs = self._ready_devs
         factor = self.physics.capacity_factor[devs] if devs.size else np.zeros(0)
         speed = factor * self.model_speed
-        total = float(speed.sum())
+        total = float(np.add.reduce(speed))  # ``sum()``'s reduction, without its wrappers
         self._shares = speed / total if total > 0 else np.zeros(speed.size)
         self._ready_speed = speed
         up = speed > 0
@@ -256,8 +256,8 @@ class _Run:
         base = self._base_scv
         if n_up > 1:  # a mix of speeds widens service times
             s = speed if n_up == speed.size else speed[up]  # all up: the usual case
-            s_sum = total if s is speed else float(s.sum())  # ``total`` is speed's sum
-            mix = float((1.0 / s).sum() * s_sum) / float(s.size) ** 2
+            s_sum = total if s is speed else float(np.add.reduce(s))  # ``total``: speed's sum
+            mix = float(np.add.reduce(1.0 / s) * s_sum) / float(s.size) ** 2
             self.queue.service_scv = (1.0 + base) * mix - 1.0
         else:
             self.queue.service_scv = base
@@ -272,8 +272,8 @@ class _Run:
             stopping, loading = self._in_transition()
             self.tel.collect(t, self._ready_gpus, stopping, loading, per_pod)
             self._cap_dirty = True  # clocks (capacity) change with the physics
-            c = self.cluster
-            self._power_w = float(self.physics.power_w[c.slot_phys[c.on_ready_node()]].sum())
+            c, power = self.cluster, self.physics.power_w
+            self._power_w = float(np.add.reduce(power[c.slot_phys[c.on_ready_node()]]))
         if scrape:
             self.tel.scrape(t, per_pod, self.queue.waiting)
 

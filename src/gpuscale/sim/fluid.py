@@ -235,10 +235,9 @@ class FluidQueue:
         """Advance seconds ``t0`` to ``t1 - 1`` at constant servers and capacity.
 
         Each second is exactly ``step``'s arithmetic, in the same order, so the state
-        and records are bit for bit those of calling ``step`` once per second; for more
-        than one second without retries waiting or replicas draining (neither can
-        start between two calls) it runs as one loop over local variables
-        instead (``fluid_block.advance_block``).
+        and records are bit for bit those of calling ``step`` once per second; without
+        retries waiting or replicas draining (neither can start between two calls) it
+        runs as one loop over local variables instead (``fluid_block.advance_block``).
 
         Args:
             t0: First second.
@@ -253,7 +252,7 @@ class FluidQueue:
             Requests in service at the end of each second, and departures in each.
         """
         block = (t0, t1, arrivals, work_s, servers, capacity, waiting)
-        if t1 - t0 == 1 or self._retry or self.drains:  # one second: ``step`` costs less
+        if self._retry or self.drains:  # even for one second the block costs less than ``step``
             return step_each_second(self, *block)
         return advance_block(self, *block)
 

@@ -96,10 +96,13 @@ def advance_block(
     f = 0.5 * (q.arrival_scv + q.service_scv)
     busy_t, queue_t = q._table(servers) if up else ([], [])
     top = len(busy_t) - 1
+    # The table's top row and a full fleet, the same products at every second.
+    busy_top, fq_top, full = (busy_t[top], f * queue_t[top], float(servers)) if up else (0, 0, 0)
     timeout, log = q.timeout_s, math.log
     in_system, busy_now = q.in_system, q.busy
     queued_work, service_work = q._queued_work, q._service_work
     departed, hint = q.departed, q._hint
+    log_g = ledger.log_g  # kept here, written back before anything else reads it
     rec.servers.extend([servers] * (t1 - t0))
     offered, sizes = rec.offered_s.append, rec.per_size_s.append
     for t in range(t0, t1):
@@ -123,8 +126,8 @@ def advance_block(
                 service = 1e-9
             # _solve, inlined
             gain = 1.0 + 1.0 / service
-            if total >= busy_t[top] * gain + f * queue_t[top]:
-                busy = float(servers)
+            if total >= busy_top * gain + fq_top:
+                busy = full
             else:
                 i = hint if hint < top - 1 else top - 1
                 while i > 0 and busy_t[i] * gain + f * queue_t[i] > total:
@@ -154,7 +157,6 @@ def advance_block(
         entering = queued_before - (in_system - busy)
         pool = busy_now
         if entering > EPS:  # _enter_service, inlined (no retries here)
-            log_g = ledger.log_g
             left, done = entering, 0.0
             while left > EPS and fifo:
                 c = fifo[0]
@@ -190,9 +192,11 @@ def advance_block(
             x = 1.0 if x > 1.0 else x
             service_work *= x
             if x > 1e-12:
-                ledger.log_g += log(x)
+                log_g += log(x)
             else:
+                ledger.log_g = log_g
                 ledger.served(x)
+                log_g = ledger.log_g
         busy_now = busy
         busy_rec.append(busy)
         departed += departures
@@ -203,8 +207,9 @@ def advance_block(
             q._drop_expired(cutoff)
             in_system, busy_now, queued_work = q.in_system, q.busy, q._queued_work
             after_drop.append((t - t0, busy_now))
-        if waiting is not None:  # FluidQueue.waiting, after the drops
-            waiting.append(max(in_system - busy_now, 0.0))
+        if waiting is not None:  # FluidQueue.waiting, after the drops (max(x, 0.0))
+            x = in_system - busy_now
+            waiting.append(0.0 if x < 0.0 else x)
     rec.busy.extend(busy_rec)
     busy_out = busy_rec
     if after_drop:  # what the engine reads: in service after the drops
@@ -215,6 +220,7 @@ def advance_block(
     q.in_system, q.busy = in_system, busy_now
     q._queued_work, q._service_work = queued_work, service_work
     q.departed, q._hint = departed, hint
+    ledger.log_g = log_g
     if dep_out:
         q.last_departures = dep_out[-1]
     return busy_out, dep_out

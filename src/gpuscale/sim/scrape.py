@@ -50,6 +50,32 @@ Loading = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Devices of starting pods, when each becomes Ready, and its cold start length."""
 
 
+SMALL_SUM = 16
+"""``add_reduce`` takes fewer values than this."""
+
+
+def add_reduce(values: list[float]) -> float:
+    """``np.add.reduce`` of fewer than ``SMALL_SUM`` floats, bit for bit, in Python scalars.
+
+    numpy's pairwise sum adds fewer than 8 values one by one from 0.0, and up to 15 as
+    eight in a tree and the rest one by one (tests/unit/sim/test_scrape_pending.py
+    checks it against numpy); a numpy call costs more than these few additions.
+
+    Returns:
+        The sum.
+    """
+    if len(values) < 8:
+        total = 0.0
+        for v in values:
+            total += v
+        return total
+    a = values
+    total = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+    for v in a[8:]:
+        total += v
+    return total
+
+
 def busy_share(m: np.ndarray, slots: int) -> np.ndarray:
     """Share of each second some kernel runs, for ``m`` requests in service per replica.
 
@@ -98,6 +124,11 @@ class Telemetry:
         # Busy share in the last second flushed: (devices, share), 0 elsewhere; kept
         # as a pair since only a collect reads it, and most flushes are not followed by one.
         self._last_busy: tuple[np.ndarray, float] | None = None
+        # Flushes not yet added to ``_busy``/``_seq``, all to the same Ready GPUs: (their
+        # devices, busy seconds of each flush, sequence-seconds of each). Most flushes find
+        # the Ready set of the last one, so each is a scalar kept here, and the GPUs' arrays
+        # take them one by one (the same additions) when the set changes or at a collect.
+        self._pending: tuple[np.ndarray, list[float], list[float]] | None = None
         self._last_collect: float | None = None
         self._fields: dict[str, np.ndarray] = {}
         self._work = workload.work_s
@@ -121,30 +152,51 @@ class Telemetry:
             shares: Their shares of the completions.
         """
         occupancy = self.occupancy
-        if self.slots == 1 and 0 < len(occupancy) <= 2 and devs.size:
-            # The usual flush between decisions a second or two apart, in scalars: the
-            # same products, clips and sums (numpy adds one or two values in this order).
-            m_last = occupancy[-1] * self.slots
-            u_last = min(max(m_last, 0.0), 1.0)
-            m_sum, u_sum = m_last, u_last
-            if len(occupancy) == 2:  # numpy's sum of two values: the first plus the second
-                m_first = occupancy[0] * self.slots
-                m_sum, u_sum = m_first + m_last, min(max(m_first, 0.0), 1.0) + u_last
-            self._busy[devs] += u_sum
-            self._seq[devs] += m_sum
-            self._last_busy = (devs, u_last)
+        if self.slots == 1 and 0 < len(occupancy) < SMALL_SUM and devs.size:
+            # The usual flush, a few seconds after the last one, in scalars: the same
+            # clips (times one slot is the value itself) and sums as the numpy path below.
+            shares_busy = [min(max(m, 0.0), 1.0) for m in occupancy]
+            self._credit(devs, add_reduce(shares_busy), add_reduce(occupancy))
+            self._last_busy = (devs, shares_busy[-1])
             self.writer.add_completions(slots_of, uids, shares, self.done)
         elif occupancy and devs.size:
-            m = np.asarray(occupancy) * self.slots
+            m = np.asarray(occupancy, dtype=float)
+            if self.slots != 1:  # times one is the value itself
+                m = m * self.slots
             u = busy_share(m, self.slots)
-            self._busy[devs] += float(u.sum())
-            self._seq[devs] += float(m.sum())
+            # ``sum()``'s reduction, without its wrappers
+            self._credit(devs, float(np.add.reduce(u)), float(np.add.reduce(m)))
             self._last_busy = (devs, float(u[-1]))
             self.writer.add_completions(slots_of, uids, shares, self.done)
         elif self.occupancy:
             self._last_busy = None
         self.occupancy.clear()
         self.done = 0.0
+
+    def _credit(self, devs: np.ndarray, busy_s: float, seq_s: float) -> None:
+        """Add one flush's busy and sequence-seconds to each of ``devs`` (kept while pending)."""
+        pending = self._pending
+        if pending is not None and pending[0] is devs:  # the same Ready GPUs as last time
+            pending[1].append(busy_s)
+            pending[2].append(seq_s)
+            return
+        self._settle()
+        self._pending = (devs, [busy_s], [seq_s])
+
+    def _settle(self) -> None:
+        """Add the pending flushes to their GPUs' seconds, flush by flush as ``+=`` would."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        devs, busy_s, seq_s = pending
+        for seconds, adds in ((self._busy, busy_s), (self._seq, seq_s)):
+            if len(adds) == 1:
+                seconds[devs] += adds[0]
+                continue
+            x = seconds[devs]
+            for add in adds:  # each flush in turn, as one ``seconds[devs] += add`` each
+                x += add
+            seconds[devs] = x
 
     def _prefill_share(self, t: float, dt: float) -> float | None:
         if self.slots == 1:
@@ -174,6 +226,7 @@ class Telemetry:
             loading: Starting pods (the model fills the GPU as it loads).
             per_pod: Requests in service per Ready pod now (for the KV cache).
         """
+        self._settle()
         last = self._last_collect
         dt = max(t - last, 1.0) if last is not None else 1.0
         self._last_collect = t
@@ -194,7 +247,8 @@ class Telemetry:
         devs, due, span = loading
         if devs.size:  # most collects find no pod starting
             with np.errstate(invalid="ignore"):
-                done = np.clip(1.0 - (due - t) / np.maximum(span, 1.0), 0.0, 1.0)
+                # np.clip's values (1.0 - x is never -0.0), without its wrapper's cost
+                done = np.minimum(np.maximum(1.0 - (due - t) / np.maximum(span, 1.0), 0.0), 1.0)
             working[devs] = self.model_bytes * nan_to(done, 0.0)
         kv = np.zeros(busy.size)
         kv[ready] = self.kv_bytes * per_pod

@@ -14,7 +14,6 @@ each formula with its unit and its source.
 """
 
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -83,11 +82,7 @@ def nan_to(values: np.ndarray | float, nan: float) -> np.ndarray:
         floats, shaped like ``values``.
     """
     a = np.asarray(values, dtype=float)
-    # A finite sum proves every value finite; huge values may overflow it, which
-    # only sends them down the exact (slower) path.
-    with np.errstate(over="ignore", invalid="ignore"):
-        finite = math.isfinite(float(np.sum(a)))
-    if a.ndim and finite:
+    if a.ndim and np.logical_and.reduce(np.isfinite(a), axis=None):
         return a
     return np.asarray(np.nan_to_num(a, nan=nan), dtype=float)
 
@@ -138,8 +133,10 @@ def phase_levels(
     Returns:
         Field key (``PROFILED``) to ratios 0 to 1, shaped like the inputs.
     """
-    f = np.clip(nan_to(batch_fill, 0.0), 0.0, 1.0)
-    p = np.clip(nan_to(prefill_share, 0.0), 0.0, 1.0)
+    # np.clip's values (but perhaps -0.0 for a 0.0, which adds, multiplies and
+    # compares as 0.0: each level is the same), without its wrapper's cost
+    f = np.minimum(np.maximum(nan_to(batch_fill, 0.0), 0.0), 1.0)
+    p = np.minimum(np.maximum(nan_to(prefill_share, 0.0), 0.0), 1.0)
     # All four ratios at once, one row each: the same arithmetic per element as
     # ``p * (p1 + (pn - p1) * f) + (1 - p) * (d1 + (dn - d1) * f)`` per ratio.
     column = (len(PROFILED),) + (1,) * max(f.ndim, p.ndim)
@@ -255,4 +252,5 @@ def batch_fill(in_flight: np.ndarray | float, busy: np.ndarray | float, slots: i
     b = np.asarray(busy, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         fill = np.where(b > 0.0, m / (slots * b), 0.0)
-    return np.asarray(np.clip(nan_to(fill, 0.0), 0.0, 1.0), dtype=float)
+    # np.clip's values (a 0.0 may come out -0.0, equal to it), without its wrapper's cost
+    return np.asarray(np.minimum(np.maximum(nan_to(fill, 0.0), 0.0), 1.0), dtype=float)

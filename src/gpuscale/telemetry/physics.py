@@ -275,9 +275,9 @@ class FleetPhysics:
             clock = c_pow
             self.power_w = p_free
             c[ff.ENERGY] += alive_only(p_free * dt * 1e3)  # mJ
-            c[ff.POWER_V] += alive_only(np.where(capped, dt, 0.0) * _NS)
+            c[ff.POWER_V] += alive_only(np.where(capped, dt * _NS, 0.0))  # where(.., dt) * _NS
         self.busy = busy
-        c[ff.IDLE_V] += alive_only(np.where(busy < IDLE_BUSY, dt, 0.0) * _NS)
+        c[ff.IDLE_V] += alive_only(np.where(busy < IDLE_BUSY, dt * _NS, 0.0))
         self._add_correctable_errors(dt, alive)
         ws = 0.0 if working_set_bytes is None else working_set_bytes
         ws_arr = np.asarray(ws, dtype=float)

@@ -93,3 +93,22 @@ def test_advance_with_a_retry_waiting_steps_each_second() -> None:
     blocked.advance(20, 60, arrivals, work, 4, 2.0)
     assert _state(blocked) == _state(stepped)
     assert stepped.records.retried  # the retried portions were recorded
+
+
+def test_one_second_blocks_in_the_block_loop_step_as_step_does() -> None:
+    """The engine's one-second blocks (a pod turning Ready mid-decision) run the loop too."""
+    rng = np.random.default_rng(7)
+    arrivals = rng.poisson(3.0, 200).astype(float).tolist()
+    work = [a * 1.5 for a in arrivals]
+    stepped = FluidQueue(timeout_s=4.0, service_scv=0.6, arrival_scv=0.3)
+    blocked = FluidQueue(timeout_s=4.0, service_scv=0.6, arrival_scv=0.3)
+    busy_s, busy_b = [], []
+    for t in range(200):
+        k = 2 + t % 3  # the Ready replicas change every second
+        stepped.step(t, arrivals[t], work[t], k, k * 0.8)
+        busy_s.append(stepped.busy)
+        b, _ = blocked.advance(t, t + 1, arrivals, work, k, k * 0.8)
+        busy_b += b
+    assert stepped.dropped > 0.0  # overloaded at times: the drops are compared too
+    assert busy_b == busy_s
+    assert _state(blocked) == _state(stepped)
