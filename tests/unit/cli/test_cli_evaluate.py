@@ -220,7 +220,10 @@ def test_ctrl_c_stops_the_workers_at_once_says_so_and_exits_130(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # a hang is killed with SIGABRT below, and then every thread's stack is printed
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
+    err = ""
     try:
         selector = selectors.DefaultSelector()
         selector.register(proc.stderr, selectors.EVENT_READ)
@@ -233,12 +236,17 @@ def test_ctrl_c_stops_the_workers_at_once_says_so_and_exits_130(tmp_path):
         time.sleep(0.5)
         start = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: to every process of the job
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGABRT)  # the stacks of a hang, for the failure
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"no exit 30 s after Ctrl-C; its stacks:\n{err[-20000:]}")
         elapsed = time.monotonic() - start
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.communicate()  # reap it and close its pipes
     assert proc.returncode == 130
     assert f"gpuscale: interrupted; no results written to {out}" in err
     assert elapsed < 2.0
