@@ -214,8 +214,16 @@ def test_a_run_says_wrote_once_and_worker_logs_arrive_as_whole_lines(tmp_path):
 
 def test_ctrl_c_stops_the_workers_at_once_says_so_and_exits_130(tmp_path):
     out = tmp_path / "out"
+    # A shell's background job (``cmd &`` without job control) ignores SIGINT, and the
+    # ignore is inherited across exec: start it with Ctrl-C's default action, as a
+    # terminal's foreground job has it, whatever this test was started from.
+    default_sigint = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execvp(sys.argv[1], sys.argv[1:])"
+    )
+    command = [*gpuscale_command(), "evaluate", "--trace", "diurnal", "--jobs", "2"]
     proc = subprocess.Popen(
-        [*gpuscale_command(), "evaluate", "--trace", "diurnal", "--jobs", "2", "--out", str(out)],
+        [sys.executable, "-c", default_sigint, *command, "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
