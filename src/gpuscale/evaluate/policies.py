@@ -282,7 +282,11 @@ def _predictive(f: FairInputs) -> PredictiveConfig:
 def _hybrid(f: FairInputs) -> HybridConfig:
     p = _predictive(f)
     fields = {k.name: getattr(p, k.name) for k in dataclasses.fields(PredictiveConfig)}
-    return HybridConfig(**fields, queue_wait_s=round(QUEUE_WAIT_SHARE * f.wait_budget_s, 3))
+    return HybridConfig(
+        **fields,
+        queue_wait_s=round(QUEUE_WAIT_SHARE * f.wait_budget_s, 3),
+        wait_budget_s=round(f.wait_budget_s, 3),
+    )
 
 
 def _build_predictive(c: PredictiveConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
@@ -313,7 +317,7 @@ register(
         HybridConfig,
         _hybrid,
         _build_hybrid,
-        (*_PLAN_FIELDS, "sm_target", "queue_wait_s"),
+        (*_PLAN_FIELDS, "sm_target", "queue_wait_s", "wait_budget_s"),
         units={"per_replica": "requests (in flight + queued) per replica"},
         knob=_PLAN_KNOB,
         default=False,

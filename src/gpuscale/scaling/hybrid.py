@@ -31,7 +31,7 @@ bounded.
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -95,6 +95,20 @@ class HybridConfig(PredictiveConfig):
             (``gpuscale evaluate`` sets a quarter of it). None: any queue above
             ``SATURATED_SHARE`` of those in service counts, as it does while the
             service time is unknown.
+        service_window_s: The service time is Little's law on the fleet:
+            requests-in-service seconds over the Ready pods' completions, over the
+            newest decision intervals that hold ``service_completions``, looking back at
+            most this far (Prometheus's customary ``[5m]`` rate window).
+        service_completions: Completions the estimate needs: a count of N completions
+            varies by about 1 / sqrt(N) (Poisson), so 100 read the service time within
+            about 10 %, where one 15 s interval of 20 pods serving 40 s requests
+            holds about 7 and varies by a third or more.
+        wait_budget_s: The wait in the queue a mean request may have and still meet its
+            SLO (``gpuscale evaluate``: the latency SLO less the mean service time, an
+            LLM's TTFT budget). With the queue observed (``backlog_metric``), the SM
+            guard is off while a queue allowed to wait this long absorbs a shortfall
+            of the guard's headroom until new replicas arrive (``sm_guard``). None:
+            the guard is always on.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -109,6 +123,9 @@ class HybridConfig(PredictiveConfig):
     )
     panic_ratio: float = field(default=2.0, metadata={"unit": "ratio"})
     queue_wait_s: float | None = field(default=None, metadata={"unit": "s"})
+    service_window_s: float = field(default=300.0, metadata={"unit": "s"})
+    service_completions: int = field(default=100, metadata={"unit": "requests"})
+    wait_budget_s: float | None = field(default=None, metadata={"unit": "s"})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -122,12 +139,46 @@ class HybridConfig(PredictiveConfig):
         check(self.panic_ratio >= 1, "panic_ratio", "use a ratio of 1 or more")
         wait = self.queue_wait_s
         check(wait is None or wait >= 0, "queue_wait_s", "use >= 0 s, or none")
+        check(self.service_window_s > 0, "service_window_s", "use > 0 s")
+        check(self.service_completions >= 1, "service_completions", "use 1 or more")
+        budget = self.wait_budget_s
+        check(budget is None or budget >= 0, "wait_budget_s", "use >= 0 s, or none")
+
+
+def sm_guard(cfg: HybridConfig, reach_s: float | None) -> float | None:
+    """The mean SM activity above which the Ready pods count as saturated, if any.
+
+    ``sm_target`` keeps ``1 / sm_target - 1`` of headroom (11 % at 0.9) for a rise the
+    queue would reveal only once new replicas are a horizon (``reach_s``) away. A queue
+    allowed to wait ``wait_budget_s`` absorbs a shortfall of ``wait_budget_s /
+    reach_s`` of the capacity for that long: each queued request waits at most that
+    share of the horizon. When that covers the whole headroom, the guard protects
+    nothing the queue's terms do not, and is off.
+
+    Returns:
+        ``sm_target``, or None when the budget covers its headroom.
+    """
+    if cfg.wait_budget_s is None or reach_s is None or reach_s <= 0:
+        return cfg.sm_target
+    covered = cfg.wait_budget_s / reach_s >= 1.0 / cfg.sm_target - 1.0
+    return None if covered else cfg.sm_target
 
 
 def reactive_need(
-    observation: Observation, points: Series, sick: Mapping[str, str], cfg: HybridConfig
+    observation: Observation,
+    points: Series,
+    sick: Mapping[str, str],
+    cfg: HybridConfig,
+    guard: float | None,
 ) -> tuple[int, str]:
     """Replicas the load needs now, from demand, SM activity and TTFT.
+
+    Args:
+        observation: Pods, their metrics and the workload's series.
+        points: The demand points (``backlog_demand``).
+        sick: Ready pods that are not capacity, with the reason.
+        cfg: The policy's parameters.
+        guard: ``sm_guard``'s target (None: SM activity sets no need).
 
     Returns:
         (healthy replicas needed, a note with each signal's need).
@@ -139,9 +190,11 @@ def reactive_need(
     # SM activity is a saturation signal, not a level: an LLM server's SMs stay about
     # a third active with one sequence decoding, so sum / target would hold a fleet far
     # above its load. It raises the need only while the pods run hotter than the target.
-    hot = bool(busy) and sum(busy) > cfg.sm_target * len(busy)
-    by_sm = math.ceil(sum(busy) / cfg.sm_target - 1e-9) if hot else 0
+    hot = guard is not None and bool(busy) and sum(busy) > guard * len(busy)
+    by_sm = math.ceil(sum(busy) / guard - 1e-9) if hot and guard is not None else 0
     note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
+    if guard is None:
+        note += " (guard off)"
     need = max(by_demand, by_sm)
     ttft = observation.latest(TTFT) if cfg.ttft_metric is not None else None
     if ttft is not None and not math.isnan(ttft) and ttft > cfg.ttft_slo_s:
@@ -152,30 +205,59 @@ def reactive_need(
 
 
 def service_time_s(
-    observation: Observation, in_service: float, health_state: Mapping[str, Any]
-) -> float | None:
-    """The fleet's mean service time by Little's law: in flight over the completion rate.
+    observation: Observation,
+    in_service: Series,
+    health_state: Mapping[str, Any],
+    kept: Sequence[Sequence[float]],
+    window_s: float,
+    min_completions: float,
+) -> tuple[float | None, list[list[float]]]:
+    """The fleet's mean service time by Little's law over its newest intervals.
 
-    The completions are the Ready pods' counters since the last decision.
+    Each decision adds what the Ready pods completed since the previous one (their
+    counters) and the requests-in-service seconds of that interval (the sampled
+    count's mean times its length); the service time is the seconds over the
+    completions of the newest intervals that hold ``min_completions``, or of all
+    those within ``window_s``. One interval is too short for long requests: 20 pods
+    of 40 s finish about 7 requests in 15 s, and a count of 2 reads the service time
+    3.5 times too long. A fleet of short requests completes that many in its newest
+    interval, whose service time is the current one (an LLM server's grows with its
+    batch).
+
+    Args:
+        observation: The pods and their completion counters now.
+        in_service: The requests in service as sampled.
+        health_state: The previous decision's counters and time (``health.assess``).
+        kept: The window's earlier intervals, ``[end, completed, busy seconds]``.
+        window_s: How far back intervals count.
+        min_completions: Completions that make the estimate (``service_completions``).
 
     Returns:
-        Seconds, or None when no completion has been seen yet.
+        (seconds or None when no completion falls in the window, the intervals kept).
     """
+    now = float(observation.now)
+    intervals = [list(map(float, k)) for k in kept if float(k[0]) > now - window_s]
     old = health_state.get("pods", {})
     last_at = health_state.get("at")
-    done = observation.pod_metrics.get(health.DONE, {})
-    if last_at is None:
-        return None
-    elapsed = float(observation.now) - float(last_at)
-    finished = 0.0
-    for pod in observation.target.pods:
-        before = old.get(pod.name, {}).get(health.DONE)
-        now_done = done.get(pod.name)
-        if pod.ready and before is not None and now_done is not None and now_done >= before:
-            finished += now_done - float(before)
-    if elapsed <= 0 or finished <= 0:
-        return None
-    return max(in_service, 0.0) / (finished / elapsed)
+    if last_at is not None and now > float(last_at):
+        done = observation.pod_metrics.get(health.DONE, {})
+        finished = 0.0
+        for pod in observation.target.pods:
+            before = old.get(pod.name, {}).get(health.DONE)
+            now_done = done.get(pod.name)
+            if pod.ready and before is not None and now_done is not None and now_done >= before:
+                finished += now_done - float(before)
+        seen = [v for t, v in in_service if float(last_at) < t <= now] or [in_service[-1][1]]
+        busy = max(sum(seen) / len(seen), 0.0) * (now - float(last_at))
+        intervals.append([now, finished, busy])
+    finished = busy_s = 0.0
+    for _, done_k, busy_k in reversed(intervals):  # newest first, until enough completed
+        finished, busy_s = finished + done_k, busy_s + busy_k
+        if finished >= min_completions:
+            break
+    if finished <= 0:
+        return None, intervals
+    return busy_s / finished, intervals
 
 
 def queue_growth(backlog: Series, now: float) -> float:
@@ -191,12 +273,8 @@ def queue_growth(backlog: Series, now: float) -> float:
 
 
 def backlog_demand(
-    observation: Observation,
-    total: Series,
-    backlog: Series | None,
-    health_state: Mapping[str, Any],
-    horizon_s: float,
-) -> tuple[Series, str, float | None]:
+    total: Series, backlog: Series | None, service: float | None, now: float, horizon_s: float
+) -> tuple[Series, str]:
     """The demand the reactive need sees: in service, the queue's share, and its growth.
 
     While requests queue, those in flight are bounded by the Ready pods and hide how
@@ -208,24 +286,19 @@ def backlog_demand(
     * the excess arrivals: the queue's growth rate times the service time (Little's
       law on what the pods cannot take).
 
-    The service time is ``service_time_s``; unknown, the queue counts in full.
+    ``service`` is ``service_time_s``'s; unknown (None), the queue counts in full.
 
     Returns:
-        The demand points (the newest with both terms), a note, and the service time
-        (None when unknown).
+        The demand points (the newest with both terms) and a note.
     """
-    points = weigh_backlog(total, backlog, 0.0)
-    if not backlog or not points:
-        return total, "", None
-    service = service_time_s(observation, points[-1][1], health_state)
-    if service is None or horizon_s <= 0:
-        return total, "", service
+    if not backlog or not total or service is None or horizon_s <= 0:
+        return total, ""
     weight = min(service / horizon_s, 1.0)
-    growth = queue_growth(backlog, float(observation.now)) * service
+    growth = queue_growth(backlog, now) * service
     weighed = weigh_backlog(total, backlog, weight)
     t, v = weighed[-1]
     note = f", queue x{weight:.2f} + growth {growth:.1f}" if backlog[-1][1] > 0 else ""
-    return (*weighed[:-1], (t, v + growth)), note, service
+    return (*weighed[:-1], (t, v + growth)), note
 
 
 def steady_demand(
@@ -333,7 +406,8 @@ class HybridPolicy:
     """``max(predictive plan, reactive need)`` on healthy capacity, as a pure ``ScalingPolicy``.
 
     State keys: ``forecast``, ``cold``, ``recs`` and ``started_at`` as ``predictive``; ``health``
-    (``scaling.health``); ``sick`` (Ready pods not counted, with the reason).
+    (``scaling.health``); ``sick`` (Ready pods not counted, with the reason); ``service``
+    (the intervals of ``service_window_s``, ``service_time_s``).
     """
 
     def __init__(self, config: HybridConfig | None = None, name: str = "hybrid") -> None:
@@ -370,19 +444,25 @@ class HybridPolicy:
         ready = sum(1 for p in observation.target.pods if p.ready)
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
-        since, queued, service = None, "", None
+        service, intervals = service_time_s(
+            observation,
+            samples,
+            old_health,
+            state.get("service", ()),
+            cfg.service_window_s,
+            cfg.service_completions,
+        )
+        since, queued, reach = None, "", None
         if cfg.backlog_metric is not None:
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.
             # The queue is drained by replicas beyond the current ones: they may need a node.
             cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
             reach = horizon_s(cold, current + 1, cfg)
-            now_points, queued, service = backlog_demand(
-                observation, now_points, backlog, old_health, reach
-            )
+            now_points, queued = backlog_demand(now_points, backlog, service, now, reach)
             since = last_saturated(samples, backlog, service, cfg)
         planned, why, parts = plan(observation, samples, state, cfg, unsaturated_since=since)
-        need, seen = reactive_need(observation, now_points, sick, cfg)
+        need, seen = reactive_need(observation, now_points, sick, cfg, sm_guard(cfg, reach))
         seen += queued
         proposal = max(planned, need) + len(sick)
         started = float(state.get("started_at", now))
@@ -397,7 +477,7 @@ class HybridPolicy:
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
         new_state = {**parts, "recs": recs, "started_at": started}
         new_state["last_in"] = last_scale_in(state, now, current, replicas)
-        new_state.update(health=health_state, sick=dict(sick))
+        new_state.update(health=health_state, sick=dict(sick), service=intervals)
         seen = state.get("sick_since", {})
         new_state["sick_since"] = {n: float(seen.get(n, now)) for n in sick}
         delete = replace(sick, cfg, state, now)

@@ -465,3 +465,67 @@ def test_a_sample_below_the_panic_ratio_is_smoothed():
         observe(600.0, target, [20.0] * 40 + [30.0], metrics(2)), LONG_AGO
     )
     assert "demand 22.50 -> 3" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("window_s", "completions", "weight"),
+    [
+        (300.0, 100, "0.67"),  # 75 completions in the window, fewer than 100: all count
+        (15.0, 100, "1.00"),  # a window of one interval: 150 s, capped at the weight's 1
+        (300.0, 2, "1.00"),  # the newest interval's 2 completions suffice
+    ],
+)
+def test_the_service_time_is_littles_law_over_enough_completions(window_s, completions, weight):
+    # 20 pods each serve one 40 s request: 7.5 completions per 15 s on average, here
+    # 13 and 2 in turn. Over the last interval alone (2 completions) the service time
+    # reads 20 / (2 / 15) = 150 s; over the window, 20 x 150 s / 75 = 40 s, which
+    # weighs the queue at 40 / 60 s (the default cold start).
+    cfg = HybridConfig(
+        per_replica=1.0,
+        stabilization_window_s=0.0,
+        service_window_s=window_s,
+        service_completions=completions,
+    )
+    target, policy = TargetStatus(20, ready_pods(20)), HybridPolicy(cfg)
+    state, done = dict(LONG_AGO), {f"p{i}": 0.0 for i in range(20)}
+    for k in range(11):
+        now = 600.0 + STEP_S * k
+        for i in range(13 if k % 2 else 2 if k else 0):
+            done[f"p{i}"] += 1.0
+        obs = observe(now, target, [20.0] * 41, metrics(20, **{health.DONE: dict(done)}))
+        queue = tuple((t, 10.0) for t, _ in obs.series[IN_FLIGHT])
+        obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
+        decision = policy.decide(obs, state)
+        state = json.loads(json.dumps(decision.state))
+    assert f"queue x{weight} + growth 0.0" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("budget_s", "reach_s", "guard"),
+    [
+        (None, 250.0, 0.9),  # no budget: sm_target as it is
+        (3.0, 200.0, 0.9),  # the queue absorbs 1.5 % for a horizon: less than 11.1 %
+        (117.0, 250.0, None),  # 47 %: more than the guard's headroom
+        (30.0, 225.0, None),  # 13.3 %: more than 11.1 % as well
+        (3.0, None, 0.9),  # the queue not observed: nothing absorbs a shortfall
+    ],
+)
+def test_the_sm_guard_is_off_when_the_queue_absorbs_its_headroom(budget_s, reach_s, guard):
+    cfg = HybridConfig(sm_target=0.9, wait_budget_s=budget_s)
+    assert hybrid.sm_guard(cfg, reach_s) == pytest.approx(guard)
+
+
+@pytest.mark.parametrize(
+    ("budget_s", "sm_need"), [(None, "SM 22.80 -> 26"), (117.0, "-> 0 (guard off)")]
+)
+def test_a_wait_budget_that_covers_a_horizon_turns_the_sm_guard_off(budget_s, sm_need):
+    # 24 pods 0.95 SM active, 20 in flight and nothing queued: a fleet of one-request
+    # servers running full. A 117 s budget against a 60 s horizon (the default cold
+    # start) absorbs far more than the guard's 11 % headroom: no SM need, no scale-out.
+    cfg = HybridConfig(per_replica=1.0, stabilization_window_s=0.0, wait_budget_s=budget_s)
+    target = TargetStatus(24, ready_pods(24))
+    d = HybridPolicy(cfg).decide(
+        observe(600.0, target, [20.0] * 41, metrics(24, sm=0.95)), LONG_AGO
+    )
+    assert sm_need in d.reason
+    assert (d.replicas > 24) is (budget_s is None)
