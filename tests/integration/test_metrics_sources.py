@@ -40,6 +40,7 @@ from tests.support.tsdb import (
     VictoriaMetrics,
     backfill,
     feed_store,
+    history_start,
     openmetrics,
     prometheus_text,
 )
@@ -59,9 +60,7 @@ LOOKBACK = 300.0  # Prometheus' default lookback, matched by the VictoriaMetrics
 # of float64 (2.2e-16) over at most a few dozen terms.
 REL = 1e-12
 
-# One history starting two hours ago, on a whole hour: inside both servers' retention,
-# and old enough that VictoriaMetrics' 30 s latency offset never applies.
-T0 = math.floor((time.time() - 7200) / 3600) * 3600
+T0 = history_start(time.time())  # one history, two hours old (support.tsdb)
 
 
 def _history() -> list[Series]:

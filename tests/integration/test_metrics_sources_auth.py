@@ -9,7 +9,6 @@ gets through returns a known value.
 
 import datetime
 import ipaddress
-import math
 import shutil
 import socket
 import ssl
@@ -33,13 +32,14 @@ from tests.support.tsdb import (
     Series,
     VictoriaMetrics,
     backfill,
+    history_start,
     openmetrics,
     prometheus_text,
 )
 
 pytestmark = pytest.mark.integration
 
-T0 = math.floor((time.time() - 7200) / 3600) * 3600  # inside retention, away from the head
+T0 = history_start(time.time())  # inside retention, away from the head (support.tsdb)
 SIG = Signal("gpuscale_test_value", {"pod": "a"})
 VALUE = 42.5
 USER, PASSWORD = "alice", "s3cret"

@@ -25,6 +25,24 @@ import numpy as np
 
 from tests.support.servers import Process, Prometheus, free_port, wait_http
 
+DAY_S = 86400
+
+
+def history_start(now: float) -> int:
+    """A whole hour about two hours before ``now``, never a UTC midnight.
+
+    Two hours back is inside both servers' retention and clear of VictoriaMetrics'
+    30 s latency offset. Not midnight: VictoriaMetrics looks a series up in per-day
+    indexes, and an instant query at exactly 00:00:00.000 UTC does not find a series
+    whose first sample is at that instant (Debian's victoria-metrics, reproduced with
+    a two-sample import; upstream issues 3305 and 3309 are of the same per-day index).
+
+    Returns:
+        Unix seconds.
+    """
+    start = int(now - 7200) // 3600 * 3600
+    return start - 3600 if start % DAY_S == 0 else start
+
 
 @dataclass(frozen=True)
 class Series:
