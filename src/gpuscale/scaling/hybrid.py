@@ -99,10 +99,11 @@ class HybridConfig(PredictiveConfig):
             requests-in-service seconds over the Ready pods' completions, over the
             newest decision intervals that hold ``service_completions``, looking back at
             most this far (Prometheus's customary ``[5m]`` rate window).
-        service_completions: Completions the estimate needs: a count of N completions
-            varies by about 1 / sqrt(N) (Poisson), so 100 read the service time within
-            about 10 %, where one 15 s interval of 20 pods serving 40 s requests
-            holds about 7 and varies by a third or more.
+        service_completions: Completions, and sampled requests in service, the
+            estimate needs: a count of N varies by about 1 / sqrt(N) (Poisson), so 100
+            read the service time within about 10 %, where one 15 s interval of 20
+            pods serving 40 s requests holds about 7 completions and varies by a third
+            or more.
         wait_budget_s: The wait in the queue a mean request may have and still meet its
             SLO (``gpuscale evaluate``: the latency SLO less the mean service time, an
             LLM's TTFT budget). With the queue observed (``backlog_metric``), the SM
@@ -217,18 +218,21 @@ def service_time_s(
     Each decision adds what the Ready pods completed since the previous one (their
     counters) and the requests-in-service seconds of that interval (the sampled
     count's mean times its length); the service time is the seconds over the
-    completions of the newest intervals that hold ``min_completions``, or of all
-    those within ``window_s``. One interval is too short for long requests: 20 pods
-    of 40 s finish about 7 requests in 15 s, and a count of 2 reads the service time
-    3.5 times too long. A fleet of short requests completes that many in its newest
-    interval, whose service time is the current one (an LLM server's grows with its
-    batch).
+    completions of the newest intervals in which both the completions and the
+    sampled counts add up to ``min_completions``, or of all those within
+    ``window_s``. Both are counts whose relative error is about one over their square
+    root. One interval is too short for long requests: 20 pods of 40 s finish about
+    7 requests in 15 s, and a count of 2 reads the service time 3.5 times too long;
+    nor does one sample of 15 requests in service say their mean within a quarter.
+    A large fleet of short requests has both in its newest interval, whose service
+    time is the current one (an LLM server's grows with its batch).
 
     Args:
         observation: The pods and their completion counters now.
         in_service: The requests in service as sampled.
         health_state: The previous decision's counters and time (``health.assess``).
-        kept: The window's earlier intervals, ``[end, completed, busy seconds]``.
+        kept: The window's earlier intervals, ``[end, completed, busy seconds, sampled
+            in service]``.
         window_s: How far back intervals count.
         min_completions: Completions that make the estimate (``service_completions``).
 
@@ -249,11 +253,11 @@ def service_time_s(
                 finished += now_done - float(before)
         seen = [v for t, v in in_service if float(last_at) < t <= now] or [in_service[-1][1]]
         busy = max(sum(seen) / len(seen), 0.0) * (now - float(last_at))
-        intervals.append([now, finished, busy])
-    finished = busy_s = 0.0
-    for _, done_k, busy_k in reversed(intervals):  # newest first, until enough completed
-        finished, busy_s = finished + done_k, busy_s + busy_k
-        if finished >= min_completions:
+        intervals.append([now, finished, busy, max(sum(seen), 0.0)])
+    finished = busy_s = sampled = 0.0
+    for _, done_k, busy_k, sampled_k in reversed(intervals):  # newest first, until enough
+        finished, busy_s, sampled = finished + done_k, busy_s + busy_k, sampled + sampled_k
+        if finished >= min_completions and sampled >= min_completions:
             break
     if finished <= 0:
         return None, intervals

@@ -529,3 +529,15 @@ def test_a_wait_budget_that_covers_a_horizon_turns_the_sm_guard_off(budget_s, sm
     )
     assert sm_need in d.reason
     assert (d.replicas > 24) is (budget_s is None)
+
+
+@pytest.mark.parametrize(("sampled", "service_s"), [(20.0, 1200.0 / 240.0), (100.0, 300.0 / 120.0)])
+def test_the_service_time_waits_for_enough_sampled_requests_in_service(sampled, service_s):
+    # The newest interval completed 120 requests, but one sample of 20 in service says
+    # their mean only within about a quarter: the interval before counts too. A sample
+    # of 100 is enough alone. (No previous decision time: no interval is added.)
+    kept = [[570.0, 120.0, 900.0, 60.0], [585.0, 120.0, 300.0, sampled]]
+    obs = observe(600.0, TargetStatus(10, ready_pods(10)), [20.0] * 41, metrics(10))
+    got, intervals = hybrid.service_time_s(obs, obs.series[IN_FLIGHT], {}, kept, 300.0, 100)
+    assert got == pytest.approx(service_s)
+    assert intervals == kept
