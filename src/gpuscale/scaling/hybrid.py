@@ -234,7 +234,8 @@ def service_time_s(
         kept: The window's earlier intervals, ``[end, completed, busy seconds, sampled
             in service]``.
         window_s: How far back intervals count.
-        min_completions: Completions that make the estimate (``service_completions``).
+        min_completions: Completions, and sampled requests in service, that make the
+            estimate (``service_completions``).
 
     Returns:
         (seconds or None when no completion falls in the window, the intervals kept).
