@@ -10,7 +10,9 @@ reaction's floor. The reactive need reads signals that track capacity, never
   (``backlog_demand``), over ``per_replica``;
 * SM activity, as a saturation guard: while the mean ``DCGM_FI_PROF_SM_ACTIVE``
   of the healthy Ready pods is above ``sm_target``, their sum over it (a pod
-  still loading its model has no sample and is not counted);
+  still loading its model has no sample and is not counted); off where the queue
+  may wait long enough to absorb the guard's headroom until new replicas arrive
+  (``sm_guard``);
 * TTFT, when ``ttft_metric`` names a workload-level series: above
   ``ttft_slo_s``, the healthy Ready count times TTFT over its SLO.
 
