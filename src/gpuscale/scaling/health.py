@@ -110,6 +110,24 @@ def _value(observation: Observation, key: str, pod: str) -> float | None:
     return None if v is None or math.isnan(v) else float(v)
 
 
+def completed(observation: Observation, old_pods: Mapping[str, Any]) -> dict[str, float]:
+    """Requests each Ready pod completed since the last decision: its counter's rise.
+
+    A pod with no counter now or then, or whose counter went down (a new
+    container), gives no count.
+
+    Returns:
+        Pod name to completions, in the order of ``observation.target.pods``.
+    """
+    counts: dict[str, float] = {}
+    for pod in observation.target.pods:
+        done = _value(observation, DONE, pod.name)
+        last_done = old_pods.get(pod.name, {}).get(DONE)
+        if pod.ready and done is not None and last_done is not None and done >= last_done:
+            counts[pod.name] = done - float(last_done)
+    return counts
+
+
 def assess(
     observation: Observation, state: Mapping[str, Any], cfg: HealthConfig
 ) -> tuple[dict[str, str], dict[str, Any]]:
@@ -131,7 +149,8 @@ def assess(
     any_sm = any(_value(observation, SM, p.name) is not None for p in ready)
     sick: dict[str, str] = {}
     pods: dict[str, dict[str, Any]] = {}
-    rates: dict[str, float] = {}
+    counts = completed(observation, old) if elapsed > 0 else {}
+    rates = {name: n / elapsed for name, n in counts.items()}
     for pod in ready:
         prev = old.get(pod.name, {})
         rec: dict[str, Any] = {"until": prev.get("until"), "why": prev.get("why")}
@@ -160,10 +179,6 @@ def assess(
             share = (thermal - float(prev[THERMAL])) / 1e9 / elapsed
             if share > cfg.throttle_share:
                 sick[pod.name] = "throttled"
-        last_done = prev.get(DONE)
-        # A counter that went down (a new container) gives no rate.
-        if elapsed > 0 and done is not None and last_done is not None and done >= last_done:
-            rates[pod.name] = (done - float(last_done)) / elapsed
         rec.update({XID: xid, DBE: dbe, THERMAL: thermal, DONE: done})
         pods[pod.name] = rec
     for name in stragglers(rates, sick, elapsed, cfg):

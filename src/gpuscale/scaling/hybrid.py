@@ -244,16 +244,9 @@ def service_time_s(
     """
     now = float(observation.now)
     intervals = [list(map(float, k)) for k in kept if float(k[0]) > now - window_s]
-    old = health_state.get("pods", {})
     last_at = health_state.get("at")
     if last_at is not None and now > float(last_at):
-        done = observation.pod_metrics.get(health.DONE, {})
-        finished = 0.0
-        for pod in observation.target.pods:
-            before = old.get(pod.name, {}).get(health.DONE)
-            now_done = done.get(pod.name)
-            if pod.ready and before is not None and now_done is not None and now_done >= before:
-                finished += now_done - float(before)
+        finished = sum(health.completed(observation, health_state.get("pods", {})).values())
         seen = [v for t, v in in_service if float(last_at) < t <= now] or [in_service[-1][1]]
         busy = max(sum(seen) / len(seen), 0.0) * (now - float(last_at))
         intervals.append([now, finished, busy, max(sum(seen), 0.0)])
