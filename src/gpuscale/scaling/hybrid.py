@@ -444,16 +444,18 @@ class HybridPolicy:
         ready = sum(1 for p in observation.target.pods if p.ready)
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
-        service, intervals = service_time_s(
-            observation,
-            samples,
-            old_health,
-            state.get("service", ()),
-            cfg.service_window_s,
-            cfg.service_completions,
-        )
         since, queued, reach = None, "", None
+        intervals: list[list[float]] = []
         if cfg.backlog_metric is not None:
+            # Only the queue's terms read the service time.
+            service, intervals = service_time_s(
+                observation,
+                samples,
+                old_health,
+                state.get("service", ()),
+                cfg.service_window_s,
+                cfg.service_completions,
+            )
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.
             # The queue is drained by replicas beyond the current ones: they may need a node.
