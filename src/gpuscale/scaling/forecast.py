@@ -16,7 +16,8 @@ state as plain numbers:
   refits each closed bucket advances the stored model by one step of the
   Holt-Winters recursions (a few multiplications), so no decision refits.
 * Before that (short history) the fallback is a least-squares line through
-  the raw points of the last ``trend_window_s`` seconds.
+  the raw points of the last ``trend_window_s`` seconds; only the part of its
+  slope beyond ``SLOPE_T`` standard errors is extrapolated.
 
 The seasonal forecast for ``now + h`` is the model's forecast for the bucket
 holding that time, shifted by the model's error on the recent points (so a
@@ -113,12 +114,16 @@ MIN_LINE_POINTS = 8
 """Fewer points than this give the fallback no slope (two minutes at a 15 s step)."""
 
 SLOPE_T = 2.0
-"""The fallback extrapolates a slope only when it is this many standard errors from 0.
+"""The fallback extrapolates only the part of a slope beyond this many standard errors.
 
 About 95 % two-sided. A steady load's samples scatter, their line's slope is as
 often up as down, and a chance slope times a horizon of minutes (a cold start
 plus a node) moves the forecast by more than the scatter itself; without a
-slope the fallback is the window's mean level.
+slope the fallback is the window's mean level. A slope past the band is shrunk
+by it (soft thresholding): one picked for clearing the band overstates the rise
+(on ramp, 17 points after a queue emptied read five times the ramp's slope and
+opened two nodes for one decision), and the extrapolated rise then grows from 0
+at the band's edge instead of jumping to a full band's worth.
 """
 
 
@@ -300,12 +305,13 @@ def trend_forecast(
         upper = level + _z(cfg.quantile) * max(spread, floor)
         return Forecast(level, upper, "trend", horizon_s)
     fit = fit_line(recent)
-    slope = fit.slope
-    if fit.sxx <= 0 or abs(slope) < SLOPE_T * fit.slope_se():
+    band = SLOPE_T * fit.slope_se() if fit.sxx > 0 else math.inf
+    if abs(fit.slope) < band:
         # No slope the scatter cannot explain: the level, and a new point's spread.
         spread = math.sqrt(sum((v - mean_v) ** 2 for _, v in recent) / (n - 1))
         upper = mean_v + _z(cfg.quantile) * max(spread, floor) * math.sqrt(new + 1 / n)
         return Forecast(max(mean_v, 0.0), max(upper, 0.0), "trend", horizon_s)
+    slope = math.copysign(abs(fit.slope) - band, fit.slope)  # only what clears the band
     x = now + horizon_s
     # Anchored on the last minute's level, not the line's value at now: a load that
     # rose and fell inside the window would otherwise keep the line high.

@@ -157,4 +157,33 @@ def test_a_slope_inside_the_scatter_is_not_extrapolated():
     f = fc.trend_forecast(points, 600.0, 240.0, cfg)
     assert f.mean == pytest.approx(sum(window) / len(window))
     steep = tuple((t, v + 0.02 * t) for t, v in points)  # 5.5 standard errors: a rise
-    assert fc.trend_forecast(steep, 600.0, 240.0, cfg).mean > max(v for _, v in steep[-4:])
+    newest = [v for t, v in steep if t > 600.0 - fc.ANCHOR_S]
+    assert fc.trend_forecast(steep, 600.0, 240.0, cfg).mean > sum(newest) / len(newest)
+
+
+def test_a_slope_past_the_scatter_is_extrapolated_less_its_band():
+    # The same +-4 scatter with a rise of 0.02 per second: the line's slope clears
+    # SLOPE_T standard errors, and the forecast rises from the newest minute's level
+    # by the slope less that band, times the horizon (soft thresholding). Computed
+    # here with numpy's least squares, not the module's fit.
+    cfg = fc.ForecastConfig()
+    now, horizon = 600.0, 240.0
+    points = [(STEP_S * j, 20.0 + 4.0 * (-1) ** j + 0.02 * STEP_S * j) for j in range(41)]
+    t, v = np.array([p for p in points if p[0] > now - cfg.trend_window_s]).T
+    slope, intercept = np.polyfit(t, v, 1)
+    sse = float(np.sum((v - (slope * t + intercept)) ** 2))
+    se = math.sqrt(sse / (t.size - 2) / float(np.sum((t - t.mean()) ** 2)))
+    assert slope > fc.SLOPE_T * se  # past the band
+    shrunk = slope - fc.SLOPE_T * se
+    newest = t > now - fc.ANCHOR_S
+    at_now = float(v[newest].mean()) + shrunk * (now - float(t[newest].mean()))
+    f = fc.trend_forecast(tuple(points), now, horizon, cfg)
+    assert f.model == "trend"
+    assert f.mean == pytest.approx(at_now + shrunk * horizon, rel=1e-9)
+
+
+def test_a_noiseless_line_is_extrapolated_in_full():
+    # No scatter, no band: the slope is the load's.
+    points = tuple((STEP_S * j, 5.0 + 0.01 * STEP_S * j) for j in range(41))
+    f = fc.trend_forecast(points, 600.0, 240.0, fc.ForecastConfig())
+    assert f.mean == pytest.approx(5.0 + 0.01 * 840.0)
