@@ -121,9 +121,9 @@ often up as down, and a chance slope times a horizon of minutes (a cold start
 plus a node) moves the forecast by more than the scatter itself; without a
 slope the fallback is the window's mean level. A slope past the band is shrunk
 by it (soft thresholding): one picked for clearing the band overstates the rise
-(on ramp, 17 points after a queue emptied read five times the ramp's slope and
-opened two nodes for one decision), and the extrapolated rise then grows from 0
-at the band's edge instead of jumping to a full band's worth.
+(on ramp, 17 points after a queue emptied read nearly five times the ramp's
+slope and opened two nodes for one decision), and the extrapolated rise then
+grows from 0 at the band's edge instead of jumping to a full band's worth.
 """
 
 
