@@ -56,7 +56,7 @@ import yaml
 from tests.support import kubeapi_model as m
 from tests.support.kubeapi_model import Obj, Resource
 from tests.support.kubeapi_store import ApiError, Store
-from tests.support.kubeapi_workloads import Workloads, is_ready
+from tests.support.kubeapi_workloads import GPU, Workloads, is_ready
 
 DEFAULT_USER = "system:serviceaccount:gpuscale:gpuscale-autoscaler"
 
@@ -161,12 +161,16 @@ class KubeApiDouble:
 
     # --- seeding and inspection (no HTTP) --------------------------------------------------
 
-    def add_node(self, name: str) -> Obj:
+    def add_node(self, name: str, *, gpus: int | None = None) -> Obj:
+        """Add a Ready node; with ``gpus``, the device plugin's allocatable ``nvidia.com/gpu``."""
         with self.store.lock:
+            status: Obj = {"conditions": [{"type": "Ready", "status": "True"}]}
+            if gpus is not None:
+                status["capacity"] = status["allocatable"] = {GPU: str(gpus)}
             body = {
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
                 "spec": {},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                "status": status,
             }
             return self.store.create(self._res("v1", "nodes"), "", body)
 
@@ -179,10 +183,14 @@ class KubeApiDouble:
         labels: dict[str, str] | None = None,
         ready_after_s: float | None = None,
         annotations: dict[str, str] | None = None,
+        gpus: int = 0,
     ) -> Obj:
-        """Create a Deployment whose pods turn Ready ``ready_after_s`` after scheduling."""
+        """Create a Deployment whose pods turn Ready ``ready_after_s`` after scheduling.
+
+        With ``gpus``, each pod's container sets that many ``nvidia.com/gpu`` as limits.
+        """
         return self._create_workload(
-            "deployments", name, namespace, replicas, labels, ready_after_s, annotations
+            "deployments", name, namespace, replicas, labels, ready_after_s, annotations, gpus=gpus
         )
 
     def create_statefulset(
@@ -211,8 +219,13 @@ class KubeApiDouble:
         ready_after_s: float | None,
         annotations: dict[str, str] | None,
         extra_spec: Obj | None = None,
+        *,
+        gpus: int = 0,
     ) -> Obj:
         labels = labels or {"app": name}
+        container: Obj = {"name": "serve", "image": "registry.example/serve:1"}
+        if gpus:
+            container["resources"] = {"limits": {GPU: str(gpus)}}
         body = {
             "metadata": {"name": name, "labels": dict(labels), "annotations": annotations or {}},
             "spec": {
@@ -220,9 +233,7 @@ class KubeApiDouble:
                 "selector": {"matchLabels": dict(labels)},
                 "template": {
                     "metadata": {"labels": dict(labels)},
-                    "spec": {
-                        "containers": [{"name": "serve", "image": "registry.example/serve:1"}]
-                    },
+                    "spec": {"containers": [container]},
                 },
                 **(extra_spec or {}),
             },

@@ -41,6 +41,18 @@ def _condition(kind: str, ok: bool, at: float, reason: str = "") -> Obj:
     return cond
 
 
+GPU = "nvidia.com/gpu"
+"""The device plugin's extended resource."""
+
+
+def pod_gpus(pod: Obj) -> int:
+    """GPUs a pod's containers set as limits."""
+    containers = pod.get("spec", {}).get("containers") or []
+    return sum(
+        int(((c.get("resources") or {}).get("limits") or {}).get(GPU, "0")) for c in containers
+    )
+
+
 class Workloads:
     """Pods for every Deployment and StatefulSet in the store, kept at spec.replicas.
 
@@ -146,21 +158,35 @@ class Workloads:
         if not ready:
             self._held_unready.add(pod["metadata"]["uid"])
 
-    def _pick_node(self) -> str | None:
-        nodes = [
-            n["metadata"]["name"]
+    def _pick_node(self, pod: Obj) -> str | None:
+        """The schedulable node with the fewest live pods and room for the pod's GPUs.
+
+        As the scheduler's resource fit: a node advertising ``nvidia.com/gpu`` in
+        allocatable takes a pod only while its pods' GPU limits leave room for this one.
+        """
+        nodes = {
+            n["metadata"]["name"]: n
             for n in self.store.list(NODES, "")
             if not n.get("spec", {}).get("unschedulable")
-        ]
-        if not nodes:
-            return None
-        load = dict.fromkeys(nodes, 0)
+        }
+        load, used = dict.fromkeys(nodes, 0), dict.fromkeys(nodes, 0)
         for pods in self._pods.values():
-            for pod in pods.values():
-                node = pod["spec"].get("nodeName")
-                if node in load and not pod["metadata"].get("deletionTimestamp"):
+            for other in pods.values():
+                node = other["spec"].get("nodeName")
+                if node in load and not other["metadata"].get("deletionTimestamp"):
                     load[node] += 1
-        return min(nodes, key=lambda n: (load[n], nodes.index(n)))
+                    used[node] += pod_gpus(other)
+        need = pod_gpus(pod)
+        names = [
+            name
+            for name, node in nodes.items()
+            if not need
+            or used[name] + need
+            <= int((node.get("status", {}).get("allocatable") or {}).get(GPU, "0"))
+        ]
+        if not names:
+            return None
+        return min(names, key=lambda n: (load[n], list(nodes).index(n)))
 
     def _bind_pending(self, now: float) -> None:
         pending, self._pending = self._pending, []
@@ -169,7 +195,7 @@ class Workloads:
                 self._schedule(pod, now)
 
     def _schedule(self, pod: Obj, now: float) -> None:
-        node = self._pick_node()
+        node = self._pick_node(pod)
         if node is None:
             self._pending.append(pod)
             return

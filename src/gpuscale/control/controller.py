@@ -195,7 +195,7 @@ class Controller:
 
     def _reconcile(self, rt: TargetRuntime, out: Outcome) -> None:
         spec, ref = rt.spec, rt.ref
-        status = self.actuator.status(ref)
+        status = self.actuator.status(ref, node_slots=rt.policy.reads_node_slots)
         out.current, out.ready, out.starting = status.desired, status.ready, status.starting
         self.metrics.current.labels(out.target).set(status.desired)
         self.metrics.ready.labels(out.target).set(status.ready)

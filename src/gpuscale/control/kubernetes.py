@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -75,6 +76,39 @@ def _pod_status(pod: Json) -> PodStatus:
         ready_at=_time(ready.get("lastTransitionTime")) if is_ready and ready else None,
         node=pod.get("spec", {}).get("nodeName") or "",
     )
+
+
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+"""The extended resources NVIDIA's and AMD's device plugins advertise."""
+
+
+def _gpus(resources: Json | None) -> int:
+    """GPUs in a resource map (a container's limits, a node's allocatable); 0 where none."""
+    total = 0
+    for name in GPU_RESOURCES:
+        value = str((resources or {}).get(name, "0"))
+        total += int(value) if value.isdigit() else 0  # extended resources are whole numbers
+    return total
+
+
+def _pod_gpus(pod: Json) -> int:
+    """GPUs a pod requests: its containers' GPU limits (extended resources are set as limits)."""
+    containers = pod.get("spec", {}).get("containers") or []
+    return sum(_gpus((c.get("resources") or {}).get("limits")) for c in containers)
+
+
+def _holds(node: Json, per_pod: int, ours: int) -> int | None:
+    """Pods of ``per_pod`` GPUs the node holds; None when it is not Ready.
+
+    Allocatable leaves out a GPU the device plugin marked unhealthy. A cordoned node
+    takes no new pod, so it holds only the ``ours`` pods already on it.
+    """
+    conditions = node.get("status", {}).get("conditions") or []
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return None
+    if node.get("spec", {}).get("unschedulable"):
+        return ours
+    return _gpus(node.get("status", {}).get("allocatable")) // per_pod
 
 
 class KubeActuator:
@@ -198,8 +232,13 @@ class KubeActuator:
         self._uids[ref] = scale.get("metadata", {}).get("uid", "")
         return scale
 
-    def status(self, ref: TargetRef) -> TargetStatus:
+    def status(self, ref: TargetRef, *, node_slots: bool = False) -> TargetStatus:
         """The target's desired replicas and its live (not terminating) pods.
+
+        Args:
+            ref: The scale target.
+            node_slots: Also read the nodes its pods run on (one GET each): how many
+                of its pods each Ready one holds (``TargetStatus.node_slots``).
 
         Returns:
             ``spec.replicas`` from ``/scale`` and the pods its ``status.selector`` selects.
@@ -213,7 +252,28 @@ class KubeActuator:
             "GET", f"/api/v1/namespaces/{ref.namespace}/pods", query={"labelSelector": selector}
         ).get("items", [])
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        return TargetStatus(desired=desired, pods=tuple(_pod_status(p) for p in live))
+        views = tuple(_pod_status(p) for p in live)
+        slots = self._node_slots(live, views) if node_slots else ()
+        return TargetStatus(desired=desired, pods=views, node_slots=slots)
+
+    def _node_slots(self, live: list[Json], views: tuple[PodStatus, ...]) -> tuple[int, ...]:
+        """Pods each Ready node under the live pods holds, by node name; () when unknown."""
+        per_pod = max((_pod_gpus(p) for p in live), default=0)
+        if per_pod <= 0:
+            return ()  # pods that request no GPU: nodes are not counted in GPUs
+        ours = Counter(v.node for v in views if v.node)
+        slots = []
+        for name in sorted(ours):
+            try:
+                node = self.call("GET", f"/api/v1/nodes/{name}")
+            except KubeUnavailableError as exc:
+                if exc.status != 404:
+                    raise
+                continue  # deleted since the pod list was read
+            held = _holds(node, per_pod, ours[name])
+            if held is not None:
+                slots.append(held)
+        return tuple(slots)
 
     def scale(self, ref: TargetRef, replicas: int) -> None:
         """Set ``spec.replicas`` through ``/scale``, as the HPA does (read, then PUT with rv).

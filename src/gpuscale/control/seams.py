@@ -21,8 +21,8 @@ STATE_KEY = "state"
 class Actuator(Protocol):
     """What the loop needs from the cluster (``control.kubernetes.KubeActuator``)."""
 
-    def status(self, ref: TargetRef) -> TargetStatus:
-        """``/scale`` and the target's live pods."""
+    def status(self, ref: TargetRef, *, node_slots: bool = False) -> TargetStatus:
+        """``/scale`` and the target's live pods; with ``node_slots``, their nodes' room."""
         ...
 
     def scale(self, ref: TargetRef, replicas: int) -> None:

@@ -53,6 +53,8 @@ class ScopedPolicy:
         self.signals: Mapping[str, Signal] = MappingProxyType(dict(signals))
         self.pod_signals: Mapping[str, Signal] = MappingProxyType(dict(pod_signals))
         self.signal_path = signal_path_of(policy, PROMETHEUS_QUERY)
+        # Policies that fill whole nodes read each node's room (``TargetStatus.node_slots``).
+        self.reads_node_slots = bool(getattr(policy, "reads_node_slots", False))
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """The policy's decision.

@@ -426,6 +426,7 @@ class HybridPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType(pod_signals)
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
+        self.reads_node_slots = self.config.node_size > 1
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Take the larger of the plan and the reactive need, plus a replica per sick pod.
@@ -473,7 +474,8 @@ class HybridPolicy:
         # Requests queued now beyond ordinary queueing (``last_saturated``): the pods are
         # short, whatever the served load says.
         up = up or (since is not None and since >= float(points[-1][0]))
-        replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
+        slots = observation.target.node_slots
+        replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up, slots=slots)
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)

@@ -31,6 +31,7 @@ import numpy as np
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import check_bounds, clamp
+from gpuscale.scaling.nodes import known_slots, on_nodes, short_by
 from gpuscale.scaling.policy import Decision, Observation, State
 from gpuscale.scaling.rangemax import RangeMax
 
@@ -155,6 +156,8 @@ class OraclePolicy:
         self.node_lead_s = node_lead_s
         self.fast_capacity = fast_capacity
         self.node_size = max(1, node_size)
+        # Plans in whole nodes read how many replicas each node holds (``scaling.nodes``).
+        self.reads_node_slots = fill_nodes and self.node_size > 1
         self.node_keep_s = node_keep_s
         self.name = name
         self.interval_s = interval_s
@@ -401,7 +404,13 @@ class OraclePolicy:
             and the node memory.
         """
         now = observation.now
-        desired = observation.target.desired
+        # The plan counts every node as ``node_size``; a node that lost a GPU holds fewer,
+        # so the count is read and asked for as if it were whole (``scaling.nodes``).
+        size = self.node_size
+        known = known_slots(observation.target.node_slots, size) if self.reads_node_slots else []
+        whole = bool(known)
+        seen = observation.target.desired
+        desired = seen + short_by(seen, known, size) if whole else seen
         created = self._created(observation, state)
         recent, live = self._walk(now, desired, state)
         need = self._largest_due(now, desired, created, live)
@@ -409,14 +418,19 @@ class OraclePolicy:
         keep = min(desired, self.needed(now, self.hold_s))
         if now + self.interval_s + self.hold_s >= self._plan_max.size:
             keep = desired  # a release this close to the end of the plan never pays back
-        replicas = clamp(max(need, keep), self.min_replicas, self.max_replicas)
+        nominal = clamp(max(need, keep), self.min_replicas, self.max_replicas)
+        replicas = nominal
+        if whole:
+            replicas = clamp(on_nodes(nominal, known, size), self.min_replicas, self.max_replicas)
         reason = f"{need} replicas are due within their own lead (next cold start "
         reason += f"{self.cold_start(created):.0f} s)"
         if keep > need:
             reason += f"; keeping {keep}: needed again within {self.hold_s:g} s"
-        logger.info("%s: %d -> %d: %s", self.name, desired, replicas, reason)
-        if recent and replicas > desired:
-            recent.append([now, float(replicas), now + self.node_lead_s])
+        if replicas != nominal:
+            reason += f"; {replicas} on nodes that hold {nominal - replicas} fewer"
+        logger.info("%s: %d -> %d: %s", self.name, seen, replicas, reason)
+        if recent and nominal > desired:
+            recent.append([now, float(nominal), now + self.node_lead_s])
         pods = len(observation.target.pods)
         out: dict[str, object] = {"created": created + max(0, replicas - pods), "at": now}
         if recent:

@@ -43,10 +43,17 @@ class TargetStatus:
     Attributes:
         desired: ``spec.replicas`` now.
         pods: Live pods, ready or starting; terminating pods are excluded.
+        node_slots: Replicas each Ready node of the workload's pool holds: its
+            allocatable GPUs over the GPUs one replica requests. The device plugin
+            leaves an unhealthy GPU out of allocatable, so a node whose GPU fell off
+            the bus holds one replica fewer. Empty where unknown. The simulator lists
+            every Ready node of its pool; the Kubernetes target lists the nodes its
+            pods run on, where the policy asks for them (``reads_node_slots``).
     """
 
     desired: int
     pods: tuple[PodStatus, ...] = ()
+    node_slots: tuple[int, ...] = ()
     _ready: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -28,7 +28,7 @@ Prometheus, queried at each decision, like HPA's.
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -38,6 +38,7 @@ from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import forecast as fc
 from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_series
 from gpuscale.scaling.demand import recent_view, rising, smooth
+from gpuscale.scaling.nodes import fewest_nodes, held_by, known_slots
 from gpuscale.scaling.policy import (
     PROMETHEUS_QUERY,
     Decision,
@@ -241,6 +242,7 @@ def settle(
     cfg: PredictiveConfig,
     *,
     hold_in: bool = False,
+    slots: Sequence[int] = (),
 ) -> tuple[int, str, list[list[float]]]:
     """Bounds, the scale-in stabilisation window and the step limits.
 
@@ -254,6 +256,7 @@ def settle(
         cfg: Windows, steps and bounds.
         hold_in: No scale-in this time (the observed load rises). The hold is not
             recorded as a recommendation, so it does not extend the window.
+        slots: Replicas each node holds (``TargetStatus.node_slots``; ``whole_nodes``).
 
     Returns:
         (replicas, a note, the recommendations to keep).
@@ -270,12 +273,12 @@ def settle(
         replicas = min(proposal, current + step)
         if replicas < proposal:
             note = f", step limit {replicas}"
-        replicas, note = whole_nodes(current, replicas, cfg, note)
+        replicas, note = whole_nodes(current, replicas, cfg, note, slots)
     else:
         stable = max(int(r) for _, r in recs)
         replicas = min(current, stable)
         if replicas < current and cfg.node_size > 1:
-            replicas, note = whole_nodes(current, replicas, cfg, note)
+            replicas, note = whole_nodes(current, replicas, cfg, note, slots)
         elif replicas < current:
             step = max(1, math.floor(current * cfg.scale_down_percent / 100))
             replicas = max(replicas, current - step)
@@ -288,7 +291,9 @@ def settle(
     return clamp(replicas, cfg.min_replicas, cfg.max_replicas), note, recs
 
 
-def whole_nodes(current: int, replicas: int, cfg: PredictiveConfig, note: str) -> tuple[int, str]:
+def whole_nodes(
+    current: int, replicas: int, cfg: PredictiveConfig, note: str, slots: Sequence[int] = ()
+) -> tuple[int, str]:
     """Move the fleet in whole nodes of ``cfg.node_size`` replicas (1: unchanged).
 
     A scale-out fills every node it needs (their GPUs are paid for anyway, and the
@@ -297,21 +302,27 @@ def whole_nodes(current: int, replicas: int, cfg: PredictiveConfig, note: str) -
     replicas, ``scale_down_percent`` of the current replicas rounded down to whole
     nodes per decision, and at least one node.
 
+    A node holds what ``slots`` (``TargetStatus.node_slots``) says, where it says it:
+    one that lost a GPU holds a replica fewer, and filling it as if it held
+    ``node_size`` would leave a pod pending that opens a node for itself alone.
+
     Returns:
         (replicas, the note with the rounding added).
     """
     size = cfg.node_size
     if size <= 1:
         return replicas, note
-    nodes_now, nodes = math.ceil(current / size), math.ceil(replicas / size)
+    known = known_slots(slots, size)
+    nodes_now, nodes = fewest_nodes(current, known, size), fewest_nodes(replicas, known, size)
     if replicas > current:
-        filled = min(nodes * size, cfg.max_replicas)
+        filled = min(held_by(nodes, known, size), cfg.max_replicas)
         return max(filled, replicas), note + (f", fills {nodes} nodes" if filled > replicas else "")
     if nodes >= nodes_now:
         return current, note + f", holds its {nodes_now} nodes"
     step = max(1, math.floor(current * cfg.scale_down_percent / 100 / size))
     kept = max(nodes, nodes_now - step)
-    return kept * size, note + f", releases {nodes_now - kept} of {nodes_now} nodes"
+    held = held_by(kept, known, size)
+    return held, note + f", releases {nodes_now - kept} of {nodes_now} nodes"
 
 
 def agree(
@@ -410,6 +421,7 @@ class PredictivePolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
+        self.reads_node_slots = self.config.node_size > 1
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Plan for the forecast one horizon ahead; scale in only when observed load agrees.
@@ -429,7 +441,8 @@ class PredictivePolicy:
         need, why, parts = plan(observation, samples, state, cfg)
         started = float(state.get("started_at", now))
         proposal, up, agreed = agree(need, current, points, now, cfg, started, samples)
-        replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up)
+        slots = observation.target.node_slots
+        replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up, slots=slots)
         reason = f"{why}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
         new_state = {**parts, "recs": recs, "started_at": started}

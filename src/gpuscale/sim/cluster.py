@@ -87,6 +87,7 @@ class Cluster:
         self.node_state = np.full(config.max_nodes, _NODE_ABSENT, dtype=np.int8)
         self.node_state[: config.initial_nodes] = _NODE_READY
         self._on_ready_node: np.ndarray | None = None  # ``on_ready_node``, None when stale
+        self._slots: tuple[int, ...] | None = None  # ``node_slots``, None when stale
         self._node_gpus = g
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
@@ -151,12 +152,29 @@ class Cluster:
 
     def status(self) -> TargetStatus:
         """The deployment's status as the API server reports it."""
-        if self._status is None or self._status[0] != self._status_changes:
+        slots = self.node_slots()
+        if (
+            self._status is None
+            or self._status[0] != self._status_changes
+            or self._status[1].node_slots is not slots
+        ):
             # A pod's view is replaced where it turns Ready or not Ready (nothing else in it
             # changes), in place, so the views keep the live pods' order.
             pods = tuple(self._live_status.values())
-            self._status = (self._status_changes, TargetStatus(self.desired, pods))
+            self._status = (self._status_changes, TargetStatus(self.desired, pods, slots))
         return self._status[1]
+
+    def node_slots(self) -> tuple[int, ...]:
+        """Pods each Ready node holds, in node order: its working GPUs over a pod's GPUs.
+
+        A GPU that fell off the bus is left out until replaced, as the device plugin
+        leaves an unhealthy GPU out of the node's allocatable ``nvidia.com/gpu``.
+        """
+        if self._slots is None:
+            ready = np.flatnonzero(self.node_state == _NODE_READY)
+            working = (~self.slot_broken).reshape(-1, self._node_gpus)[ready].sum(axis=1)
+            self._slots = tuple(int(w) // self.gpus_per_pod for w in working)
+        return self._slots
 
     def nodes_up(self) -> int:
         """Nodes Ready or being provisioned."""
@@ -314,7 +332,7 @@ class Cluster:
         absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
         for node in absent:
             self.node_state[node] = _NODE_PROVISIONING
-            self._on_ready_node = None
+            self._on_ready_node = self._slots = None
             self._push(now + self.config.node_provision_s, 2, int(node))
             logger.debug("t=%.0f: provisioning node %d", now, node)
         if need > absent.size:
@@ -348,6 +366,7 @@ class Cluster:
             The pod that held the GPU, if any.
         """
         self.slot_broken[slot] = True
+        self._slots = None
         pod = self._evict(slot)
         if replace_after is not None:
             self._push(now + replace_after, 3, slot)
@@ -426,13 +445,14 @@ class Cluster:
             return self.release(ident, when)
         if kind == 2:  # node joined
             self.node_state[ident] = _NODE_READY
-            self._on_ready_node = None
+            self._on_ready_node = self._slots = None
             self.ready_node_gpus += g
             self._schedule(when)
             self._schedule_node_removal(ident, when)
             return True
         if kind == 3:  # GPU replaced
             self.slot_broken[ident] = False
+            self._slots = None
             self.slot_phys[ident] = self._next_spare if self._next_spare < self.n_devices else ident
             self._next_spare += 1
             self._schedule(when)
@@ -445,7 +465,7 @@ class Cluster:
             and self.nodes_up() > self.config.floor_nodes
         ):
             self.node_state[ident] = _NODE_ABSENT
-            self._on_ready_node = None
+            self._on_ready_node = self._slots = None
             self.ready_node_gpus -= g
             logger.debug("t=%.0f: removed idle node %d", when, ident)
             return True

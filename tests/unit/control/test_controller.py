@@ -215,3 +215,21 @@ def test_a_failed_event_does_not_undo_the_decision(kapi, kclock, store, make_con
     meta = kapi.get("apps/v1", "deployments", "web", "default")["metadata"]
     assert "gpuscale.io/state" in meta["annotations"]  # saved before the Event was tried
     assert ctl.metrics.errors.labels("default/Deployment/web", "event")._value.get() == 1
+
+
+def test_a_policy_filling_whole_nodes_reads_its_pods_nodes_and_others_do_not(
+    kapi, kclock, store, make_controller
+):
+    for name in ("gpu-a", "gpu-b"):
+        kapi.add_node(name, gpus=4)
+    kapi.create_deployment("web", replicas=2, gpus=1)  # one on each GPU node
+    whole = """\
+- scaleTargetRef: {name: web}
+  minReplicas: 1
+  maxReplicas: 10
+  policy: {name: predictive, nodeSize: 4}
+"""
+    make_controller(whole).sync()  # no demand data: it holds, having read the nodes
+    assert kapi.count("GET", "/api/v1/nodes/gpu-a") == 1
+    make_controller(HPA).sync()
+    assert kapi.count("GET", "/api/v1/nodes/gpu-a") == 1  # HPA counts no nodes

@@ -320,3 +320,35 @@ def test_custom_kind_without_a_selector_has_no_pods(api, actuator):
     api.create_object("serving.example.io/v1", "pools", body, "default")
     status = actuator.status(TargetRef("serving.example.io/v1", "Pool", "p", "default"))
     assert (status.desired, status.pods) == (2, ())
+
+
+def test_node_slots_are_each_ready_nodes_allocatable_gpus_over_a_pods(clock, tmp_path, sleeps):
+    # As the device plugin reports them: node-b's GPU fell off the bus (7 of 8 left
+    # allocatable); node-c was cordoned with one pod on it, so it takes no new one.
+    nodes = ("node-a", "node-b", "node-c", "node-d")
+    with KubeApiDouble(clock=clock, nodes=()) as api:
+        for name, gpus in zip(nodes, (8, 7, 8, 8), strict=True):
+            api.add_node(name, gpus=gpus)
+        api.create_deployment("web", replicas=3, gpus=2)
+        api.patch_object("v1", "nodes", "node-c", "", {"spec": {"unschedulable": True}})
+        down = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+        api.patch_object("v1", "nodes", "node-a", "", down)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        act = KubeActuator.connect(str(kubeconfig), retry=POLICY, sleep=sleeps.append, clock=clock)
+        try:
+            status = act.status(DEPLOY, node_slots=True)
+            assert sorted(p.node for p in status.pods) == ["node-a", "node-b", "node-c"]
+            # node-a is not Ready: left out; node-b 7 // 2; node-c holds its one pod.
+            assert status.node_slots == (3, 1)
+            assert act.status(DEPLOY).node_slots == ()  # not asked: no node is read
+            assert api.count("GET", "/api/v1/nodes/node-b") == 1
+        finally:
+            act.close()
+
+
+def test_a_pod_asking_more_gpus_than_any_node_has_left_stays_pending(clock):
+    with KubeApiDouble(clock=clock, nodes=()) as api:
+        api.add_node("node-a", gpus=8)
+        api.create_deployment("web", replicas=5, gpus=2)
+        placed = [p["spec"].get("nodeName") for p in api.pods()]
+        assert (placed.count("node-a"), placed.count(None)) == (4, 1)  # 8 GPUs hold 4 pods of 2

@@ -267,6 +267,23 @@ def test_fill_nodes_plans_whole_nodes_and_nothing_else_changes():
     assert OraclePolicy.from_config(required, config).planned.tolist() == [0, 4, 4, 8, 12, 4]
 
 
+def test_a_plan_in_whole_nodes_asks_for_what_short_nodes_hold():
+    # Two nodes of 4 planned; one lost a GPU (3 slots): asking for 8 would leave a pod
+    # pending that opens a third node, so the oracle asks for 7, and reads 7 back as its
+    # two whole nodes (nothing more is due).
+    policy = OraclePolicy([8] * 60, 3.0, node_size=4, fill_nodes=True)
+    short = Observation(10.0, TargetStatus(8, node_slots=(4, 3)))
+    d = policy.decide(short, {})
+    assert d.replicas == 7
+    assert "7 on nodes that hold 1 fewer" in d.reason
+    again = policy.decide(Observation(25.0, TargetStatus(7, node_slots=(4, 3))), d.state)
+    assert again.replicas == 7
+    whole = policy.decide(Observation(10.0, TargetStatus(8, node_slots=(4, 4))), {})
+    assert whole.replicas == 8
+    unfilled = OraclePolicy([8] * 60, 3.0, node_size=4)  # plans replicas, not nodes
+    assert unfilled.decide(short, {}).replicas == 8
+
+
 def slot_waits(policy: OraclePolicy, live: list[tuple[int, float]]) -> list[float]:
     """Each slot's node wait by the rule, slot by slot: provisioning above the standing
     nodes, lowered over the slots each live entry's nodes hold to the least wait of it

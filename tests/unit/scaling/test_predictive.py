@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.scaling.demand import rising, smooth
+from gpuscale.scaling.nodes import fewest_nodes, held_by, known_slots
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import (
     DEMAND_METRICS,
@@ -169,6 +170,26 @@ def test_a_scale_in_releases_whole_nodes_at_the_scale_down_pace():
     assert "releases 5 of 50 nodes" in d.reason
 
 
+def test_a_node_that_lost_a_gpu_is_filled_to_what_it_holds():
+    # 9 or 10 needed on a node whose GPU fell off the bus (7 slots): a second node holds
+    # 8, so 15 fill both; 16 would leave a pod pending that opens a third node alone.
+    slots = TargetStatus(7, pods(7), node_slots=(7,))
+    obs = dataclasses.replace(observe(600.0, 7, [9.0] * 41), target=slots)
+    d = PredictivePolicy(NODES).decide(obs, LONG_AGO)
+    assert (d.replicas, "fills 2 nodes" in d.reason) == (15, True)
+    blind = PredictivePolicy(NODES).decide(observe(600.0, 7, [9.0] * 41), LONG_AGO)
+    assert blind.replicas == 16  # not told the node is short: whole nodes of 8
+
+
+def test_a_scale_in_keeps_what_the_kept_nodes_hold():
+    # 16 asked for on nodes of 7 and 8 (one pod pending for a third node); 5 or 6 need
+    # one node, priced at the smaller: 7 replicas, and no pod left waiting for a node.
+    target = TargetStatus(16, pods(16), node_slots=(8, 7))
+    obs = dataclasses.replace(observe(600.0, 16, [5.0] * 41), target=target)
+    d = PredictivePolicy(NODES).decide(obs, LONG_AGO)
+    assert (d.replicas, "releases 2 of 3 nodes" in d.reason) == (7, True)
+
+
 def test_a_filled_node_respects_max_replicas():
     cfg = PredictiveConfig(per_replica=1.0, node_size=8, max_replicas=12)
     d = PredictivePolicy(cfg).decide(observe(600.0, 8, [9.0] * 41), LONG_AGO)
@@ -283,6 +304,25 @@ def test_property_no_scale_in_while_load_rises_whatever_the_current_count(data):
         assert d.replicas >= current, d.reason
     else:
         assert d.replicas >= 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), max_size=6),
+    st.integers(1, 60),
+    st.floats(0.0, 100.0),
+)
+def test_property_a_scale_out_fills_its_nodes_to_what_they_hold(slots, current, demand):
+    # Whatever nodes are short, a scale-out asks for exactly what its nodes hold
+    # (within max_replicas): no pod is left pending for a node of its own.
+    cfg = dataclasses.replace(NODES, max_replicas=200)
+    target = TargetStatus(current, pods(current), node_slots=tuple(slots))
+    obs = dataclasses.replace(observe(600.0, current, [demand] * 41), target=target)
+    d = PredictivePolicy(cfg).decide(obs, LONG_AGO)
+    known = known_slots(slots, cfg.node_size)
+    if d.replicas > current and d.replicas < cfg.max_replicas:
+        nodes = fewest_nodes(d.replicas, known, cfg.node_size)
+        assert held_by(nodes, known, cfg.node_size) == d.replicas, d.reason
 
 
 def test_smooth_is_the_trailing_mean_of_its_window():

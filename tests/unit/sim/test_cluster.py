@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gpuscale.errors import ConfigError
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.sim.cluster import (
+    NODE_READY,
     PENDING,
     READY,
     STARTING,
@@ -334,6 +335,7 @@ def test_cached_status_is_always_the_one_built_afresh(ops):
     # Ready or not); after any sequence of changes it must equal a fresh build.
     c = Cluster(small(initial_nodes=2, max_nodes=4, cold_start=ColdStart.fixed(20.0)))
     c.start(2)
+    g = c.config.gpus_per_node
     now = 0.0
     for op, k in ops:
         now += 7.0
@@ -357,6 +359,11 @@ def test_cached_status_is_always_the_one_built_afresh(ops):
                 PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
                 for p in c.pods.values()
                 if p.state in (PENDING, STARTING, READY)
+            ),
+            tuple(  # each Ready node's GPUs not fallen off the bus
+                sum(not c.slot_broken[n * g + i] for i in range(g)) // c.gpus_per_pod
+                for n in range(len(c.node_state))
+                if c.node_state[n] == NODE_READY
             ),
         )
         assert c.status() == fresh
