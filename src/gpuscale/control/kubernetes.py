@@ -257,7 +257,7 @@ class KubeActuator:
         return TargetStatus(desired=desired, pods=views, node_slots=slots)
 
     def _node_slots(self, live: list[Json], views: tuple[PodStatus, ...]) -> tuple[int, ...]:
-        """Pods each Ready node under the live pods holds, by node name; () when unknown."""
+        """Pods each Ready node under the live pods holds, in node-name order; () when unknown."""
         per_pod = max((_pod_gpus(p) for p in live), default=0)
         if per_pod <= 0:
             return ()  # pods that request no GPU: nodes are not counted in GPUs

@@ -50,10 +50,10 @@ def short_by(replicas: int, known: Sequence[int], size: int) -> int:
 
 
 def on_nodes(nominal: int, known: Sequence[int], size: int) -> int:
-    """Replicas ``nominal`` comes to on these nodes: less what its nodes lack (``short_by``).
+    """Replicas ``nominal`` comes to on these nodes: less what its nodes lack.
 
-    ``nominal`` counts every node as ``size``, as a plan made in whole nodes does; the
-    inverse of ``nominal + short_by`` on a count the nodes hold whole.
+    ``nominal`` counts every node as ``size``, as a plan made in whole nodes does. It
+    undoes ``short_by``: ``on_nodes(r + short_by(r, ...), ...) == r``.
     """
     nodes = math.ceil(nominal / size)
     return nominal - (nodes * size - held_by(nodes, known, size))

@@ -332,7 +332,7 @@ class Cluster:
         absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
         for node in absent:
             self.node_state[node] = _NODE_PROVISIONING
-            self._on_ready_node = self._slots = None
+            self._on_ready_node = None
             self._push(now + self.config.node_provision_s, 2, int(node))
             logger.debug("t=%.0f: provisioning node %d", now, node)
         if need > absent.size:
