@@ -445,7 +445,7 @@ class HybridPolicy:
         ready = sum(1 for p in observation.target.pods if p.ready)
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
-        since, queued, reach = None, "", None
+        since, queued, reach, cold = None, "", None, None
         intervals: list[list[float]] = []
         if cfg.backlog_metric is not None:
             # Only the queue's terms read the service time.
@@ -460,11 +460,13 @@ class HybridPolicy:
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.
             # The queue is drained by replicas beyond the current ones: they may need a node.
-            cold, _ = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
-            reach = horizon_s(cold, current + 1, cfg)
+            cold = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
+            reach = horizon_s(cold[0], current + 1, cfg)
             now_points, queued = backlog_demand(now_points, backlog, service, now, reach)
             since = last_saturated(samples, backlog, service, cfg)
-        planned, why, parts = plan(observation, samples, state, cfg, unsaturated_since=since)
+        planned, why, parts = plan(
+            observation, samples, state, cfg, unsaturated_since=since, cold=cold
+        )
         need, seen = reactive_need(observation, now_points, sick, cfg, sm_guard(cfg, reach))
         seen += queued
         proposal = max(planned, need) + len(sick)

@@ -197,6 +197,7 @@ def plan(
     cfg: PredictiveConfig,
     *,
     unsaturated_since: float | None = None,
+    cold: tuple[float, dict[str, Any]] | None = None,
 ) -> tuple[int, str, dict[str, Any]]:
     """Replicas for the forecast's upper bound one horizon ahead.
 
@@ -209,6 +210,7 @@ def plan(
             load served is bounded by the Ready pods, so its rise says how fast pods
             arrived, not how fast demand grew: the fallback line is fitted only to the
             points after it. None: every point.
+        cold: ``cold_start_s``'s answer where the caller has it already; None: read here.
 
     Returns:
         (replicas before bounds, a reason, the new ``forecast`` and ``cold`` parts).
@@ -218,11 +220,13 @@ def plan(
     fcfg = cfg.forecast
     if unsaturated_since is not None:
         points = tuple(p for p in points if p[0] > unsaturated_since)
-    cold, cold_state = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
-    horizon = cold
+    if cold is None:
+        cold = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
+    cold_s, cold_state = cold
+    horizon = cold_s
     f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
     need = math.ceil(f.upper / cfg.per_replica - 1e-9)
-    longer = horizon_s(cold, need, cfg)
+    longer = horizon_s(cold_s, need, cfg)
     if longer > horizon:
         horizon = longer
         f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
