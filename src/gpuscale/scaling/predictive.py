@@ -72,12 +72,6 @@ class PredictiveConfig:
             (``whole_nodes``): where the node pool serves this workload alone, a node's
             GPUs are paid for while any pod runs on it, so a scale-out fills the nodes
             it opens and a scale-in that does not empty a node saves nothing. 1: off.
-        node_release_tolerance: With ``node_size`` above 1, a scale-in releases nodes
-            only where the nodes kept hold the stabilised need with this share of them
-            to spare (the HPA's default tolerance, 0.1). Released to exactly its need,
-            a fleet refills the node at the next ripple, and its new pods start cold
-            while the node, still up for its idle minutes, was paid for anyway. 0:
-            release as soon as the need fits.
         smoothing_s: Demand is read as its trailing mean over this window (Knative's
             stable window is 60 s): a sampled count of requests in flight scatters
             around its mean, and a plan or a peak read off single samples holds
@@ -108,7 +102,6 @@ class PredictiveConfig:
     node_provision_s: float = field(default=0.0, metadata={"unit": "s"})
     fast_capacity: int | None = field(default=None, metadata={"unit": "replicas"})
     node_size: int = field(default=1, metadata={"unit": "replicas per node"})
-    node_release_tolerance: float = field(default=0.1, metadata={"unit": "ratio"})
     smoothing_s: float = field(default=60.0, metadata={"unit": "s"})
     scale_in_window_s: float = field(default=300.0, metadata={"unit": "s"})
     rise_window_s: float = field(default=120.0, metadata={"unit": "s"})
@@ -135,7 +128,6 @@ class PredictiveConfig:
         check(self.node_provision_s >= 0, "node_provision_s", "use 0 or more seconds")
         check(self.fast_capacity is None or self.fast_capacity >= 0, "fast_capacity", "use >= 0")
         check(self.node_size >= 1, "node_size", "use 1 or more replicas per node")
-        check(0 <= self.node_release_tolerance < 1, "node_release_tolerance", "use 0 to below 1")
         windows = ("smoothing_s", "scale_in_window_s", "rise_window_s", "stabilization_window_s")
         for key in (*windows, "scale_in_cooldown_s"):
             check(0 <= getattr(self, key) <= 3600, key, "use 0..3600 seconds")
@@ -310,10 +302,9 @@ def whole_nodes(
 
     A scale-out fills every node it needs (their GPUs are paid for anyway, and the
     spare replicas absorb the next rise). A scale-in that leaves the node count as it
-    is saves nothing, so it is held; one that needs fewer nodes, with
-    ``node_release_tolerance`` of them to spare, removes whole nodes' replicas,
-    ``scale_down_percent`` of the current replicas rounded down to whole nodes per
-    decision, and at least one node.
+    is saves nothing, so it is held; one that needs fewer nodes removes whole nodes'
+    replicas, ``scale_down_percent`` of the current replicas rounded down to whole
+    nodes per decision, and at least one node.
 
     A node holds what ``slots`` (``TargetStatus.node_slots``) says, where it says it:
     one that lost a GPU holds a replica fewer, and filling it as if it held
@@ -326,13 +317,10 @@ def whole_nodes(
     if size <= 1:
         return replicas, note
     known = known_slots(slots, size)
-    nodes_now = fewest_nodes(current, known, size)
+    nodes_now, nodes = fewest_nodes(current, known, size), fewest_nodes(replicas, known, size)
     if replicas > current:
-        nodes = fewest_nodes(replicas, known, size)
         filled = min(held_by(nodes, known, size), cfg.max_replicas)
         return max(filled, replicas), note + (f", fills {nodes} nodes" if filled > replicas else "")
-    spare = math.ceil(replicas / (1.0 - cfg.node_release_tolerance) - 1e-9)
-    nodes = fewest_nodes(spare, known, size)
     if nodes >= nodes_now:
         return current, note + f", holds its {nodes_now} nodes"
     step = max(1, math.floor(current * cfg.scale_down_percent / 100 / size))

@@ -190,18 +190,6 @@ def test_a_scale_in_keeps_what_the_kept_nodes_hold():
     assert (d.replicas, "releases 2 of 3 nodes" in d.reason) == (7, True)
 
 
-def test_a_node_is_released_only_with_the_tolerance_to_spare():
-    # 15 replicas needed on 3 nodes: 2 nodes hold 16, but 15 is within 10 % of it, so
-    # the next ripple would refill the third node with pods starting cold: held.
-    d = PredictivePolicy(NODES).decide(observe(600.0, 24, [14.0] * 41), LONG_AGO)
-    assert (d.replicas, "holds its 3 nodes" in d.reason) == (24, True)
-    exact = dataclasses.replace(NODES, node_release_tolerance=0.0)
-    assert PredictivePolicy(exact).decide(observe(600.0, 24, [14.0] * 41), LONG_AGO).replicas == 16
-    # 14 needed: 16 hold it with more than 10 % to spare (14 / 0.9 = 15.6): released.
-    d = PredictivePolicy(NODES).decide(observe(600.0, 24, [13.0] * 41), LONG_AGO)
-    assert (d.replicas, "releases 1 of 3 nodes" in d.reason) == (16, True)
-
-
 def test_a_filled_node_respects_max_replicas():
     cfg = PredictiveConfig(per_replica=1.0, node_size=8, max_replicas=12)
     d = PredictivePolicy(cfg).decide(observe(600.0, 8, [9.0] * 41), LONG_AGO)
