@@ -31,6 +31,7 @@ from gpuscale.exporter.devices import parse_devices, select_entities
 from gpuscale.exporter.sampler import Sampler
 from gpuscale.exporter.server import ExporterServer, parse_address, systemd_listen_fd
 from gpuscale.fields.counters import Counter, default_counters, parse_counters, read_counters
+from gpuscale.fields.resources import GPU_RESOURCES
 from gpuscale.telemetry.base import GpuSource
 
 if TYPE_CHECKING:
@@ -218,8 +219,7 @@ def exporter(
         from gpuscale.exporter.pods import PodMapper
 
         names = (
-            "nvidia.com/gpu",
-            "amd.com/gpu",
+            *GPU_RESOURCES,
             *split_list(nvidia_resource_names),
             *(resource_names or []),
         )

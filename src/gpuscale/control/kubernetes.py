@@ -26,6 +26,7 @@ from kubernetes import config as k8s_config
 
 from gpuscale.control.kubecall import Json, KubeCall, KubeUnavailableError, RetryPolicy
 from gpuscale.errors import config_error
+from gpuscale.fields.resources import GPU_RESOURCES
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 
 logger = logging.getLogger(__name__)
@@ -76,10 +77,6 @@ def _pod_status(pod: Json) -> PodStatus:
         ready_at=_time(ready.get("lastTransitionTime")) if is_ready and ready else None,
         node=pod.get("spec", {}).get("nodeName") or "",
     )
-
-
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
-"""The extended resources NVIDIA's and AMD's device plugins advertise."""
 
 
 def _gpus(resources: Json | None) -> int:

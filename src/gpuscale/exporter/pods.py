@@ -51,12 +51,13 @@ import grpc
 
 from gpuscale.errors import TransientError, require
 from gpuscale.exporter.podresources import api_pb2, api_pb2_grpc
+from gpuscale.fields.resources import GPU_RESOURCES
 from gpuscale.telemetry.base import GpuInfo
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+DEFAULT_RESOURCES = GPU_RESOURCES
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a node with hundreds of pods exceeds gRPC's 4 MiB default
 _SOCKET_FLAG = "--pod-resources-kubelet-socket"
