@@ -426,7 +426,7 @@ class HybridPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType(pod_signals)
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
-        self.reads_node_slots = self.config.node_size > 1
+        self.reads_node_slots = self.config.fills_nodes
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Take the larger of the plan and the reactive need, plus a replica per sick pod.

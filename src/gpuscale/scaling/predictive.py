@@ -143,6 +143,11 @@ class PredictiveConfig:
         peak = self.scale_in_window_s + self.smoothing_s  # its first point's mean looks back
         return max(f.trend_window_s, f.bucket_s, peak, self.rise_window_s)
 
+    @property
+    def fills_nodes(self) -> bool:
+        """Whether the fleet moves in whole nodes (``whole_nodes``), reading each node's room."""
+        return self.node_size > 1
+
 
 def cold_start_s(
     pods: tuple[PodStatus, ...], state: Mapping[str, Any], cfg: PredictiveConfig
@@ -281,7 +286,7 @@ def settle(
     else:
         stable = max(int(r) for _, r in recs)
         replicas = min(current, stable)
-        if replicas < current and cfg.node_size > 1:
+        if replicas < current and cfg.fills_nodes:
             replicas, note = whole_nodes(current, replicas, cfg, note, slots)
         elif replicas < current:
             step = max(1, math.floor(current * cfg.scale_down_percent / 100))
@@ -425,7 +430,7 @@ class PredictivePolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
-        self.reads_node_slots = self.config.node_size > 1
+        self.reads_node_slots = self.config.fills_nodes
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Plan for the forecast one horizon ahead; scale in only when observed load agrees.
