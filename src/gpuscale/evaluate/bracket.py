@@ -15,7 +15,10 @@ unbracketed and still meets the target at the knob's cheap end: the interval com
 from the seeds' readings, and one seed's bound among them would narrow it falsely.
 A curve whose knob already crosses the target but whose cost rises again past the
 crossing (so its cheapest point still exceeds the target) is not extended further:
-more steps only lower its attainment; it stays a bound. The expensive side is
+more steps only lower its attainment. Its cost may still dip between its cheapest
+point and the next swept value towards the cheap end (KPA and KEDA spend more when
+set too lean: queues build, panics and thrash open nodes), so that gap is refined as a
+bracketed reading's is (``refine_value``); what is left is a bound. The expensive side is
 extended only while the mean curve never reaches the target and the unlimited fleet
 (the ceiling) does: a target no fleet meets is not worth the runs.
 """
@@ -169,30 +172,59 @@ def next_value(
 
 
 def refine_value(knob: Knob, samples: Sequence[Sample], target: float) -> float | None:
-    """A knob value between the two points the mean curve's reading interpolates.
+    """A knob value between two points of the mean curve where its reading may move.
 
     A curve that falls off a cliff between two swept values (0.9996 to 0.25 within
     one step) is read by a straight line between them, which puts the reading next to
-    the dearer point whatever the curve does in between. While the two points' costs
-    differ by more than ``REFINE_SHARE`` of the dearer one, the value halfway between
-    them (geometric for a relative knob) is run on every seed.
+    the dearer point whatever the curve does in between; a curve whose cheapest point
+    still exceeds the target, with a dearer point on the knob's cheap side of it, may
+    dip below that cost in between. While the two points' costs differ by more than
+    ``REFINE_SHARE`` of the dearer one, the value halfway between them (geometric for
+    a relative knob) is run on every seed.
 
     Returns:
-        The value, or None when the reading is bracketed closely enough, is not
-        bracketed at all, or the knob has no value left between the two points.
+        The value, or None when the two points are close enough in cost, when there is
+        no such pair (no point reaches the target, or the cheapest is at the knob's
+        cheap end), or when the knob has no value left between them.
     """
-    points = [p for p in _value_means(samples) if p[0] is not None]
-    pair = bracketing_points([c for _, c, _ in points], [a for _, _, a in points], target)
+    points = [(v, c, a) for v, c, a in _value_means(samples) if v is not None]
+    pair = _refined_pair(knob, points, target)
     if pair is None:
         return None
-    (v0, c0, _), (v1, c1, _) = points[pair[0]], points[pair[1]]
-    if v0 is None or v1 is None or c1 - c0 <= REFINE_SHARE * c1:
+    (v0, c0, _), (v1, c1, _) = pair
+    if c1 - c0 <= REFINE_SHARE * c1:
         return None
     mid = (v0 + v1) / 2 if knob.integer or v0 * v1 <= 0 else math.sqrt(v0 * v1)
     mid = float(round(mid)) if knob.integer else round(mid, 9)
     if not knob.valid(mid) or any(mid == v for v, _, _ in points):
         return None
     return mid
+
+
+Point = tuple[float, float, float]
+"""A knob value with its mean cost and attainment over the seeds."""
+
+
+def _refined_pair(knob: Knob, points: Sequence[Point], target: float) -> tuple[Point, Point] | None:
+    """The two points ``refine_value`` runs between, cheaper first.
+
+    Returns:
+        The two points the reading interpolates between; or, where the cheapest point
+        still exceeds the target (a bound), it and the nearest swept value on the
+        knob's cheap side of it (dearer, since the other is the cheapest); else None.
+    """
+    costs, attainments = [c for _, c, _ in points], [a for _, _, a in points]
+    pair = bracketing_points(costs, attainments, target)
+    if pair is not None:
+        return points[pair[0]], points[pair[1]]
+    if reading_at_target(costs, attainments, target)[1] != UPPER:
+        return None
+    cheapest = points[costs.index(min(costs))]  # the point the bound is read at
+    value = cheapest[0]
+    leaner = [p for p in points if (p[0] > value if knob.cheap_up else p[0] < value)]
+    if not leaner:
+        return None
+    return cheapest, min(leaner, key=lambda p: abs(p[0] - value))
 
 
 def _open_cheap_side(

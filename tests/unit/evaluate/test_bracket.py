@@ -40,16 +40,17 @@ def cost_of(value, fair, seed):
 class FakeRunner:
     """Scores each spec from the fake curve instead of simulating it; records the calls."""
 
-    def __init__(self, crossing, fair):
+    def __init__(self, crossing, fair, cost=cost_of, attainment=attainment_of):
         self.crossing, self.fair, self.calls = crossing, fair, []
+        self.cost, self.attainment = cost, attainment
 
     def run(self, task, calls, progress=None):
         self.calls.append([args[0] for _, args in calls])
         out = []
         for _, (spec,) in calls:
             value = spec.knob_value
-            attained = 0.995 if value is None else attainment_of(value, self.fair, self.crossing)
-            hours = 1.0 if value is None else cost_of(value, self.fair, spec.seed)
+            attained = 0.995 if value is None else self.attainment(value, self.fair, self.crossing)
+            hours = 1.0 if value is None else self.cost(value, self.fair, spec.seed)
             out.append(
                 RunScore(
                     spec.policy,
@@ -143,13 +144,56 @@ def samples(values, attained, cost=lambda v: 10.0 / v):
     return [Sample(seed, v, cost(v) + seed, attained(v)) for seed in SEEDS for v in values]
 
 
-def test_a_curve_past_its_crossing_whose_cost_rises_again_is_not_extended():
+def test_a_curve_past_its_crossing_whose_cost_rises_again_is_refined_not_extended():
     # Attainment crosses the target at the knob's end, but the cost rose there: the
-    # cheapest point still exceeds the target (a bound), and further steps cannot help.
+    # cheapest point still exceeds the target (a bound). Steps past the end only lower
+    # the attainment, so none is taken; the cost may dip between the two points, so
+    # their geometric middle runs next.
     knob = Knob("per_replica", "requests", 0.6, 1.4)
     points = samples([1.0, 2.0], lambda v: 0.995 if v < 1.5 else 0.95, cost=lambda v: 5.0 * v)
     assert at_target(points, SEEDS, TARGET).bound == UPPER
-    assert next_value(knob, points, SEEDS, TARGET, reachable=True) is None
+    assert next_value(knob, points, SEEDS, TARGET, reachable=True) == pytest.approx(math.sqrt(2))
+    # A knob whose cheap side is down (static replicas): the leaner value is below.
+    static = Knob("replicas", "replicas", 1, 100, relative=False, integer=True, cheap_up=False)
+    fewer = samples([3.0, 6.0], lambda v: 0.995 if v > 4 else 0.95, cost=lambda v: 60.0 / v + v)
+    assert at_target(fewer, SEEDS, TARGET).bound == UPPER  # 6 replicas: 16, 3: 23
+    assert refine_value(static, fewer, TARGET) == 4.0  # (3 + 6) / 2, rounded half to even
+
+
+def test_a_bound_at_the_cheap_end_or_close_to_its_leaner_neighbour_is_not_refined():
+    knob = Knob("per_replica", "requests", 0.6, 1.4)
+    # The cheapest point is the leanest value swept: extension's case, not refinement's.
+    at_end = samples([1.0, 2.0], lambda v: 0.995, cost=lambda v: 10.0 / v)
+    assert refine_value(knob, at_end, TARGET) is None
+    # The leaner neighbour within REFINE_SHARE of the cheapest point's cost.
+    close = samples([1.0, 2.0], lambda v: 0.995 if v < 1.5 else 0.95, cost=lambda v: 10.0 + 0.1 * v)
+    assert refine_value(knob, close, TARGET) is None
+
+
+def test_a_cost_that_dips_between_swept_values_is_found_and_read_lower(plan):
+    # A policy that spends more when set too lean (KPA's panics, KEDA's thrash): its cost
+    # is least at 1.15 x fair, between the swept 1.0 and 1.4 x, where it still meets the
+    # target; past 1.3 x fair it does not. The sweep's cheapest point (1.0 x) is a bound.
+    def u_cost(value, fair, seed):
+        return 100.0 * (value / fair - 1.15) ** 2 + 10.0 + seed
+
+    def attained(value, fair, crossing):
+        return 0.995 if value / fair < 1.3 else 0.95
+
+    fair = plan.fair_value("kpa")
+    runner = FakeRunner(None, fair, cost=u_cost, attainment=attained)
+    runs = run_sweep(plan, runner)
+    assert 1 < len(runner.calls) <= 1 + MAX_ROUNDS
+    for call in runner.calls[1:]:  # refinements, between the cheapest and its leaner neighbour
+        assert [s.seed for s in call] == list(plan.seeds)
+        assert all(fair < s.knob_value < 1.4 * fair for s in call)
+    evaluation, _ = evaluation_from_sweep(plan, runs)
+    kpa = evaluation.policies["kpa"]
+    assert kpa.gpu_hours_at_target_bound == UPPER  # still the cheapest point, not a crossing
+    before = sum(u_cost(fair, fair, s) for s in plan.seeds) / len(plan.seeds)  # 12.25 + 2
+    assert kpa.gpu_hours_at_target < before - 1.0
+    floor = 10.0 + sum(plan.seeds) / len(plan.seeds)  # the dip's bottom
+    assert kpa.gpu_hours_at_target >= floor
 
 
 def test_one_unbracketed_seed_extends_the_sweep():
