@@ -16,9 +16,9 @@ from the seeds' readings, and one seed's bound among them would narrow it falsel
 A curve whose knob already crosses the target but whose cost rises again past the
 crossing (so its cheapest point still exceeds the target) is not extended further:
 more steps only lower its attainment. Its cost may still dip between its cheapest
-point and the next swept value towards the cheap end (KPA and KEDA spend more when
-set too lean: queues build, panics and thrash open nodes), so that gap is refined as a
-bracketed reading's is (``refine_value``); what is left is a bound. The expensive side is
+point and the next swept value towards the cheap end (KEDA's and KPA's curves on the
+generators do: set too lean, they spend more), so that gap is refined as a bracketed
+reading's is (``refine_value``); what is left is a bound. The expensive side is
 extended only while the mean curve never reaches the target and the unlimited fleet
 (the ceiling) does: a target no fleet meets is not worth the runs.
 """
