@@ -43,10 +43,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuscale.evaluate.bracket import Sample, at_target, mean_curve
 from gpuscale.evaluate.pool import RunPool
 from gpuscale.evaluate.runner import EvaluationRequest, build_policy
 from gpuscale.evaluate.scoring import score_run
-from gpuscale.evaluate.stats import mean_ci, reading_at_target
+from gpuscale.evaluate.stats import mean_ci
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import simulate
 from gpuscale.sim.traces import resolve_traces_dir
@@ -119,35 +120,28 @@ def readings(
     seeds: range,
     multiples: tuple[float, ...],
 ) -> dict[str, Any]:
-    """Each seed's and the mean curve's cost at the target."""
-    per_seed: dict[int, float | None] = {}
-    bounded = 0
-    for seed in seeds:
-        curve = [points[(seed, m)] for m in multiples]
-        cost, bound = reading_at_target([c for c, _ in curve], [a or 0.0 for _, a in curve], TARGET)
-        per_seed[seed] = cost
-        bounded += bound is not None
-    mean_curve = [
-        (
-            float(np.mean([points[(s, m)][0] for s in seeds])),
-            float(np.mean([points[(s, m)][1] or 0.0 for s in seeds])),
-        )
-        for m in multiples
-    ]
-    mean, bound = reading_at_target([c for c, _ in mean_curve], [a for _, a in mean_curve], TARGET)
-    known = [v for v in per_seed.values() if v is not None]
-    ci = mean_ci(known).interval() if known else [None, None]
+    """Each seed's and the mean curve's cost at the target, read as ``gpuscale evaluate`` reads."""
+    samples = [Sample(s, m, *points[(s, m)]) for m in multiples for s in seeds]
+    found = at_target(samples, seeds, TARGET)
+    known = [v for v in found.per_seed.values() if v is not None]
     return {
-        "gpu_hours_at_target": mean,
-        "bound": bound,
-        "gpu_hours_at_target_ci95": ci,
-        "per_seed": per_seed,
-        "seeds_bounded": bounded,
+        "gpu_hours_at_target": found.mean,
+        "bound": found.bound,
+        "gpu_hours_at_target_ci95": mean_ci(known).interval() if known else [None, None],
+        "per_seed": found.per_seed,
+        "seeds_bounded": found.seeds_bounded,
         "curve": [
             {"multiple": m, "gpu_hours": c, "slo_attainment": a}
-            for m, (c, a) in zip(multiples, mean_curve, strict=True)
+            for m, (c, a) in zip(multiples, mean_curve(samples), strict=True)
         ],
     }
+
+
+def hour_shares(traces_dir: Path) -> list[float]:
+    """The share of the whole log's requests in each hour of the day (its clock), 0 to 23 h."""
+    log = pd.read_csv(traces_dir / LOG_FILE, parse_dates=["gmt_create"])
+    counts = np.bincount(log.gmt_create.dt.hour, minlength=24)
+    return [float(c) for c in counts / counts.sum()]
 
 
 def main() -> None:
@@ -162,7 +156,16 @@ def main() -> None:
         help="per_replica values, as multiples of the fair value, comma-separated",
     )
     parser.add_argument("--write", action="store_true", help="store bench/results.json['seasonal']")
+    parser.add_argument(
+        "--hours-only", action="store_true", help="print the log's hourly shares and stop"
+    )
     args = parser.parse_args()
+    shares = ", ".join(
+        f"{h:02d} h {100 * v:.2f} %" for h, v in enumerate(hour_shares(resolve_traces_dir()))
+    )
+    print(f"requests by hour of day over the whole log: {shares}")
+    if args.hours_only:
+        return
     seeds = range(args.seeds)
     multiples = tuple(sorted(float(m) for m in args.multiples.split(",")))
     with tempfile.TemporaryDirectory() as tmp:
