@@ -12,9 +12,18 @@ state as plain numbers:
 * Once two full seasons exist, an additive Holt-Winters model with a damped
   trend (statsmodels ``ExponentialSmoothing``) is fitted to the buckets, every
   ``refit_s`` seconds at most (``refit``). Its smoothing parameters, level,
-  trend, seasonal indices and one-step residual deviation are stored. Between
-  refits each closed bucket advances the stored model by one step of the
-  Holt-Winters recursions (a few multiplications), so no decision refits.
+  trend and seasonal indices are stored. Between refits each closed bucket
+  advances the stored model by one step of the Holt-Winters recursions (a few
+  multiplications), so no decision refits.
+* Each closed bucket is also scored against what this module forecast for it
+  one bucket earlier (the model's forecast shifted by the recent error, as
+  below), and the squared errors are kept as running sums, forgotten with a
+  half-life of one season. Their variance is a line in the forecast level
+  (``error_variance``): counts of requests scatter more at the peak than at
+  night, so one deviation for the whole season would be too wide at night and
+  too narrow at the peak. A refit replays the recursions over the stored
+  buckets from the fitted initial state, so the sums restart from the errors the
+  new model would have made.
 * Before that (short history) the fallback is a least-squares line through
   the raw points of the last ``trend_window_s`` seconds; only the part of its
   slope beyond ``SLOPE_T`` standard errors is extrapolated.
@@ -22,14 +31,14 @@ state as plain numbers:
 The seasonal forecast for ``now + h`` is the model's forecast for the bucket
 holding that time, shifted by the model's error on the recent points (so a
 level the model has not caught up with yet persists over the horizon). The
-upper bound is the ``quantile`` of a normal error with the model's residual
-deviation, widened with the horizon.
+upper bound is the ``quantile`` of a normal error with the deviation of
+those scored errors at the forecast level, widened with the horizon.
 """
 
 import logging
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
@@ -127,6 +136,15 @@ grows from 0 at the band's edge instead of jumping to a full band's worth.
 """
 
 
+ERROR_HALF_LIFE_SEASONS = 1.0
+"""The scored errors' weight halves over this many seasons (a day by default).
+
+Long enough that the sums hold a whole season's levels, night and peak, at
+comparable weight; short enough that the errors of a model refitted since, or
+of a season that changed, take over within a few days.
+"""
+
+
 def _z(quantile: float) -> float:
     return NormalDist().inv_cdf(quantile)
 
@@ -152,7 +170,11 @@ def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dic
     k0 = int(st.get("k0", 0))
     # Copies: the caller's state is never mutated.
     cur = list(st["cur"]) if st.get("cur") else None  # [bucket index, sum, count]
-    fit = dict(st["fit"], season=list(st["fit"]["season"])) if st.get("fit") else None
+    fit = None
+    if st.get("fit"):
+        fit = dict(st["fit"], season=list(st["fit"]["season"]))
+        if fit.get("err") is not None:
+            fit["err"] = list(fit["err"])
     keep = cfg.period * cfg.seasons_kept
     for t, v in points:
         if t <= last_t or math.isnan(v):
@@ -167,7 +189,7 @@ def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dic
                 k0 = cur[0]
             means.append(mean)
             if fit is not None:
-                _advance(fit, cur[0], mean)
+                _advance(fit, cur[0], mean, _forget(cfg))
             cur = [cur[0] + 1, 0.0, 0]
         cur[1] += v
         cur[2] += 1
@@ -178,9 +200,30 @@ def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dic
     return st
 
 
-def _advance(fit: dict[str, Any], k: int, y: float) -> None:
-    """One step of the additive, damped Holt-Winters recursions for bucket ``k``."""
+def _forget(cfg: ForecastConfig) -> float:
+    """The scored errors' weight kept per bucket (``ERROR_HALF_LIFE_SEASONS``)."""
+    return float(0.5 ** (1.0 / (ERROR_HALF_LIFE_SEASONS * cfg.period)))
+
+
+def _advance(fit: dict[str, Any], k: int, y: float, forget: float, score: bool = True) -> None:
+    """One step of the additive, damped Holt-Winters recursions for bucket ``k``.
+
+    Before it, bucket ``k`` is scored against the forecast made for it while bucket
+    ``k - 1`` was the newest (``fit["pending"]``), into ``fit["err"]`` (weighted sums
+    ``[w, w x, w e^2, w x^2, w x e^2]`` of the forecast ``x`` and its error ``e``, each
+    older one weighted ``forget`` less), unless ``score`` is False; and the forecast
+    for bucket ``k + 1`` is made as ``forecast`` makes it from bucket ``k``'s mean.
+    """
     season: list[float] = fit["season"]
+    pending = fit.get("pending")
+    err = fit.get("err")
+    if score and err is not None and pending is not None and int(pending[0]) == k:
+        x, e = max(float(pending[1]), 0.0), y - float(pending[1])
+        e2 = e * e
+        for i, add in enumerate((1.0, x, e2, x * x, x * e2)):
+            err[i] = forget * err[i] + add
+    if err is not None:
+        fit["pending"] = [k + 1, _seasonal_at(fit, k + 1) + y - _seasonal_at(fit, k)]
     p = k % len(season)
     a, b, g, phi = fit["alpha"], fit["beta"], fit["gamma"], fit["phi"]
     level, trend = fit["level"], fit["trend"]
@@ -226,26 +269,69 @@ def refit(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> dict[str
         res = model.fit()
     params = res.params
     season = [0.0] * m
-    n = len(means)
-    for i in range(n - m, n):
-        season[(k0 + i) % m] = float(res.season[i])
-    resid = [float(r) for r in res.resid[m:]]
-    sigma = math.sqrt(sum(r * r for r in resid) / max(len(resid), 1))
-    st["fit"] = {
+    for i, s0 in enumerate(params["initial_seasons"]):
+        season[(k0 + i) % m] = float(s0)
+    # The fitted model from its initial state, replayed over the buckets by the same
+    # recursions as ``ingest`` (its final components are statsmodels' own), scoring
+    # each bucket after the first season (the heuristic start fits that one).
+    fit: dict[str, Any] = {
         "alpha": float(params["smoothing_level"]),
         "beta": float(params["smoothing_trend"]),
         "gamma": float(params["smoothing_seasonal"]),
         "phi": float(params["damping_trend"]),
-        "level": float(res.level[-1]),
-        "trend": float(res.trend[-1]),
+        "level": float(params["initial_level"]),
+        "trend": float(params["initial_trend"]),
         "season": season,
-        "sigma": sigma,
-        "k": k0 + n - 1,
-        "at": float(now),
+        "k": k0 - 1,
+        "err": [0.0] * 5,
+        "pending": None,
     }
+    forget = _forget(cfg)
+    for i, y in enumerate(means):
+        _advance(fit, k0 + i, y, forget, score=i >= m)
+    err = fit["err"]
+    fit["sigma"] = math.sqrt(err[2] / err[0]) if err[0] > 0 else 0.0
+    fit["at"] = float(now)
+    st["fit"] = fit
     st["fits"] = int(st.get("fits", 0)) + 1
-    logger.debug("forecast: refit at %.0f on %d buckets, sigma %.3g", now, n, sigma)
+    var0, var1 = error_variance(err)
+    logger.debug(
+        "forecast: refit at %.0f on %d buckets, error variance %.3g + %.3g x level",
+        now,
+        len(means),
+        var0,
+        var1,
+    )
     return st
+
+
+def error_variance(sums: Sequence[float]) -> tuple[float, float]:
+    """The scored errors' variance as a line in the forecast level: ``var0 + var1 x level``.
+
+    Weighted least squares of the squared errors on the level (``_advance``'s sums),
+    with neither coefficient negative: where the errors do not grow with the level
+    the line is flat (their mean square); where it would cross zero above level 0,
+    it goes through the origin (a variance proportional to the level, as Poisson
+    counts have).
+
+    Args:
+        sums: ``[w, w x, w e^2, w x^2, w x e^2]`` over the scored buckets.
+
+    Returns:
+        (``var0``, the variance at level 0; ``var1``, its growth per unit of level).
+    """
+    w, sx, sy, sxx, sxy = (float(v) for v in sums)
+    if w <= 0:
+        return 0.0, 0.0
+    mean_x, mean_y = sx / w, sy / w
+    spread = sxx / w - mean_x * mean_x
+    slope = (sxy / w - mean_x * mean_y) / spread if spread > 1e-12 * (sxx / w) else 0.0
+    if slope <= 0:
+        return mean_y, 0.0
+    var0 = mean_y - slope * mean_x
+    if var0 < 0:
+        return 0.0, sxy / sxx
+    return var0, slope
 
 
 def update(
@@ -360,6 +446,12 @@ def forecast(
     point = _seasonal_at(fit, k_then) + error
     steps = max(k_then - int(fit["k"]), 1)
     floor = cfg.min_sigma_ratio * abs(point)
-    spread = max(float(fit["sigma"]), floor) * math.sqrt(1 + (steps - 1) * float(fit["alpha"]) ** 2)
+    err = fit.get("err")
+    if err is not None:
+        var0, var1 = error_variance(err)
+        deviation = math.sqrt(var0 + var1 * max(point, 0.0))
+    else:  # a fit stored before errors were scored: its residuals' one deviation
+        deviation = float(fit["sigma"])
+    spread = max(deviation, floor) * math.sqrt(1 + (steps - 1) * float(fit["alpha"]) ** 2)
     upper = point + _z(cfg.quantile) * spread
     return Forecast(max(point, 0.0), max(upper, 0.0), "seasonal", horizon_s)
