@@ -128,10 +128,13 @@ def label(doc: dict[str, Any]) -> str:
     """The trace, its scale where it is not 1, and its faults: one run's name in the table.
 
     Returns:
-        E.g. ``diurnal x4 + thermal@7200:duration=1800``.
+        E.g. ``diurnal x4 + thermal@7200:duration=1800``; a rate file by its name
+        without folder or suffix (``gentd26_lora_4d x40``).
     """
     scale = float(doc.get("scale", 1.0))
-    trace = doc["trace"] + (f" x{scale:g}" if scale != 1.0 else "")
+    name = str(doc["trace"])
+    name = Path(name).stem if name.endswith(".csv") else name
+    trace = name + (f" x{scale:g}" if scale != 1.0 else "")
     return trace + (f" + {', '.join(doc['faults'])}" if doc["faults"] else "")
 
 

@@ -28,6 +28,7 @@ horizon adds while its always-up nodes are full. Run:
     python bench/bench_seasonal.py --write     # and store it in bench/results.json
     M=0.5,0.625,0.75,0.875,1,1.125,1.25        # slow nodes need more headroom
     python bench/bench_seasonal.py --node-provision 900 --multiples $M --write
+    python bench/bench_seasonal.py --rate-file out/lora-4d.csv   # the rate file alone
 
 ``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``.
 """
@@ -36,6 +37,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -159,7 +161,19 @@ def main() -> None:
     parser.add_argument(
         "--hours-only", action="store_true", help="print the log's hourly shares and stop"
     )
+    parser.add_argument(
+        "--rate-file",
+        type=Path,
+        help="write the four days' rate file (for `gpuscale evaluate --trace`) here and stop",
+    )
     args = parser.parse_args()
+    if args.rate_file is not None:
+        args.rate_file.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            written, per_day = rate_file(resolve_traces_dir(), Path(tmp))
+            shutil.move(written, args.rate_file)
+        print(f"wrote {args.rate_file}: {DAYS} days from {START.date()}, {per_day} requests a day")
+        return
     shares = ", ".join(
         f"{h:02d} h {100 * v:.2f} %" for h, v in enumerate(hour_shares(resolve_traces_dir()))
     )
