@@ -19,7 +19,7 @@ As for any rate file, service times vary as GenTD26's measured inference times (
 throughout. The first two days are the warm-up (not scored), so the first
 variant's scored decisions all come after its first fit. Each variant's cost
 at the target attainment is read off each seed's curve of ``per_replica`` (the
-knob, by default 1 to 2 x the fair value; ``stats.reading_at_target``) and off the mean
+knob, by default 1 to 2 x the fair value; ``evaluate.bracket.at_target``) and off the mean
 curve; the ratio of the two variants is taken seed by seed. ``--node-provision``
 sets the cluster's node provisioning time (180 s by default), which ``hybrid``'s
 horizon adds while its always-up nodes are full. Run:
@@ -28,7 +28,7 @@ horizon adds while its always-up nodes are full. Run:
     python bench/bench_seasonal.py --write     # and store it in bench/results.json
     M=0.5,0.625,0.75,0.875,1,1.125,1.25        # slow nodes need more headroom
     python bench/bench_seasonal.py --node-provision 900 --multiples $M --write
-    python bench/bench_seasonal.py --rate-file out/lora-4d.csv   # the rate file alone
+    python bench/bench_seasonal.py --rate-file out/gentd26_lora_4d.csv  # the rate file alone
 
 ``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``.
 """
@@ -67,13 +67,17 @@ MULTIPLES = (1.0, 1.1667, 1.3333, 1.5, 1.6667, 1.8333, 2.0)
 TARGET = 0.99
 
 
-def rate_file(traces_dir: Path, out: Path) -> tuple[Path, list[int]]:
+def read_log(traces_dir: Path) -> pd.DataFrame:
+    """The LoRA request log, read once for both the rate file and the hourly shares."""
+    return pd.read_csv(traces_dir / LOG_FILE, parse_dates=["gmt_create"])
+
+
+def rate_file(log: pd.DataFrame, out: Path) -> tuple[Path, list[int]]:
     """Write the four days' 15-minute request rates as a ``time_s,rps,service_s`` file.
 
     Returns:
         The file, and the requests of each day.
     """
-    log = pd.read_csv(traces_dir / LOG_FILE, parse_dates=["gmt_create"])
     end = START + pd.Timedelta(days=DAYS)
     days = log[(log.gmt_create >= START) & (log.gmt_create < end)]
     block = ((days.gmt_create - START).dt.total_seconds() // BLOCK_S).astype(int)
@@ -139,9 +143,8 @@ def readings(
     }
 
 
-def hour_shares(traces_dir: Path) -> list[float]:
+def hour_shares(log: pd.DataFrame) -> list[float]:
     """The share of the whole log's requests in each hour of the day (its clock), 0 to 23 h."""
-    log = pd.read_csv(traces_dir / LOG_FILE, parse_dates=["gmt_create"])
     counts = np.bincount(log.gmt_create.dt.hour, minlength=24)
     return [float(c) for c in counts / counts.sum()]
 
@@ -167,23 +170,22 @@ def main() -> None:
         help="write the four days' rate file (for `gpuscale evaluate --trace`) here and stop",
     )
     args = parser.parse_args()
+    log = read_log(resolve_traces_dir())
     if args.rate_file is not None:
         args.rate_file.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
-            written, per_day = rate_file(resolve_traces_dir(), Path(tmp))
+            written, per_day = rate_file(log, Path(tmp))
             shutil.move(written, args.rate_file)
         print(f"wrote {args.rate_file}: {DAYS} days from {START.date()}, {per_day} requests a day")
         return
-    shares = ", ".join(
-        f"{h:02d} h {100 * v:.2f} %" for h, v in enumerate(hour_shares(resolve_traces_dir()))
-    )
+    shares = ", ".join(f"{h:02d} h {100 * v:.2f} %" for h, v in enumerate(hour_shares(log)))
     print(f"requests by hour of day over the whole log: {shares}")
     if args.hours_only:
         return
     seeds = range(args.seeds)
     multiples = tuple(sorted(float(m) for m in args.multiples.split(",")))
     with tempfile.TemporaryDirectory() as tmp:
-        path, per_day = rate_file(resolve_traces_dir(), Path(tmp))
+        path, per_day = rate_file(log, Path(tmp))
         keys = [(s, m, v) for s in seeds for m in multiples for v in (True, False)]
         calls = [
             (f"{s}/{m:.2f}/{v}", (str(path), args.scale, args.node_provision, s, m, v))

@@ -175,7 +175,7 @@ def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dic
         fit = dict(st["fit"], season=list(st["fit"]["season"]))
         if fit.get("err") is not None:
             fit["err"] = list(fit["err"])
-    keep = cfg.period * cfg.seasons_kept
+    keep, forget = cfg.period * cfg.seasons_kept, _forget(cfg)
     for t, v in points:
         if t <= last_t or math.isnan(v):
             continue
@@ -189,7 +189,7 @@ def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dic
                 k0 = cur[0]
             means.append(mean)
             if fit is not None:
-                _advance(fit, cur[0], mean, _forget(cfg))
+                _advance(fit, cur[0], mean, forget)
             cur = [cur[0] + 1, 0.0, 0]
         cur[1] += v
         cur[2] += 1
