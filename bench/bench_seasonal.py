@@ -14,13 +14,24 @@ minute, so shorter blocks would take the count's Poisson noise for shape) at
 As for any rate file, service times vary as GenTD26's measured inference times (SCV
 0.41) and the SLO is 4 x the mean service time.
 
-``hybrid`` runs twice on each seed and knob value: as it is, and with a season of
-30 days, so that its forecaster never holds two seasons and falls back to the line
-throughout. The first two days are the warm-up (not scored), so the first
-variant's scored decisions all come after its first fit. Each variant's cost
-at the target attainment is read off each seed's curve of ``per_replica`` (the
-knob, by default 1 to 2 x the fair value; ``evaluate.bracket.at_target``) and off the mean
-curve; the ratio of the two variants is taken seed by seed. ``--node-provision``
+``hybrid`` runs three times on each seed and knob value: as it is; with a season
+of 30 days, so that its forecaster never holds two seasons and falls back to the
+line throughout; and with a clairvoyant forecast, the rate file's own request
+rate at ``now + horizon`` times the service time, with a Poisson band
+(``clairvoyant``). The last is no policy anyone can run: it is what a perfect
+forecast of the rate would buy the same policy, so the gap between it and the
+first variant is the forecast's, and the gap between it and the hindsight oracle
+is the rest of the policy's (its reaction, scale-in and whole nodes). The first
+two days are the warm-up (not scored), so the first variant's scored decisions
+all come after its first fit. Each variant's cost at the target attainment is
+read off each seed's curve of ``per_replica`` (the knob, by default 1 to 2 x the
+fair value; ``evaluate.bracket.at_target``) and off the mean curve; ratios
+between variants are taken seed by seed, and each variant's ratio to the oracle
+against the oracle's figure in the README's table (``bench/results.json["hybrid"]``,
+from ``gpuscale evaluate`` on the same rate file), when it is there.
+Before the runs it prints how much the log's 15-minute counts change from one
+block to the next against what Poisson noise alone would give (``block_changes``):
+what no forecast of the rate can know. ``--node-provision``
 sets the cluster's node provisioning time (180 s by default), which ``hybrid``'s
 horizon adds while its always-up nodes are full. Run:
 
@@ -29,18 +40,24 @@ horizon adds while its always-up nodes are full. Run:
     M=0.5,0.625,0.75,0.875,1,1.125,1.25        # slow nodes need more headroom
     python bench/bench_seasonal.py --node-provision 900 --multiples $M --write
     python bench/bench_seasonal.py --rate-file out/gentd26_lora_4d.csv  # the rate file alone
+    python bench/bench_seasonal.py --variants seasonal,line      # without the clairvoyant runs
 
-``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``.
+``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``; a
+variant not run keeps the figures stored before.
 """
 
 import argparse
 import dataclasses
 import datetime
 import json
+import math
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -50,6 +67,7 @@ from gpuscale.evaluate.pool import RunPool
 from gpuscale.evaluate.runner import EvaluationRequest, build_policy
 from gpuscale.evaluate.scoring import score_run
 from gpuscale.evaluate.stats import mean_ci
+from gpuscale.scaling import forecast
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import simulate
 from gpuscale.sim.traces import resolve_traces_dir
@@ -59,12 +77,26 @@ LOG_FILE = "gentd26_lora_request_trace.csv.gz"
 START = pd.Timestamp("2024-11-24")
 DAYS = 4
 BLOCK_S = 900
+RATE_FILE = "gentd26_lora_4d.csv"
 WARMUP_S = 2 * 86_400.0
 NEVER_S = 30 * 86_400.0
 """A season no four-day run holds twice: the forecaster keeps to its fallback line."""
 MULTIPLES = (1.0, 1.1667, 1.3333, 1.5, 1.6667, 1.8333, 2.0)
 """``per_replica`` values swept by default, as multiples of the fair value."""
 TARGET = 0.99
+VARIANTS = ("seasonal", "line", "clairvoyant")
+"""``hybrid`` as it is, held to its fallback line, and told the rate ahead."""
+LABELS = {
+    "seasonal": "seasonal",
+    "line": "fallback line only",
+    "clairvoyant": "clairvoyant (the file's rate)",
+}
+STORED = {"seasonal": "seasonal", "line": "fallback", "clairvoyant": "clairvoyant"}
+"""Each variant's key in ``results.json`` (the line's was named before the third)."""
+MIN_BLOCK_COUNT = 20
+"""``block_changes`` counts the pairs of blocks averaging this many requests or more."""
+DEFAULT_PROVISION_S = ClusterConfig().node_provision_s
+"""The provisioning time of the README table's runs, whose oracle figure applies."""
 
 
 def read_log(traces_dir: Path) -> pd.DataFrame:
@@ -90,10 +122,41 @@ def rate_file(log: pd.DataFrame, out: Path) -> tuple[Path, list[int]]:
             "service_s": service_s,
         }
     )
-    path = out / "gentd26_lora_4d.csv"
+    path = out / RATE_FILE
     frame.to_csv(path, index=False)
     per_day = counts.reshape(DAYS, -1).sum(axis=1)
     return path, [int(n) for n in per_day]
+
+
+def clairvoyant(path: str, scale: float) -> Callable[..., forecast.Forecast]:
+    """A stand-in for ``forecast.forecast`` that knows the rate file's rate ahead.
+
+    The demand at ``now + horizon`` is the requests in service there on average: the
+    file's rate for that block times ``scale`` times its service time. Requests in
+    service are a Poisson count (an M/G/inf queue's), so the bound adds the configured
+    quantile of a deviation of its square root.
+
+    Returns:
+        A function with ``forecast.forecast``'s signature.
+    """
+    frame = pd.read_csv(path)
+    starts = frame.time_s.to_numpy(dtype=float)
+    busy = frame.rps.to_numpy(dtype=float) * scale * frame.service_s.to_numpy(dtype=float)
+
+    def known(
+        _state: Mapping[str, Any],
+        _points: Any,
+        now: float,
+        horizon_s: float,
+        cfg: forecast.ForecastConfig,
+        _average_s: float = 0.0,
+    ) -> forecast.Forecast:
+        block = int(np.searchsorted(starts, now + horizon_s, side="right")) - 1
+        mean = float(busy[min(max(block, 0), busy.size - 1)])
+        upper = mean + NormalDist().inv_cdf(cfg.quantile) * math.sqrt(mean)
+        return forecast.Forecast(mean, upper, "seasonal", horizon_s)
+
+    return known
 
 
 def run_variant(
@@ -102,7 +165,7 @@ def run_variant(
     provision_s: float,
     seed: int,
     multiple: float,
-    seasonal: bool,
+    variant: str,
     progress: Any = None,
 ) -> tuple[float, float | None]:
     """One hybrid run; its GPU-hours and attainment after the warm-up."""
@@ -110,13 +173,17 @@ def run_variant(
     request = EvaluationRequest(path, ("hybrid",), scale, seed=seed, cluster=cluster)
     prepared = request.prepare()
     config = prepared.configs["hybrid"]
-    forecast = (
-        config.forecast if seasonal else dataclasses.replace(config.forecast, season_s=NEVER_S)
-    )
-    config = dataclasses.replace(
-        config, per_replica=multiple * config.per_replica, forecast=forecast
-    )
-    result = simulate(prepared.scenario, build_policy("hybrid", config, prepared.required))
+    if variant == "line":
+        config = dataclasses.replace(
+            config, forecast=dataclasses.replace(config.forecast, season_s=NEVER_S)
+        )
+    config = dataclasses.replace(config, per_replica=multiple * config.per_replica)
+    policy = build_policy("hybrid", config, prepared.required)
+    if variant == "clairvoyant":  # predictive.plan calls forecast.forecast through the module
+        with mock.patch.object(forecast, "forecast", clairvoyant(path, scale)):
+            result = simulate(prepared.scenario, policy)
+    else:
+        result = simulate(prepared.scenario, policy)
     score = score_run(result, seed, multiple, WARMUP_S, cooldown_s=prepared.scenario.timeout_s)
     return score.gpu_hours, score.slo_attainment
 
@@ -143,6 +210,57 @@ def readings(
     }
 
 
+def block_changes(log: pd.DataFrame, min_count: int) -> tuple[int, float, float]:
+    """How much the log's 15-minute counts change between neighbouring blocks.
+
+    For blocks ``b`` and ``b + 1`` drawn from one Poisson rate, the change has variance
+    ``n_b + n_{b+1}``; a larger mean square change is the log's own movement, which a
+    rate file keeps, at any ``--scale``, as the same share of the rate.
+
+    Args:
+        log: The whole request log.
+        min_count: Only pairs whose mean count is at least this.
+
+    Returns:
+        (pairs, mean square change, mean of ``n_b + n_{b+1}``).
+    """
+    counts = log.set_index("gmt_create").resample(f"{BLOCK_S}s").size().to_numpy()
+    change = np.diff(counts).astype(float)
+    poisson = (counts[1:] + counts[:-1]).astype(float)
+    pairs = poisson >= 2 * min_count
+    return int(pairs.sum()), float(np.mean(change[pairs] ** 2)), float(np.mean(poisson[pairs]))
+
+
+def oracle_at_target(scale: float) -> float | None:
+    """The oracle's GPU-hours at the target in the README table's four-day row, if stored.
+
+    Returns:
+        ``bench/results.json["hybrid"]``'s figure for the rate file at ``scale``, or None.
+    """
+    out = ROOT / "results.json"
+    rows = json.loads(out.read_text()).get("hybrid", {}).get("traces", []) if out.exists() else []
+    for row in rows:
+        if Path(str(row.get("trace"))).stem == Path(RATE_FILE).stem and row.get("scale") == scale:
+            value = row.get("policies", {}).get("oracle", {}).get("gpu_hours_at_target")
+            return None if value is None else float(value)
+    return None
+
+
+def seed_ratio(a: dict[str, Any], b: dict[str, Any], seeds: range) -> dict[str, Any] | None:
+    """The ratio of two variants' readings at the target, seed by seed, with its interval.
+
+    Returns:
+        ``{"mean", "ci95", "seeds"}``, or None when no seed has both.
+    """
+    ratios = [
+        x / y for s in seeds if (x := a["per_seed"][s]) is not None and (y := b["per_seed"][s])
+    ]
+    if not ratios:
+        return None
+    ci = mean_ci(ratios)
+    return {"mean": ci.mean, "ci95": [ci.low, ci.high], "seeds": len(ratios)}
+
+
 def hour_shares(log: pd.DataFrame) -> list[float]:
     """The share of the whole log's requests in each hour of the day (its clock), 0 to 23 h."""
     counts = np.bincount(log.gmt_create.dt.hour, minlength=24)
@@ -159,6 +277,11 @@ def main() -> None:
         "--multiples",
         default=",".join(f"{m:g}" for m in MULTIPLES),
         help="per_replica values, as multiples of the fair value, comma-separated",
+    )
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, of {', '.join(VARIANTS)}",
     )
     parser.add_argument("--write", action="store_true", help="store bench/results.json['seasonal']")
     parser.add_argument(
@@ -182,31 +305,35 @@ def main() -> None:
     print(f"requests by hour of day over the whole log: {shares}")
     if args.hours_only:
         return
+    pairs, square, poisson = block_changes(log, MIN_BLOCK_COUNT)
+    print(
+        f"15-minute counts over the whole log, {pairs} neighbouring pairs averaging "
+        f"{MIN_BLOCK_COUNT} or more: mean square change {square:.1f}, "
+        f"{square / poisson:.2f} x the {poisson:.1f} of Poisson noise alone"
+    )
     seeds = range(args.seeds)
     multiples = tuple(sorted(float(m) for m in args.multiples.split(",")))
+    asked = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in asked if v not in VARIANTS]
+    if unknown or not asked:
+        parser.error(f"--variants {args.variants!r}: use some of {','.join(VARIANTS)}")
+    variants = tuple(v for v in VARIANTS if v in asked)
     with tempfile.TemporaryDirectory() as tmp:
         path, per_day = rate_file(log, Path(tmp))
-        keys = [(s, m, v) for s in seeds for m in multiples for v in (True, False)]
+        keys = [(s, m, v) for s in seeds for m in multiples for v in variants]
         calls = [
             (f"{s}/{m:.2f}/{v}", (str(path), args.scale, args.node_provision, s, m, v))
             for s, m, v in keys
         ]
         with RunPool(args.jobs) as pool:
             scores = pool.run(run_variant, calls)
-    by_variant: dict[bool, dict[tuple[int, float], tuple[float, float | None]]] = {
-        True: {},
-        False: {},
+    points: dict[str, dict[tuple[int, float], tuple[float, float | None]]] = {
+        v: {} for v in variants
     }
     for (s, m, v), score in zip(keys, scores, strict=True):
-        by_variant[v][(s, m)] = score
-    seasonal = readings(by_variant[True], seeds, multiples)
-    fallback = readings(by_variant[False], seeds, multiples)
-    ratios = [
-        a / b
-        for s in seeds
-        if (a := seasonal["per_seed"][s]) is not None and (b := fallback["per_seed"][s]) is not None
-    ]
-    ratio = mean_ci(ratios) if ratios else None
+        points[v][(s, m)] = score
+    found = {v: readings(points[v], seeds, multiples) for v in variants}
+    oracle = oracle_at_target(args.scale) if args.node_provision == DEFAULT_PROVISION_S else None
     print(
         f"GenTD26 LoRA log, {DAYS} days from {START.date()} ({per_day} requests a day), "
         f"x{args.scale:g},"
@@ -216,46 +343,63 @@ def main() -> None:
         f"scored after {WARMUP_S / 86_400:g} days, target {TARGET}:"
     )
     print(
-        "| forecast | GPU-h at target (mean curve) | seeds' mean, 95 % | seeds reaching | bounded |"
+        "| forecast | GPU-h at target (mean curve) | x oracle | seeds' mean, 95 % "
+        "| seeds reaching | bounded |"
     )
-    print("|---|---:|---:|---:|---:|")
-    for name, r in (("seasonal", seasonal), ("fallback line only", fallback)):
+    print("|---|---:|---:|---:|---:|---:|")
+    for v, r in found.items():
         low, high = r["gpu_hours_at_target_ci95"]
-        known = [v for v in r["per_seed"].values() if v is not None]
+        known = [x for x in r["per_seed"].values() if x is not None]
         spread = f"{np.mean(known):.1f} ({low:.1f} to {high:.1f})" if low is not None else "-"
         cost = r["gpu_hours_at_target"]
         reading = "never reaches" if cost is None else ("<= " if r["bound"] else "") + f"{cost:.1f}"
-        print(f"| {name} | {reading} | {spread} | {len(known)} | {r['seeds_bounded']} |")
-    for name, r in (("seasonal", seasonal), ("fallback", fallback)):
-        points = ", ".join(
+        r["x_oracle"] = x = cost / oracle if cost is not None and oracle else None
+        times = "-" if x is None else ("<= " if r["bound"] else "") + f"{x:.3f}"
+        counts = f"{len(known)} | {r['seeds_bounded']}"
+        print(f"| {LABELS[v]} | {reading} | {times} | {spread} | {counts} |")
+    if oracle:
+        print(f"oracle: {oracle:.1f} GPU-h at {TARGET} (README's table, bench/results.json)")
+    for v, r in found.items():
+        curve = ", ".join(
             f"{p['multiple']:g} x: {p['gpu_hours']:.1f} GPU-h, {p['slo_attainment']:.4f}"
             for p in r["curve"]
         )
-        print(f"{name} mean curve: {points}")
-    if ratio is not None:
-        print(
-            f"seasonal / fallback, seed by seed: {ratio.mean:.3f} "
-            f"(95 % {ratio.low or 0.0:.3f} to {ratio.high or 0.0:.3f}, {len(ratios)} seeds)"
-        )
+        print(f"{v} mean curve: {curve}")
+    ratios = {
+        f"{a} / {b}": seed_ratio(found[a], found[b], seeds)
+        for a, b in (("seasonal", "line"), ("seasonal", "clairvoyant"))
+        if a in found and b in found
+    }
+    for name, ratio in ratios.items():
+        if ratio is not None:
+            print(
+                f"{name}, seed by seed: {ratio['mean']:.3f} "
+                f"(95 % {ratio['ci95'][0] or 0.0:.3f} to {ratio['ci95'][1] or 0.0:.3f}, "
+                f"{ratio['seeds']} seeds)"
+            )
     if args.write:
         out = ROOT / "results.json"
         document = json.loads(out.read_text()) if out.exists() else {}
-        document.setdefault("seasonal", {})[f"{args.node_provision:g}"] = {
-            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
-            "trace": f"{LOG_FILE}, {DAYS} days from {START.date()}, {BLOCK_S} s blocks",
-            "requests_per_day": per_day,
-            "scale": args.scale,
-            "node_provision_s": args.node_provision,
-            "seeds": args.seeds,
-            "warmup_s": WARMUP_S,
-            "target_attainment": TARGET,
-            "per_replica_multiples": list(multiples),
-            "seasonal": seasonal,
-            "fallback": fallback,
-            "ratio": None
-            if ratio is None
-            else {"mean": ratio.mean, "ci95": [ratio.low, ratio.high], "seeds": len(ratios)},
-        }
+        entry = document.setdefault("seasonal", {}).setdefault(f"{args.node_provision:g}", {})
+        entry.update(
+            when=datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
+            trace=f"{LOG_FILE}, {DAYS} days from {START.date()}, {BLOCK_S} s blocks",
+            requests_per_day=per_day,
+            scale=args.scale,
+            node_provision_s=args.node_provision,
+            seeds=args.seeds,
+            warmup_s=WARMUP_S,
+            target_attainment=TARGET,
+            per_replica_multiples=list(multiples),
+            block_changes={"pairs": pairs, "mean_square": square, "poisson": poisson},
+        )
+        for v, r in found.items():  # a variant not run keeps its earlier figures
+            entry[STORED[v]] = r
+        if "seasonal / line" in ratios:
+            entry["ratio"] = ratios["seasonal / line"]
+        if "seasonal / clairvoyant" in ratios:
+            entry["ratio_clairvoyant"] = ratios["seasonal / clairvoyant"]
+        entry["oracle_gpu_hours_at_target"] = oracle
         out.write_text(json.dumps(document, indent=2) + "\n")
         print(f"wrote {out}")
 
