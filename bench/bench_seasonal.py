@@ -50,26 +50,22 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pandas as pd
+from bench_forecast_gap import hybrid_run, told_ahead
 
 from gpuscale.evaluate.bracket import Sample, at_target, mean_curve
 from gpuscale.evaluate.pool import RunPool
-from gpuscale.evaluate.runner import EvaluationRequest, build_policy
-from gpuscale.evaluate.scoring import score_run
+from gpuscale.evaluate.runner import EvaluationRequest
 from gpuscale.evaluate.stats import mean_ci
 from gpuscale.scaling import forecast
 from gpuscale.sim.cluster import ClusterConfig
-from gpuscale.sim.engine import simulate
 from gpuscale.sim.traces import resolve_traces_dir
 
 ROOT = Path(__file__).resolve().parent
@@ -131,10 +127,8 @@ def rate_file(log: pd.DataFrame, out: Path) -> tuple[Path, list[int]]:
 def clairvoyant(path: str, scale: float) -> Callable[..., forecast.Forecast]:
     """A stand-in for ``forecast.forecast`` that knows the rate file's rate ahead.
 
-    The demand at ``now + horizon`` is the requests in service there on average: the
-    file's rate for that block times ``scale`` times its service time. Requests in
-    service are a Poisson count (an M/G/inf queue's), so the bound adds the configured
-    quantile of a deviation of its square root.
+    The demand at a time is the requests in service there on average: the file's
+    rate for that block times ``scale`` times its service time (``told_ahead``).
 
     Returns:
         A function with ``forecast.forecast``'s signature.
@@ -143,20 +137,11 @@ def clairvoyant(path: str, scale: float) -> Callable[..., forecast.Forecast]:
     starts = frame.time_s.to_numpy(dtype=float)
     busy = frame.rps.to_numpy(dtype=float) * scale * frame.service_s.to_numpy(dtype=float)
 
-    def known(
-        _state: Mapping[str, Any],
-        _points: Any,
-        now: float,
-        horizon_s: float,
-        cfg: forecast.ForecastConfig,
-        _average_s: float = 0.0,
-    ) -> forecast.Forecast:
-        block = int(np.searchsorted(starts, now + horizon_s, side="right")) - 1
-        mean = float(busy[min(max(block, 0), busy.size - 1)])
-        upper = mean + NormalDist().inv_cdf(cfg.quantile) * math.sqrt(mean)
-        return forecast.Forecast(mean, upper, "seasonal", horizon_s)
+    def busy_at(t: float) -> float:
+        block = int(np.searchsorted(starts, t, side="right")) - 1
+        return float(busy[min(max(block, 0), busy.size - 1)])
 
-    return known
+    return told_ahead(busy_at)
 
 
 def run_variant(
@@ -178,14 +163,8 @@ def run_variant(
             config, forecast=dataclasses.replace(config.forecast, season_s=NEVER_S)
         )
     config = dataclasses.replace(config, per_replica=multiple * config.per_replica)
-    policy = build_policy("hybrid", config, prepared.required)
-    if variant == "clairvoyant":  # predictive.plan calls forecast.forecast through the module
-        with mock.patch.object(forecast, "forecast", clairvoyant(path, scale)):
-            result = simulate(prepared.scenario, policy)
-    else:
-        result = simulate(prepared.scenario, policy)
-    score = score_run(result, seed, multiple, WARMUP_S, cooldown_s=prepared.scenario.timeout_s)
-    return score.gpu_hours, score.slo_attainment
+    known = clairvoyant(path, scale) if variant == "clairvoyant" else None
+    return hybrid_run(prepared, config, seed, multiple, WARMUP_S, known)
 
 
 def readings(
