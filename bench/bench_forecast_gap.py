@@ -145,16 +145,87 @@ def run(
 def oracle_at_target(trace: str, scale: float) -> float | None:
     """The oracle's GPU-hours at the target in the README table's row without faults.
 
+    A rate file's row is found by its file name (the table stores the path it ran).
+
     Returns:
-        ``bench/results.json["hybrid"]``'s figure, or None when no row matches.
+        ``bench/results.json["hybrid"]``'s figure for ``trace`` at ``scale``, or None.
     """
     out = ROOT / "results.json"
     rows = json.loads(out.read_text()).get("hybrid", {}).get("traces", []) if out.exists() else []
     for row in rows:
-        if row.get("trace") == trace and row.get("scale") == scale and not row.get("faults"):
+        same = Path(str(row.get("trace"))).stem == Path(trace).stem
+        if same and row.get("scale") == scale and not row.get("faults"):
             value = row.get("policies", {}).get("oracle", {}).get("gpu_hours_at_target")
             return None if value is None else float(value)
     return None
+
+
+def readings(
+    points: Mapping[tuple[int, float], tuple[float, float | None]],
+    seeds: range,
+    multiples: tuple[float, ...],
+) -> dict[str, Any]:
+    """Each seed's and the mean curve's cost at the target, read as ``gpuscale evaluate`` reads.
+
+    Args:
+        points: (GPU-hours, attainment) of each (seed, multiple) run.
+        seeds: The seeds run.
+        multiples: The ``per_replica`` multiples run.
+
+    Returns:
+        The readings, as ``results.json`` stores them.
+    """
+    samples = [Sample(s, m, *points[(s, m)]) for m in multiples for s in seeds]
+    found = at_target(samples, seeds, TARGET)
+    known = [v for v in found.per_seed.values() if v is not None]
+    return {
+        "gpu_hours_at_target": found.mean,
+        "bound": found.bound,
+        "gpu_hours_at_target_ci95": mean_ci(known).interval() if known else [None, None],
+        "per_seed": found.per_seed,
+        "seeds_bounded": found.seeds_bounded,
+        "curve": [
+            {"multiple": m, "gpu_hours": c, "slo_attainment": a}
+            for m, (c, a) in zip(multiples, mean_curve(samples), strict=True)
+        ],
+    }
+
+
+TABLE_HEAD = (
+    "| forecast | GPU-h at target (mean curve) | x oracle | seeds' mean, 95 % "
+    "| seeds reaching | bounded |\n|---|---:|---:|---:|---:|---:|"
+)
+
+
+def table_row(name: str, r: dict[str, Any], oracle: float | None) -> str:
+    """One variant's row under ``TABLE_HEAD``; sets ``r["x_oracle"]``.
+
+    Returns:
+        The row.
+    """
+    low, high = r["gpu_hours_at_target_ci95"]
+    known = [x for x in r["per_seed"].values() if x is not None]
+    spread = f"{np.mean(known):.1f} ({low:.1f} to {high:.1f})" if low is not None else "-"
+    cost, mark = r["gpu_hours_at_target"], "<= " if r["bound"] else ""
+    reading = "never reaches" if cost is None else f"{mark}{cost:.1f}"
+    r["x_oracle"] = x = cost / oracle if cost is not None and oracle else None
+    times = "-" if x is None else f"{mark}{x:.3f}"
+    return f"| {name} | {reading} | {times} | {spread} | {len(known)} | {r['seeds_bounded']} |"
+
+
+def seed_ratio(a: Mapping[str, Any], b: Mapping[str, Any], seeds: range) -> dict[str, Any] | None:
+    """The ratio of two variants' readings at the target, seed by seed, with its interval.
+
+    Returns:
+        ``{"mean", "ci95", "seeds"}``, or None when no seed has both.
+    """
+    ratios = [
+        x / y for s in seeds if (x := a["per_seed"][s]) is not None and (y := b["per_seed"][s])
+    ]
+    if not ratios:
+        return None
+    ci = mean_ci(ratios)
+    return {"mean": ci.mean, "ci95": [ci.low, ci.high], "seeds": len(ratios)}
 
 
 def main() -> None:
@@ -194,52 +265,26 @@ def main() -> None:
     ]
     with RunPool(args.jobs) as pool:
         scores = pool.run(run, calls)
-    samples: dict[str, list[Sample]] = {v: [] for v in VARIANTS}
-    for (s, m, v), (cost, attained) in zip(keys, scores, strict=True):
-        samples[v].append(Sample(s, m, cost, attained))
+    points: dict[str, dict[tuple[int, float], tuple[float, float | None]]] = {
+        v: {} for v in VARIANTS
+    }
+    for (s, m, v), score in zip(keys, scores, strict=True):
+        points[v][(s, m)] = score
+    found = {v: readings(points[v], seeds, multiples) for v in VARIANTS}
     oracle = oracle_at_target(args.trace, args.scale)
     label = f"{args.trace} x{args.scale:g}"
     print(f"{label}, hybrid, {args.seeds} seeds, scored after {args.warmup:g} s, target {TARGET}:")
-    print("| forecast | GPU-h at target (mean curve) | x oracle | seeds' mean, 95 % | bounded |")
-    print("|---|---:|---:|---:|---:|")
-    found: dict[str, Any] = {}
-    for v in VARIANTS:
-        read = at_target(samples[v], seeds, TARGET)
-        known = [x for x in read.per_seed.values() if x is not None]
-        ci = mean_ci(known) if known else None
-        x = read.mean / oracle if read.mean is not None and oracle else None
-        mark = "<= " if read.bound else ""
-        reading = "never reaches" if read.mean is None else f"{mark}{read.mean:.1f}"
-        spread = (
-            "-" if ci is None else f"{ci.mean:.1f} ({ci.low or 0.0:.1f} to {ci.high or 0.0:.1f})"
-        )
-        times = "-" if x is None else f"{mark}{x:.3f}"
-        print(f"| {v} | {reading} | {times} | {spread} | {read.seeds_bounded} |")
-        found[v] = {
-            "gpu_hours_at_target": read.mean,
-            "bound": read.bound,
-            "x_oracle": x,
-            "gpu_hours_at_target_ci95": [None, None] if ci is None else [ci.low, ci.high],
-            "per_seed": read.per_seed,
-            "seeds_bounded": read.seeds_bounded,
-            "curve": [
-                {"multiple": m, "gpu_hours": c, "slo_attainment": a}
-                for m, (c, a) in zip(multiples, mean_curve(samples[v]), strict=True)
-            ],
-        }
+    print(TABLE_HEAD)
+    for v, r in found.items():
+        print(table_row(v, r, oracle))
     if oracle:
         print(f"oracle: {oracle:.1f} GPU-h at {TARGET} (README's table, bench/results.json)")
-    ratios = [
-        a / b
-        for s in seeds
-        if (a := found["as is"]["per_seed"][s]) is not None
-        and (b := found["told ahead"]["per_seed"][s])
-    ]
-    ratio = mean_ci(ratios) if ratios else None
+    ratio = seed_ratio(found["as is"], found["told ahead"], seeds)
     if ratio is not None:
         print(
-            f"as is / told ahead, seed by seed: {ratio.mean:.3f} "
-            f"(95 % {ratio.low or 0.0:.3f} to {ratio.high or 0.0:.3f}, {len(ratios)} seeds)"
+            f"as is / told ahead, seed by seed: {ratio['mean']:.3f} "
+            f"(95 % {ratio['ci95'][0] or 0.0:.3f} to {ratio['ci95'][1] or 0.0:.3f}, "
+            f"{ratio['seeds']} seeds)"
         )
     if args.write:
         out = ROOT / "results.json"
@@ -255,9 +300,7 @@ def main() -> None:
             "per_replica_multiples": list(multiples),
             "oracle_gpu_hours_at_target": oracle,
             "variants": found,
-            "ratio": None
-            if ratio is None
-            else {"mean": ratio.mean, "ci95": [ratio.low, ratio.high], "seeds": len(ratios)},
+            "ratio": ratio,
         }
         out.write_text(json.dumps(document, indent=2) + "\n")
         print(f"wrote {out}")

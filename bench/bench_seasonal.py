@@ -58,12 +58,18 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from bench_forecast_gap import hybrid_run, told_ahead
+from bench_forecast_gap import (
+    TABLE_HEAD,
+    hybrid_run,
+    oracle_at_target,
+    readings,
+    seed_ratio,
+    table_row,
+    told_ahead,
+)
 
-from gpuscale.evaluate.bracket import Sample, at_target, mean_curve
 from gpuscale.evaluate.pool import RunPool
 from gpuscale.evaluate.runner import EvaluationRequest
-from gpuscale.evaluate.stats import mean_ci
 from gpuscale.scaling import forecast
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.traces import resolve_traces_dir
@@ -167,28 +173,6 @@ def run_variant(
     return hybrid_run(prepared, config, seed, multiple, WARMUP_S, known)
 
 
-def readings(
-    points: dict[tuple[int, float], tuple[float, float | None]],
-    seeds: range,
-    multiples: tuple[float, ...],
-) -> dict[str, Any]:
-    """Each seed's and the mean curve's cost at the target, read as ``gpuscale evaluate`` reads."""
-    samples = [Sample(s, m, *points[(s, m)]) for m in multiples for s in seeds]
-    found = at_target(samples, seeds, TARGET)
-    known = [v for v in found.per_seed.values() if v is not None]
-    return {
-        "gpu_hours_at_target": found.mean,
-        "bound": found.bound,
-        "gpu_hours_at_target_ci95": mean_ci(known).interval() if known else [None, None],
-        "per_seed": found.per_seed,
-        "seeds_bounded": found.seeds_bounded,
-        "curve": [
-            {"multiple": m, "gpu_hours": c, "slo_attainment": a}
-            for m, (c, a) in zip(multiples, mean_curve(samples), strict=True)
-        ],
-    }
-
-
 def block_changes(log: pd.DataFrame, min_count: int) -> tuple[int, float, float]:
     """How much the log's 15-minute counts change between neighbouring blocks.
 
@@ -208,36 +192,6 @@ def block_changes(log: pd.DataFrame, min_count: int) -> tuple[int, float, float]
     poisson = (counts[1:] + counts[:-1]).astype(float)
     pairs = poisson >= 2 * min_count
     return int(pairs.sum()), float(np.mean(change[pairs] ** 2)), float(np.mean(poisson[pairs]))
-
-
-def oracle_at_target(scale: float) -> float | None:
-    """The oracle's GPU-hours at the target in the README table's four-day row, if stored.
-
-    Returns:
-        ``bench/results.json["hybrid"]``'s figure for the rate file at ``scale``, or None.
-    """
-    out = ROOT / "results.json"
-    rows = json.loads(out.read_text()).get("hybrid", {}).get("traces", []) if out.exists() else []
-    for row in rows:
-        if Path(str(row.get("trace"))).stem == Path(RATE_FILE).stem and row.get("scale") == scale:
-            value = row.get("policies", {}).get("oracle", {}).get("gpu_hours_at_target")
-            return None if value is None else float(value)
-    return None
-
-
-def seed_ratio(a: dict[str, Any], b: dict[str, Any], seeds: range) -> dict[str, Any] | None:
-    """The ratio of two variants' readings at the target, seed by seed, with its interval.
-
-    Returns:
-        ``{"mean", "ci95", "seeds"}``, or None when no seed has both.
-    """
-    ratios = [
-        x / y for s in seeds if (x := a["per_seed"][s]) is not None and (y := b["per_seed"][s])
-    ]
-    if not ratios:
-        return None
-    ci = mean_ci(ratios)
-    return {"mean": ci.mean, "ci95": [ci.low, ci.high], "seeds": len(ratios)}
 
 
 def hour_shares(log: pd.DataFrame) -> list[float]:
@@ -312,7 +266,8 @@ def main() -> None:
     for (s, m, v), score in zip(keys, scores, strict=True):
         points[v][(s, m)] = score
     found = {v: readings(points[v], seeds, multiples) for v in variants}
-    oracle = oracle_at_target(args.scale) if args.node_provision == DEFAULT_PROVISION_S else None
+    at_table = args.node_provision == DEFAULT_PROVISION_S  # the table's runs' nodes
+    oracle = oracle_at_target(RATE_FILE, args.scale) if at_table else None
     print(
         f"GenTD26 LoRA log, {DAYS} days from {START.date()} ({per_day} requests a day), "
         f"x{args.scale:g},"
@@ -321,21 +276,9 @@ def main() -> None:
         f"hybrid, {args.seeds} seeds, node provisioning {args.node_provision:g} s, "
         f"scored after {WARMUP_S / 86_400:g} days, target {TARGET}:"
     )
-    print(
-        "| forecast | GPU-h at target (mean curve) | x oracle | seeds' mean, 95 % "
-        "| seeds reaching | bounded |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
+    print(TABLE_HEAD)
     for v, r in found.items():
-        low, high = r["gpu_hours_at_target_ci95"]
-        known = [x for x in r["per_seed"].values() if x is not None]
-        spread = f"{np.mean(known):.1f} ({low:.1f} to {high:.1f})" if low is not None else "-"
-        cost = r["gpu_hours_at_target"]
-        reading = "never reaches" if cost is None else ("<= " if r["bound"] else "") + f"{cost:.1f}"
-        r["x_oracle"] = x = cost / oracle if cost is not None and oracle else None
-        times = "-" if x is None else ("<= " if r["bound"] else "") + f"{x:.3f}"
-        counts = f"{len(known)} | {r['seeds_bounded']}"
-        print(f"| {LABELS[v]} | {reading} | {times} | {spread} | {counts} |")
+        print(table_row(LABELS[v], r, oracle))
     if oracle:
         print(f"oracle: {oracle:.1f} GPU-h at {TARGET} (README's table, bench/results.json)")
     for v, r in found.items():
