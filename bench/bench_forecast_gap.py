@@ -33,7 +33,7 @@ import dataclasses
 import datetime
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -213,6 +213,41 @@ def table_row(name: str, r: dict[str, Any], oracle: float | None) -> str:
     return f"| {name} | {reading} | {times} | {spread} | {len(known)} | {r['seeds_bounded']} |"
 
 
+def run_sweep(
+    task: Callable[..., tuple[float, float | None]],
+    keys: Sequence[tuple[int, float, str]],
+    calls: Sequence[tuple[str, tuple[Any, ...]]],
+    jobs: int,
+    seeds: range,
+    multiples: tuple[float, ...],
+) -> dict[str, dict[str, Any]]:
+    """Run ``calls`` (one per (seed, multiple, variant) in ``keys``) in ``jobs`` workers.
+
+    Returns:
+        Each variant's ``readings``, in the order the variants first appear in ``keys``.
+    """
+    with RunPool(jobs) as pool:
+        scores = pool.run(task, calls)
+    points: dict[str, dict[tuple[int, float], tuple[float, float | None]]] = {}
+    for (s, m, v), score in zip(keys, scores, strict=True):
+        points.setdefault(v, {})[(s, m)] = score
+    return {v: readings(p, seeds, multiples) for v, p in points.items()}
+
+
+ORACLE_LINE = "oracle: {oracle:.1f} GPU-h at {target} (README's table, bench/results.json)"
+
+
+def ratio_text(name: str, ratio: Mapping[str, Any]) -> str:
+    """``seed_ratio``'s answer as one printed line.
+
+    Returns:
+        The line.
+    """
+    low, high = (v or 0.0 for v in ratio["ci95"])
+    spread = f"95 % {low:.3f} to {high:.3f}, {ratio['seeds']} seeds"
+    return f"{name}, seed by seed: {ratio['mean']:.3f} ({spread})"
+
+
 def seed_ratio(a: Mapping[str, Any], b: Mapping[str, Any], seeds: range) -> dict[str, Any] | None:
     """The ratio of two variants' readings at the target, seed by seed, with its interval.
 
@@ -263,14 +298,7 @@ def main() -> None:
         )
         for s, m, v in keys
     ]
-    with RunPool(args.jobs) as pool:
-        scores = pool.run(run, calls)
-    points: dict[str, dict[tuple[int, float], tuple[float, float | None]]] = {
-        v: {} for v in VARIANTS
-    }
-    for (s, m, v), score in zip(keys, scores, strict=True):
-        points[v][(s, m)] = score
-    found = {v: readings(points[v], seeds, multiples) for v in VARIANTS}
+    found = run_sweep(run, keys, calls, args.jobs, seeds, multiples)
     oracle = oracle_at_target(args.trace, args.scale)
     label = f"{args.trace} x{args.scale:g}"
     print(f"{label}, hybrid, {args.seeds} seeds, scored after {args.warmup:g} s, target {TARGET}:")
@@ -278,14 +306,10 @@ def main() -> None:
     for v, r in found.items():
         print(table_row(v, r, oracle))
     if oracle:
-        print(f"oracle: {oracle:.1f} GPU-h at {TARGET} (README's table, bench/results.json)")
+        print(ORACLE_LINE.format(oracle=oracle, target=TARGET))
     ratio = seed_ratio(found["as is"], found["told ahead"], seeds)
     if ratio is not None:
-        print(
-            f"as is / told ahead, seed by seed: {ratio['mean']:.3f} "
-            f"(95 % {ratio['ci95'][0] or 0.0:.3f} to {ratio['ci95'][1] or 0.0:.3f}, "
-            f"{ratio['seeds']} seeds)"
-        )
+        print(ratio_text("as is / told ahead", ratio))
     if args.write:
         out = ROOT / "results.json"
         document = json.loads(out.read_text()) if out.exists() else {}

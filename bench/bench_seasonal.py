@@ -59,16 +59,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from bench_forecast_gap import (
+    ORACLE_LINE,
     TABLE_HEAD,
     hybrid_run,
     oracle_at_target,
-    readings,
+    ratio_text,
+    run_sweep,
     seed_ratio,
     table_row,
     told_ahead,
 )
 
-from gpuscale.evaluate.pool import RunPool
 from gpuscale.evaluate.runner import EvaluationRequest
 from gpuscale.scaling import forecast
 from gpuscale.sim.cluster import ClusterConfig
@@ -258,14 +259,7 @@ def main() -> None:
             (f"{s}/{m:.2f}/{v}", (str(path), args.scale, args.node_provision, s, m, v))
             for s, m, v in keys
         ]
-        with RunPool(args.jobs) as pool:
-            scores = pool.run(run_variant, calls)
-    points: dict[str, dict[tuple[int, float], tuple[float, float | None]]] = {
-        v: {} for v in variants
-    }
-    for (s, m, v), score in zip(keys, scores, strict=True):
-        points[v][(s, m)] = score
-    found = {v: readings(points[v], seeds, multiples) for v in variants}
+        found = run_sweep(run_variant, keys, calls, args.jobs, seeds, multiples)
     at_table = args.node_provision == DEFAULT_PROVISION_S  # the table's runs' nodes
     oracle = oracle_at_target(RATE_FILE, args.scale) if at_table else None
     print(
@@ -280,7 +274,7 @@ def main() -> None:
     for v, r in found.items():
         print(table_row(LABELS[v], r, oracle))
     if oracle:
-        print(f"oracle: {oracle:.1f} GPU-h at {TARGET} (README's table, bench/results.json)")
+        print(ORACLE_LINE.format(oracle=oracle, target=TARGET))
     for v, r in found.items():
         curve = ", ".join(
             f"{p['multiple']:g} x: {p['gpu_hours']:.1f} GPU-h, {p['slo_attainment']:.4f}"
@@ -294,11 +288,7 @@ def main() -> None:
     }
     for name, ratio in ratios.items():
         if ratio is not None:
-            print(
-                f"{name}, seed by seed: {ratio['mean']:.3f} "
-                f"(95 % {ratio['ci95'][0] or 0.0:.3f} to {ratio['ci95'][1] or 0.0:.3f}, "
-                f"{ratio['seeds']} seeds)"
-            )
+            print(ratio_text(name, ratio))
     if args.write:
         out = ROOT / "results.json"
         document = json.loads(out.read_text()) if out.exists() else {}
