@@ -89,6 +89,9 @@ class Cluster:
         self._on_ready_node: np.ndarray | None = None  # ``on_ready_node``, None when stale
         self._slots: tuple[int, ...] | None = None  # ``node_slots``, None when stale
         self._node_gpus = g
+        # When each node last became empty (inf while it holds a pod): cluster-autoscaler
+        # removes a node only after it has been unneeded for the whole idle time.
+        self._empty_since = np.full(config.max_nodes, math.inf)
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
         self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
@@ -303,6 +306,7 @@ class Cluster:
 
     def _bind(self, pod: Pod, gpus: tuple[int, ...]) -> None:
         pod.slot, pod.gpus = gpus[0], gpus
+        self._empty_since[gpus[0] // self._node_gpus] = math.inf
         self._held += len(gpus)
         self.slot_pod[list(gpus)] = pod.uid
         self._pending.pop(pod.uid, None)
@@ -407,8 +411,10 @@ class Cluster:
         g = self._node_gpus
         if (
             self.node_state[node] == _NODE_READY
+            and self._empty_since[node] == math.inf
             and (self.slot_pod[node * g : (node + 1) * g] < 0).all()
         ):
+            self._empty_since[node] = now
             self._push(now + self.config.node_idle_remove_s, 4, node)
 
     def next_event(self) -> float:
@@ -457,14 +463,14 @@ class Cluster:
             self._next_spare += 1
             self._schedule(when)
             return True
-        # kind 4: remove an idle node, if it is still idle and above the floor
-        empty = bool((self.slot_pod[ident * g : (ident + 1) * g] < 0).all())
+        # kind 4: remove an idle node, if it has stayed empty since then and is above the floor
         if (
             self.node_state[ident] == _NODE_READY
-            and empty
+            and self._empty_since[ident] + self.config.node_idle_remove_s <= when
             and self.nodes_up() > self.config.floor_nodes
         ):
             self.node_state[ident] = _NODE_ABSENT
+            self._empty_since[ident] = math.inf
             self._on_ready_node = self._slots = None
             self.ready_node_gpus -= g
             logger.debug("t=%.0f: removed idle node %d", when, ident)

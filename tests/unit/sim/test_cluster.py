@@ -146,6 +146,25 @@ def test_empty_node_is_removed_after_idle_time_but_not_below_the_floor():
     assert c.nodes_up() == 1  # min_nodes defaults to the initial node count
 
 
+def test_a_node_emptied_again_waits_the_whole_idle_time_from_its_last_emptying():
+    # cluster-autoscaler's unneeded timer restarts when a node holds a pod again: a
+    # node emptied at 330 s, refilled and emptied again at 630 s stays until 1230 s.
+    c = Cluster(small(initial_nodes=1, node_idle_remove_s=600.0))
+    c.start(2)
+    c.scale(4, now=0.0)
+    run_until(c, 300)
+    c.scale(2, now=300.0)  # the second node's pods drain; it is empty from 330 s
+    run_until(c, 400)
+    c.scale(4, now=400.0)  # they come back onto it before its idle time ends
+    run_until(c, 600)
+    assert c.nodes_up() == 2
+    c.scale(2, now=600.0)  # empty again from 630 s
+    run_until(c, 1229)
+    assert c.nodes_up() == 2  # 330 s + 600 s passed, but only 599 s of this emptiness
+    c.advance(1230.0)
+    assert c.nodes_up() == 1
+
+
 def test_lost_gpu_fails_its_pod_which_is_replaced_elsewhere_and_repaired_later():
     c = Cluster(small(initial_nodes=2, max_nodes=2), spare_gpus=1)
     c.start(2)
