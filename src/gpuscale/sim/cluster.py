@@ -7,10 +7,15 @@ bad one. This module reproduces the delays a GPU deployment sees:
 * A pod needs ``gpus_per_pod`` free GPUs on one node (2 for a tensor-parallel-2
   LLM replica); without them it stays Pending.
 * Pending pods make the cluster autoscaler add nodes (up to ``max_nodes``), which
-  join after ``node_provision_s``; nodes empty for ``node_idle_remove_s`` are
-  removed again (cluster-autoscaler's scale-down-unneeded-time, default 10 min),
-  down to ``min_nodes``. ``Cluster.ready_node_gpus`` counts the GPUs on Ready
-  nodes, idle or not: what the pool is billed for until a node is removed.
+  join after ``node_provision_s``. Nodes go as cluster-autoscaler's defaults remove
+  them, down to ``min_nodes``: one empty for ``node_idle_remove_s`` (its
+  ``--scale-down-unneeded-time``, 10 min; the time restarts each time it empties);
+  one whose pods hold under ``scale_down_gpu_utilization_threshold`` of its GPUs
+  and fit elsewhere for as long, found at its 10 s scans, is drained (tainted, its
+  pods deleted and recreated by the ReplicaSet on other nodes) and removed when its
+  pods have left, one at a time; none within ``scale_down_delay_after_add_s`` of a
+  node asked for. ``Cluster.ready_node_gpus`` counts the GPUs on joined nodes (a
+  draining one too), idle or not: what the pool is billed for until a node is removed.
 * A scheduled pod cold-starts (image pull, model load) for a time drawn from
   ``ColdStart`` before it is Ready and takes traffic.
 * A deleted pod takes no new traffic at once and holds its GPU until the
@@ -38,6 +43,7 @@ from gpuscale.sim.coldstart import ColdStart, ColdStartStream
 from gpuscale.sim.nodepool import ClusterConfig
 from gpuscale.sim.pod import GONE, PENDING, READY, STARTING, TERMINATING, Pod, pod_status
 from gpuscale.sim.podorder import scale_in_victims
+from gpuscale.sim.scaledown import SCAN_INTERVAL_S, drain_candidates
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +51,11 @@ __all__ = ["Cluster", "ClusterConfig", "ColdStart", "Pod"]
 __all__ += ["GONE", "PENDING", "READY", "STARTING", "TERMINATING"]  # from sim.pod
 
 
-_NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY = range(3)
+_NODE_ABSENT, _NODE_PROVISIONING, _NODE_READY, _NODE_DRAINING = range(4)
 NODE_READY = _NODE_READY
 """``Cluster.node_state`` of a node that has joined and takes pods."""
+NODE_DRAINING = _NODE_DRAINING
+"""``Cluster.node_state`` of a node being drained for removal: billed, takes no new pods."""
 
 
 class Cluster:
@@ -92,6 +100,20 @@ class Cluster:
         # When each node last became empty (inf while it holds a pod): cluster-autoscaler
         # removes a node only after it has been unneeded for the whole idle time.
         self._empty_since = np.full(config.max_nodes, math.inf)
+        # When each non-empty node was first found under-used with room for its pods
+        # elsewhere, at a scan (``scaledown``); inf while it is not.
+        self._under_since = np.full(config.max_nodes, math.inf)
+        self._last_add = -math.inf  # when a node was last asked for
+        # cluster-autoscaler's next scan for under-used nodes (inf: none due). Not an event:
+        # a scan that finds nothing due changes nothing, so it runs at the first
+        # ``advance`` at or after this time and does not cut the simulation's blocks.
+        self.scan_due = math.inf
+        self._draining = -1  # the node being drained, -1 when none
+        # GPUs held and working per node, and the nodes under the threshold, kept as pods
+        # come and go, so that a scan is asked for only while a node may be under-used.
+        self._node_used = [0] * config.max_nodes
+        self._node_working = [g] * config.max_nodes
+        self._under: set[int] = set()
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
         self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
@@ -202,6 +224,7 @@ class Cluster:
             pod = self._new_pod(now)
             self._bind(pod, gpus)
             self._now_ready(pod, now)
+        self._request_scan(now)
         self.version += 1
         self.ready_changes += 1
 
@@ -248,6 +271,7 @@ class Cluster:
             for pod in victims:
                 self._delete(pod, now)
         self._schedule(now)
+        self._request_scan(now)
         self.version += 1
 
     def _delete(self, pod: Pod, now: float) -> None:
@@ -264,14 +288,31 @@ class Cluster:
         self._push(pod.due, 1, pod.uid)
 
     def on_ready_node(self) -> np.ndarray:
-        """Which slots are on Ready nodes (kept until a node changes state; do not modify)."""
+        """Which slots are on joined nodes, Ready or draining: what is billed and powered.
+
+        Kept until a node changes state; do not modify.
+        """
         if self._on_ready_node is None:
-            self._on_ready_node = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
+            joined = (self.node_state == _NODE_READY) | (self.node_state == _NODE_DRAINING)
+            self._on_ready_node = np.repeat(joined, self._node_gpus)
         return self._on_ready_node
 
     def _free_slots(self) -> np.ndarray:
         """Free, working GPU slots on Ready nodes, lowest first (pods pack onto nodes)."""
-        return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & self.on_ready_node())
+        takes = self.on_ready_node()  # joined nodes: all of them Ready but a draining one
+        if self._draining >= 0:
+            takes = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
+        return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & takes)
+
+    def _note_use(self, node: int, gpus: int = 0, working: int = 0) -> None:
+        """Count ``gpus`` more held and ``working`` more working GPUs on ``node``."""
+        self._node_used[node] += gpus
+        self._node_working[node] += working
+        share = self.config.scale_down_gpu_utilization_threshold * self._node_working[node]
+        if 0 < self._node_used[node] < share:
+            self._under.add(node)
+        else:
+            self._under.discard(node)
 
     def _placements(self, limit: int) -> list[tuple[int, ...]]:
         """Up to ``limit`` sets of ``gpus_per_pod`` free slots, each on one node, packed."""
@@ -306,7 +347,9 @@ class Cluster:
 
     def _bind(self, pod: Pod, gpus: tuple[int, ...]) -> None:
         pod.slot, pod.gpus = gpus[0], gpus
-        self._empty_since[gpus[0] // self._node_gpus] = math.inf
+        node = gpus[0] // self._node_gpus
+        self._empty_since[node] = math.inf
+        self._note_use(node, len(gpus))
         self._held += len(gpus)
         self.slot_pod[list(gpus)] = pod.uid
         self._pending.pop(pod.uid, None)
@@ -334,6 +377,8 @@ class Cluster:
         incoming = int((coming.reshape(-1, g).sum(axis=1) // per_pod).sum())
         need = math.ceil(max(waiting - incoming, 0) / (g // per_pod))
         absent = np.flatnonzero(self.node_state == _NODE_ABSENT)[:need]
+        if absent.size:
+            self._last_add = now
         for node in absent:
             self.node_state[node] = _NODE_PROVISIONING
             self._on_ready_node = None
@@ -353,8 +398,12 @@ class Cluster:
             return False
         slot = pod.slot
         self._evict(slot)
+        node = slot // self._node_gpus
+        if node == self._draining:
+            self._finish_drain(node, now)
         self._schedule(now)
-        self._schedule_node_removal(slot // self._node_gpus, now)
+        self._schedule_node_removal(node, now)
+        self._request_scan(now)
         self.version += 1
         return True
 
@@ -369,13 +418,18 @@ class Cluster:
         Returns:
             The pod that held the GPU, if any.
         """
+        if not self.slot_broken[slot]:
+            self._note_use(slot // self._node_gpus, working=-1)
         self.slot_broken[slot] = True
         self._slots = None
         pod = self._evict(slot)
         if replace_after is not None:
             self._push(now + replace_after, 3, slot)
         self._reconcile(now)
-        self._schedule_node_removal(slot // self._node_gpus, now)
+        node = slot // self._node_gpus
+        if node == self._draining:
+            self._finish_drain(node, now)
+        self._schedule_node_removal(node, now)
         return pod
 
     def _evict(self, slot: int) -> Pod | None:
@@ -390,6 +444,7 @@ class Cluster:
             self._status_changes += 1
             del self._live[uid], self._live_status[uid]
         self.slot_pod[list(pod.gpus) or slot] = -1
+        self._note_use(slot // self._node_gpus, -len(pod.gpus))
         self._held -= len(pod.gpus)
         pod.state, pod.slot, pod.gpus = GONE, -1, ()
         return pod
@@ -417,12 +472,76 @@ class Cluster:
             self._empty_since[node] = now
             self._push(now + self.config.node_idle_remove_s, 4, node)
 
+    def _scale_down_held(self, when: float) -> float | None:
+        """When scale-down may resume, if ``scale_down_delay_after_add_s`` holds it at ``when``."""
+        resume = self._last_add + self.config.scale_down_delay_after_add_s
+        return resume if when < resume else None
+
+    def _remove_node(self, node: int, when: float, why: str) -> None:
+        self.node_state[node] = _NODE_ABSENT
+        self._empty_since[node] = self._under_since[node] = math.inf
+        self._on_ready_node = self._slots = None
+        self.ready_node_gpus -= self._node_gpus
+        logger.debug("t=%.0f: removed %s node %d", when, why, node)
+
+    def _request_scan(self, now: float) -> None:
+        """Have cluster-autoscaler look for under-used nodes at its next scan (``scaledown``)."""
+        if self._under and self.scan_due == math.inf:
+            self.scan_due = now + SCAN_INTERVAL_S
+
+    def _scan(self, when: float) -> bool:
+        """One cluster-autoscaler scan: time the under-used nodes, drain one that is due.
+
+        Returns:
+            Whether a drain began.
+        """
+        self.scan_due = math.inf
+        cfg = self.config
+        used, working = np.array(self._node_used), np.array(self._node_working)
+        ready = self.node_state == _NODE_READY
+        found = drain_candidates(
+            used, working, ready, cfg.scale_down_gpu_utilization_threshold, self.gpus_per_pod
+        )
+        if not found.any():
+            self._under_since[:] = math.inf
+            return False
+        self._under_since = np.where(found, np.minimum(self._under_since, when), math.inf)
+        due = np.flatnonzero(found & (self._under_since + cfg.node_idle_remove_s <= when))
+        began = False
+        free_to_drain = self._draining < 0 and self.nodes_up() > cfg.floor_nodes
+        if due.size and free_to_drain and self._scale_down_held(when) is None:
+            self._drain(int(due[0]), when)
+            began = True
+        self._request_scan(when)  # keep timing the candidates
+        return began
+
+    def _drain(self, node: int, now: float) -> None:
+        """Taint ``node`` and evict its pods; their ReplicaSet recreates them on other nodes."""
+        self.node_state[node] = _NODE_DRAINING
+        self._draining = node
+        self._on_ready_node = self._slots = None
+        g = self._node_gpus
+        on_node = {int(u) for u in self.slot_pod[node * g : (node + 1) * g] if u >= 0}
+        for pod in self.live_pods():
+            if pod.uid in on_node:
+                self._delete(pod, now)
+        logger.debug("t=%.0f: draining under-used node %d (%d pods)", now, node, len(on_node))
+        self._reconcile(now)
+        self._finish_drain(node, now)
+
+    def _finish_drain(self, node: int, now: float) -> None:
+        """Remove the draining ``node`` once its last pod has left."""
+        g = self._node_gpus
+        if (self.slot_pod[node * g : (node + 1) * g] < 0).all():
+            self._draining = -1
+            self._remove_node(node, now, "drained")
+
     def next_event(self) -> float:
         """Time of the next pending event, seconds (inf when none)."""
         return self._events[0][0] if self._events else math.inf
 
     def advance(self, now: float) -> bool:
-        """Apply every event due at or before ``now``.
+        """Apply every event due at or before ``now``, then a scan due by then (``scan_due``).
 
         Returns:
             Whether anything changed.
@@ -431,6 +550,8 @@ class Cluster:
         while self._events and self._events[0][0] <= now:
             when, _, kind, ident = heapq.heappop(self._events)
             changed |= self._apply(when, kind, ident)
+        if self.scan_due <= now:
+            changed |= self._scan(now)
         if changed:
             self.version += 1
         return changed
@@ -455,13 +576,17 @@ class Cluster:
             self.ready_node_gpus += g
             self._schedule(when)
             self._schedule_node_removal(ident, when)
+            self._request_scan(when)
             return True
         if kind == 3:  # GPU replaced
+            if self.slot_broken[ident]:
+                self._note_use(ident // g, working=1)
             self.slot_broken[ident] = False
             self._slots = None
             self.slot_phys[ident] = self._next_spare if self._next_spare < self.n_devices else ident
             self._next_spare += 1
             self._schedule(when)
+            self._request_scan(when)
             return True
         # kind 4: remove an idle node, if it has stayed empty since then and is above the floor
         if (
@@ -469,10 +594,10 @@ class Cluster:
             and self._empty_since[ident] + self.config.node_idle_remove_s <= when
             and self.nodes_up() > self.config.floor_nodes
         ):
-            self.node_state[ident] = _NODE_ABSENT
-            self._empty_since[ident] = math.inf
-            self._on_ready_node = self._slots = None
-            self.ready_node_gpus -= g
-            logger.debug("t=%.0f: removed idle node %d", when, ident)
+            resume = self._scale_down_held(when)
+            if resume is not None:  # scale-down paused after a node was added: look again then
+                self._push(resume, 4, ident)
+                return False
+            self._remove_node(ident, when, "idle")
             return True
         return False

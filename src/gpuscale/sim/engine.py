@@ -320,7 +320,7 @@ class _Run:
         faults, alerting, every = self.faults, self.alerting, self.policy.interval_s
         t = 0
         while t < n:
-            if t >= cluster.next_event():
+            if t >= cluster.next_event() or t >= cluster.scan_due:
                 cluster.advance(t)
             if t >= faults.next_due():
                 faults.step(t, cluster, self.physics)

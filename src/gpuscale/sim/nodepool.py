@@ -21,7 +21,16 @@ class ClusterConfig:
         max_nodes: The node pool's upper bound.
         min_nodes: Nodes never removed below this; None means ``initial_nodes``.
         node_provision_s: Time from the scale-up decision to a schedulable node, seconds.
-        node_idle_remove_s: An empty node is removed after this long, seconds.
+        node_idle_remove_s: An empty node is removed after this long, seconds
+            (cluster-autoscaler's ``--scale-down-unneeded-time``, 10 min).
+        scale_down_gpu_utilization_threshold: A node whose pods hold less than this
+            share of its working GPUs, and fit on the other nodes, for
+            ``node_idle_remove_s`` is drained and removed (cluster-autoscaler's
+            ``--scale-down-gpu-utilization-threshold``, default 0.5). 0: only empty
+            nodes are removed.
+        scale_down_delay_after_add_s: No node is removed within this long of the last
+            node asked for (cluster-autoscaler's ``--scale-down-delay-after-add``,
+            default 10 min), seconds.
         termination_grace_s: A deleted pod holds its GPU at most this long, seconds.
         cold_start: Time from scheduling to Ready.
         namespace: Namespace of the deployment (a label on its series).
@@ -35,6 +44,8 @@ class ClusterConfig:
     min_nodes: int | None = None
     node_provision_s: float = 180.0
     node_idle_remove_s: float = 600.0
+    scale_down_gpu_utilization_threshold: float = 0.5
+    scale_down_delay_after_add_s: float = 600.0
     termination_grace_s: float = 30.0
     cold_start: ColdStart = field(default_factory=ColdStart.from_gentd26)
     namespace: str = "default"
@@ -49,13 +60,18 @@ class ClusterConfig:
             "min_nodes": 0 <= floor <= self.max_nodes,
             "node_provision_s": self.node_provision_s >= 0,
             "node_idle_remove_s": self.node_idle_remove_s >= 0,
+            "scale_down_gpu_utilization_threshold": (
+                0 <= self.scale_down_gpu_utilization_threshold <= 1
+            ),
+            "scale_down_delay_after_add_s": self.scale_down_delay_after_add_s >= 0,
             "termination_grace_s": self.termination_grace_s >= 0,
         }
         check_ranges(
             "cluster",
             self,
             checks,
-            "need 0 <= min_nodes, initial_nodes <= max_nodes and non-negative times",
+            "need 0 <= min_nodes, initial_nodes <= max_nodes, non-negative times and a "
+            "utilisation threshold in [0, 1]",
         )
 
     @property

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.sim.cluster import (
+    NODE_DRAINING,
     NODE_READY,
     PENDING,
     READY,
@@ -44,15 +45,18 @@ def deletion_order(live: list[Pod]) -> list[Pod]:
 @settings(max_examples=150, deadline=None)
 @given(OPS, st.sampled_from([1, 2]))
 def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
-    # held_count, live_pods, on_ready_node, the scale-in victims (found among the starting
-    # pods alone when they suffice) and take_left_ready are kept as pods change instead of
-    # scanning every pod; after each change they must equal the scan, whatever the sequence.
+    # held_count, live_pods, on_ready_node, the GPUs held and working per node, the
+    # scale-in victims (found among the starting pods alone when they suffice) and
+    # take_left_ready are kept as pods change instead of scanning every pod; after each
+    # change they must equal the scan, whatever the sequence.
     config = ClusterConfig(
         gpus_per_node=4,
         initial_nodes=2,
         max_nodes=4,
         node_provision_s=30.0,
         termination_grace_s=30.0,
+        node_idle_remove_s=5.0,  # short, so that nodes are drained and removed in a sequence
+        scale_down_delay_after_add_s=5.0,
         cold_start=ColdStart.fixed(20.0),
     )
     c = Cluster(config, gpus_per_pod=gpus_per_pod)
@@ -88,8 +92,11 @@ def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
         if op == "scale":
             assert sorted(deleted) == sorted(expected_victims)
         assert c.held_count() == int(np.count_nonzero(c.slot_pod >= 0))
-        on = np.repeat(c.node_state == NODE_READY, config.gpus_per_node)
-        assert np.array_equal(c.on_ready_node(), on)
+        joined = (c.node_state == NODE_READY) | (c.node_state == NODE_DRAINING)
+        assert np.array_equal(c.on_ready_node(), np.repeat(joined, config.gpus_per_node))
+        per_node = (-1, config.gpus_per_node)  # GPUs held and working, kept per node
+        assert c._node_used == (c.slot_pod >= 0).reshape(per_node).sum(axis=1).tolist()
+        assert c._node_working == (~c.slot_broken).reshape(per_node).sum(axis=1).tolist()
         live = [p for p in c.pods.values() if p.state in (PENDING, STARTING, READY)]
         assert c.live_pods() == live
         ready_now = {p.uid for p in c.pods.values() if p.state == READY}
