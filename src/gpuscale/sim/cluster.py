@@ -43,7 +43,7 @@ from gpuscale.sim.coldstart import ColdStart, ColdStartStream
 from gpuscale.sim.nodepool import ClusterConfig
 from gpuscale.sim.pod import GONE, PENDING, READY, STARTING, TERMINATING, Pod, pod_status
 from gpuscale.sim.podorder import scale_in_victims
-from gpuscale.sim.scaledown import SCAN_INTERVAL_S, drain_candidates
+from gpuscale.sim.scaledown import SCAN_INTERVAL_S, NodeUse
 
 logger = logging.getLogger(__name__)
 
@@ -100,20 +100,13 @@ class Cluster:
         # When each node last became empty (inf while it holds a pod): cluster-autoscaler
         # removes a node only after it has been unneeded for the whole idle time.
         self._empty_since = np.full(config.max_nodes, math.inf)
-        # When each non-empty node was first found under-used with room for its pods
-        # elsewhere, at a scan (``scaledown``); inf while it is not.
-        self._under_since = np.full(config.max_nodes, math.inf)
         self._last_add = -math.inf  # when a node was last asked for
         # cluster-autoscaler's next scan for under-used nodes (inf: none due). Not an event:
         # a scan that finds nothing due changes nothing, so it runs at the first
         # ``advance`` at or after this time and does not cut the simulation's blocks.
         self.scan_due = math.inf
         self._draining = -1  # the node being drained, -1 when none
-        # GPUs held and working per node, and the nodes under the threshold, kept as pods
-        # come and go, so that a scan is asked for only while a node may be under-used.
-        self._node_used = [0] * config.max_nodes
-        self._node_working = [g] * config.max_nodes
-        self._under: set[int] = set()
+        self.use = NodeUse(config.max_nodes, g, config.scale_down_gpu_utilization_threshold)
         self.ready_node_gpus = config.initial_nodes * g  # GPUs on Ready nodes: what the pool costs
         self.pods: dict[int, Pod] = {}
         self._pending: dict[int, Pod] = {}  # unscheduled pods, oldest first
@@ -304,16 +297,6 @@ class Cluster:
             takes = np.repeat(self.node_state == _NODE_READY, self._node_gpus)
         return np.flatnonzero((self.slot_pod < 0) & ~self.slot_broken & takes)
 
-    def _note_use(self, node: int, gpus: int = 0, working: int = 0) -> None:
-        """Count ``gpus`` more held and ``working`` more working GPUs on ``node``."""
-        self._node_used[node] += gpus
-        self._node_working[node] += working
-        share = self.config.scale_down_gpu_utilization_threshold * self._node_working[node]
-        if 0 < self._node_used[node] < share:
-            self._under.add(node)
-        else:
-            self._under.discard(node)
-
     def _placements(self, limit: int) -> list[tuple[int, ...]]:
         """Up to ``limit`` sets of ``gpus_per_pod`` free slots, each on one node, packed."""
         free, g = self._free_slots(), self.gpus_per_pod
@@ -349,7 +332,7 @@ class Cluster:
         pod.slot, pod.gpus = gpus[0], gpus
         node = gpus[0] // self._node_gpus
         self._empty_since[node] = math.inf
-        self._note_use(node, len(gpus))
+        self.use.note(node, len(gpus))
         self._held += len(gpus)
         self.slot_pod[list(gpus)] = pod.uid
         self._pending.pop(pod.uid, None)
@@ -419,7 +402,7 @@ class Cluster:
             The pod that held the GPU, if any.
         """
         if not self.slot_broken[slot]:
-            self._note_use(slot // self._node_gpus, working=-1)
+            self.use.note(slot // self._node_gpus, working=-1)
         self.slot_broken[slot] = True
         self._slots = None
         pod = self._evict(slot)
@@ -444,7 +427,7 @@ class Cluster:
             self._status_changes += 1
             del self._live[uid], self._live_status[uid]
         self.slot_pod[list(pod.gpus) or slot] = -1
-        self._note_use(slot // self._node_gpus, -len(pod.gpus))
+        self.use.note(slot // self._node_gpus, -len(pod.gpus))
         self._held -= len(pod.gpus)
         pod.state, pod.slot, pod.gpus = GONE, -1, ()
         return pod
@@ -479,14 +462,15 @@ class Cluster:
 
     def _remove_node(self, node: int, when: float, why: str) -> None:
         self.node_state[node] = _NODE_ABSENT
-        self._empty_since[node] = self._under_since[node] = math.inf
+        self._empty_since[node] = math.inf
+        self.use.forget(node)
         self._on_ready_node = self._slots = None
         self.ready_node_gpus -= self._node_gpus
         logger.debug("t=%.0f: removed %s node %d", when, why, node)
 
     def _request_scan(self, now: float) -> None:
         """Have cluster-autoscaler look for under-used nodes at its next scan (``scaledown``)."""
-        if self._under and self.scan_due == math.inf:
+        if self.use.under and self.scan_due == math.inf:
             self.scan_due = now + SCAN_INTERVAL_S
 
     def _scan(self, when: float) -> bool:
@@ -497,20 +481,14 @@ class Cluster:
         """
         self.scan_due = math.inf
         cfg = self.config
-        used, working = np.array(self._node_used), np.array(self._node_working)
         ready = self.node_state == _NODE_READY
-        found = drain_candidates(
-            used, working, ready, cfg.scale_down_gpu_utilization_threshold, self.gpus_per_pod
-        )
-        if not found.any():
-            self._under_since[:] = math.inf
+        due = self.use.due(when, ready, self.gpus_per_pod, cfg.node_idle_remove_s)
+        if due == -2:
             return False
-        self._under_since = np.where(found, np.minimum(self._under_since, when), math.inf)
-        due = np.flatnonzero(found & (self._under_since + cfg.node_idle_remove_s <= when))
         began = False
         free_to_drain = self._draining < 0 and self.nodes_up() > cfg.floor_nodes
-        if due.size and free_to_drain and self._scale_down_held(when) is None:
-            self._drain(int(due[0]), when)
+        if due >= 0 and free_to_drain and self._scale_down_held(when) is None:
+            self._drain(due, when)
             began = True
         self._request_scan(when)  # keep timing the candidates
         return began
@@ -580,7 +558,7 @@ class Cluster:
             return True
         if kind == 3:  # GPU replaced
             if self.slot_broken[ident]:
-                self._note_use(ident // g, working=1)
+                self.use.note(ident // g, working=1)
             self.slot_broken[ident] = False
             self._slots = None
             self.slot_phys[ident] = self._next_spare if self._next_spare < self.n_devices else ident

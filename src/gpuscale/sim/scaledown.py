@@ -39,3 +39,54 @@ def drain_candidates(
     fits = room.sum() - room >= used  # the room on every node but itself
     found: np.ndarray = under & fits
     return found
+
+
+class NodeUse:
+    """GPUs held and working per node, kept as pods come and go, and each node's timer.
+
+    ``under`` holds the nodes below the threshold now, so that the cluster asks for a
+    scan only while one may be drained; ``due`` is the scan itself.
+
+    Args:
+        nodes: Nodes in the pool.
+        gpus_per_node: Working GPUs of a node with none broken.
+        threshold: ``ClusterConfig.scale_down_gpu_utilization_threshold``.
+    """
+
+    def __init__(self, nodes: int, gpus_per_node: int, threshold: float) -> None:
+        self.used = [0] * nodes
+        self.working = [gpus_per_node] * nodes
+        self.under: set[int] = set()
+        self.threshold = threshold
+        # When each non-empty node was first found a candidate at a scan; inf while not.
+        self._since = np.full(nodes, np.inf)
+
+    def note(self, node: int, gpus: int = 0, working: int = 0) -> None:
+        """Count ``gpus`` more held and ``working`` more working GPUs on ``node``."""
+        self.used[node] += gpus
+        self.working[node] += working
+        if 0 < self.used[node] < self.threshold * self.working[node]:
+            self.under.add(node)
+        else:
+            self.under.discard(node)
+
+    def forget(self, node: int) -> None:
+        """``node`` left the pool: its timer stops."""
+        self._since[node] = np.inf
+
+    def due(self, when: float, ready: np.ndarray, gpus_per_pod: int, unneeded_s: float) -> int:
+        """One scan at ``when``: time the candidates; the first one unneeded for ``unneeded_s``.
+
+        Returns:
+            That node, -1 when none is due, or -2 when no node is a candidate (no more
+            scans are needed until a pod or node changes).
+        """
+        found = drain_candidates(
+            np.array(self.used), np.array(self.working), ready, self.threshold, gpus_per_pod
+        )
+        if not found.any():
+            self._since[:] = np.inf
+            return -2
+        self._since = np.where(found, np.minimum(self._since, when), np.inf)
+        due = np.flatnonzero(found & (self._since + unneeded_s <= when))
+        return int(due[0]) if due.size else -1

@@ -95,8 +95,8 @@ def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
         joined = (c.node_state == NODE_READY) | (c.node_state == NODE_DRAINING)
         assert np.array_equal(c.on_ready_node(), np.repeat(joined, config.gpus_per_node))
         per_node = (-1, config.gpus_per_node)  # GPUs held and working, kept per node
-        assert c._node_used == (c.slot_pod >= 0).reshape(per_node).sum(axis=1).tolist()
-        assert c._node_working == (~c.slot_broken).reshape(per_node).sum(axis=1).tolist()
+        assert c.use.used == (c.slot_pod >= 0).reshape(per_node).sum(axis=1).tolist()
+        assert c.use.working == (~c.slot_broken).reshape(per_node).sum(axis=1).tolist()
         live = [p for p in c.pods.values() if p.state in (PENDING, STARTING, READY)]
         assert c.live_pods() == live
         ready_now = {p.uid for p in c.pods.values() if p.state == READY}

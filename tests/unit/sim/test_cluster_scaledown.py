@@ -96,7 +96,7 @@ def test_an_under_used_node_is_drained_onto_another_and_removed_after_the_unneed
     assert 5 not in c.pods
     assert c.nodes_up() == 1  # deleted as soon as its pod left, no second idle wait
     assert c.ready_node_gpus == 4
-    assert c._node_used == (c.slot_pod >= 0).reshape(-1, 4).sum(axis=1).tolist()
+    assert c.use.used == (c.slot_pod >= 0).reshape(-1, 4).sum(axis=1).tolist()
 
 
 def test_a_drained_node_is_billed_until_its_pods_have_left():
