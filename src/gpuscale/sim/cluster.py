@@ -382,8 +382,7 @@ class Cluster:
         slot = pod.slot
         self._evict(slot)
         node = slot // self._node_gpus
-        if node == self._draining:
-            self._finish_drain(node, now)
+        self._finish_drain(node, now)
         self._schedule(now)
         self._schedule_node_removal(node, now)
         self._request_scan(now)
@@ -401,17 +400,16 @@ class Cluster:
         Returns:
             The pod that held the GPU, if any.
         """
+        node = slot // self._node_gpus
         if not self.slot_broken[slot]:
-            self.use.note(slot // self._node_gpus, working=-1)
+            self.use.note(node, working=-1)
         self.slot_broken[slot] = True
         self._slots = None
         pod = self._evict(slot)
         if replace_after is not None:
             self._push(now + replace_after, 3, slot)
         self._reconcile(now)
-        node = slot // self._node_gpus
-        if node == self._draining:
-            self._finish_drain(node, now)
+        self._finish_drain(node, now)
         self._schedule_node_removal(node, now)
         return pod
 
@@ -508,9 +506,9 @@ class Cluster:
         self._finish_drain(node, now)
 
     def _finish_drain(self, node: int, now: float) -> None:
-        """Remove the draining ``node`` once its last pod has left."""
+        """Remove ``node`` if it is the one draining and its last pod has left."""
         g = self._node_gpus
-        if (self.slot_pod[node * g : (node + 1) * g] < 0).all():
+        if node == self._draining and (self.slot_pod[node * g : (node + 1) * g] < 0).all():
             self._draining = -1
             self._remove_node(node, now, "drained")
 
