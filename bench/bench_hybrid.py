@@ -25,8 +25,12 @@ interval) are counted beside the figure. Run:
 
     python bench/bench_hybrid.py out/azure-conv/results.json out/ramp/results.json ...
 
-``--write`` also stores the figures and verdicts as the ``hybrid`` key of
-bench/results.json, keeping the other keys.
+Results files of the same run split over several ``gpuscale evaluate`` calls (the
+same trace, scale, faults, seeds, warm-up and target, each with some policies) are
+read as one: their policies are put together in the table's order, and a policy
+in more than one file (the oracle, which each call needs for its ratios) must
+read the same in each. ``--write`` also stores the figures and verdicts as the
+``hybrid`` key of bench/results.json, keeping the other keys.
 """
 
 import argparse
@@ -45,6 +49,15 @@ HPA_SAVING = 0.25
 
 UNPREDICTABLE = ("flash-crowd", "bursty")
 """Traces whose demand no forecast sees coming: judged on dominance only."""
+
+ORDER = (*BASELINES, "oracle", "predictive", "hybrid")
+"""The table's policy order where one run's policies come from several files."""
+
+SAME_RUN = (
+    "trace", "scale", "faults", "seed", "seeds", "duration_s", "warmup_s",
+    "target_attainment", "slo_latency_s", "timeout_s", "ceiling",
+)  # fmt: skip
+"""Keys that must agree for results files to be parts of one run."""
 
 
 def _pm(value: float | None, ci: list[float | None] | None, fmt: str) -> str:
@@ -284,6 +297,51 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def merged(named: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The results files as runs: files that are parts of one run put together.
+
+    Args:
+        named: Each file's path and contents, in command-line order.
+
+    Returns:
+        One document per run, in the order of each run's first file.
+
+    Raises:
+        SystemExit: Two files name the same trace but differ in a run setting, or
+            disagree on a policy both hold.
+    """
+    runs: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path, doc in named:
+        key = label(doc)
+        if key not in runs:
+            runs[key] = (path, {**doc, "policies": dict(doc["policies"])})
+            continue
+        first, run = runs[key]
+        for k in SAME_RUN:
+            if run.get(k) != doc.get(k):
+                raise SystemExit(
+                    f"{path}: {k}={doc.get(k)!r} but {first} has {run.get(k)!r} for {key}; "
+                    "rerun both with the same settings or name only one"
+                )
+        for name, p in doc["policies"].items():
+            mine = run["policies"].get(name)
+            if mine is not None and _reading(mine) != _reading(p):
+                raise SystemExit(
+                    f"{path}: policy {name} reads {_reading(p)} but {first} has "
+                    f"{_reading(mine)} on {key}; rerun both on the same code"
+                )
+            run["policies"][name] = p
+        rank = {name: i for i, name in enumerate(ORDER)}
+        ordered = sorted(run["policies"].items(), key=lambda kv: rank.get(kv[0], len(ORDER)))
+        run["policies"] = dict(ordered)
+    return [run for _, run in runs.values()]
+
+
+def _reading(p: dict[str, Any]) -> tuple[Any, ...]:
+    """What two runs of one policy on one run's settings must agree on."""
+    return p["gpu_hours_at_target"], p["gpu_hours"], p["slo_attainment"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="results.json files")
@@ -291,7 +349,7 @@ def main() -> None:
         "--write", action="store_true", help="store them as the hybrid key of bench/results.json"
     )
     args = parser.parse_args()
-    docs = [json.loads(path.read_text()) for path in args.results]
+    docs = merged([(path, json.loads(path.read_text())) for path in args.results])
     if args.write:
         store = Path(__file__).with_name("results.json")
         kept = json.loads(store.read_text()) if store.exists() else {}
