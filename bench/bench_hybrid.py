@@ -50,8 +50,8 @@ HPA_SAVING = 0.25
 UNPREDICTABLE = ("flash-crowd", "bursty")
 """Traces whose demand no forecast sees coming: judged on dominance only."""
 
-ORDER = (*BASELINES, "oracle", "predictive", "hybrid")
-"""The table's policy order where one run's policies come from several files."""
+ORDER = {name: i for i, name in enumerate((*BASELINES, "oracle", "predictive", "hybrid"))}
+"""Each policy's place in the table where one run's policies come from several files."""
 
 SAME_RUN = (
     "trace", "scale", "faults", "seed", "seeds", "duration_s", "warmup_s",
@@ -331,8 +331,7 @@ def merged(named: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
                     f"{_reading(mine)} on {key}; rerun both on the same code"
                 )
             run["policies"][name] = p
-        rank = {name: i for i, name in enumerate(ORDER)}
-        ordered = sorted(run["policies"].items(), key=lambda kv: rank.get(kv[0], len(ORDER)))
+        ordered = sorted(run["policies"].items(), key=lambda kv: ORDER.get(kv[0], len(ORDER)))
         run["policies"] = dict(ordered)
     return [run for _, run in runs.values()]
 
