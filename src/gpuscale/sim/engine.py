@@ -301,7 +301,9 @@ class _Run:
     def execute(self, progress: Callable[[float], None] | None) -> RunResult:
         sc, wl = self.sc, self.sc.workload
         n = wl.duration_s
-        arrivals, work = wl.arrivals.tolist(), wl.work_s.tolist()
+        # float64 arrays: the compiled queue block reads them as they are
+        arrivals = np.ascontiguousarray(wl.arrivals, dtype=float)
+        work = np.ascontiguousarray(wl.work_s, dtype=float)
         self.cluster.start(sc.initial_replicas, 0.0)
         # Per block: its first second and the levels that hold through it (requests
         # draining, Ready replicas, GPUs held, capacity, node GPUs, power, desired),

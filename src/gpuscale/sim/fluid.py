@@ -47,7 +47,7 @@ and the exact one is costly. ``Scenario.queue_model="auto"`` (the default,
 ``queue_model.choose``) serves requests one by one (``requests.RequestQueue``,
 exact) when the run has at most 2 million requests and either arrives at 20
 requests per second or less on average (there the per-request run costs at
-most about twice this one; bench/bench_queue_models.py) or keeps at most 61
+most about 2.2 times this one; bench/bench_queue_models.py) or keeps at most 61
 slots or 14 replicas busy at peak (where this queue can be off by more than
 0.01). Everything else (large, busy fleets: the Azure traces at fleet scale,
 within 0.007 of the per-request queue there) runs on this queue.
@@ -60,15 +60,21 @@ from collections import deque
 import numpy as np
 
 from gpuscale.sim.fluid_block import EPS as _EPS
-from gpuscale.sim.fluid_block import SecondStepper, advance_block, step_each_second
+from gpuscale.sim.fluid_block import SecondStepper, step_each_second
+from gpuscale.sim.fluid_kernel import advance_seconds
 from gpuscale.sim.latency import Draining, InService, LatencyRecords
 from gpuscale.sim.queueing import stationary_table
-from gpuscale.sim.workload import Workload
+from gpuscale.sim.workload import FloatArray, Workload
 
 __all__ = ["DRAINED", "FluidQueue", "SecondStepper", "residual_arrival_scv", "step_each_second"]
 
 logger = logging.getLogger(__name__)
 
+
+_FIFO_ROWS = 64
+"""Rows the FIFO's array starts with (it grows as needed; usually one or two are in use)."""
+
+_NO_TABLE = np.zeros(0)
 
 DRAINED = 0.5
 """A deleted replica with fewer requests than this left in service has drained.
@@ -118,13 +124,22 @@ class FluidQueue:
         self.drained: list[int] = []
         self._queued_work = 0.0
         self._service_work = 0.0
-        # Waiting cohorts, oldest first: [queued second, requests left, lo, hi, work per
-        # request, seconds since arrival when queued]; the requests left were queued spread
-        # evenly over [second + lo, second + hi]. Retries wait in ``_retry``, served first.
-        self._fifo: deque[list[float]] = deque()
+        # Waiting cohorts, oldest first, in rows ``_head`` to ``_tail - 1`` of ``_fifo`` (an
+        # array, so the compiled block reads and writes it in place): [queued second,
+        # requests left, lo, hi, work per request, seconds since arrival when queued]; the
+        # requests left were queued spread evenly over [second + lo, second + hi]. Retries
+        # wait in ``_retry`` (the same fields, as lists), served first.
+        self._fifo = np.zeros((_FIFO_ROWS, 6))
+        self._head = self._tail = 0
         self._retry: deque[list[float]] = deque()
-        self._tables: dict[int, tuple[list[float], list[float]]] = {}
+        # Busy and queue columns per server count: as lists for ``_solve``, as arrays for
+        # the compiled block.
+        self._tables: dict[int, tuple[list[float], list[float], np.ndarray, np.ndarray]] = {}
         self._hint = 0
+        # The compiled block's state in and out (``fluid_kernel``), and its per-second output.
+        self._fs = np.zeros(8)
+        self._ist = np.zeros(6, dtype=np.int64)
+        self._out = (np.zeros(64), np.zeros(64), np.zeros(64))
 
     @property
     def waiting(self) -> float:
@@ -134,14 +149,30 @@ class FluidQueue:
     @property
     def queued(self) -> float:
         """Requests in the queue's cohorts (first tries and retries)."""
-        return float(sum(c[1] for c in self._fifo) + sum(c[1] for c in self._retry))
+        first = sum(self._fifo[self._head : self._tail, 1].tolist())
+        return float(first + sum(c[1] for c in self._retry))
 
-    def _table(self, k: int) -> tuple[list[float], list[float]]:
+    def _table(self, k: int) -> tuple[list[float], list[float], np.ndarray, np.ndarray]:
         cached = self._tables.get(k)
         if cached is None:
             t = stationary_table(k)
-            cached = self._tables[k] = (t.busy.tolist(), t.queue.tolist())
+            busy, queue = np.ascontiguousarray(t.busy, float), np.ascontiguousarray(t.queue, float)
+            cached = self._tables[k] = (busy.tolist(), queue.tolist(), busy, queue)
         return cached
+
+    def _room(self, rows: int) -> None:
+        """Make room in the FIFO's array for ``rows`` more cohorts after its tail."""
+        fifo, head, tail = self._fifo, self._head, self._tail
+        if tail + rows <= fifo.shape[0]:
+            return
+        n = tail - head
+        if n + rows > fifo.shape[0]:
+            grown = np.zeros((max(2 * fifo.shape[0], n + rows), 6))
+            grown[:n] = fifo[head:tail]
+            self._fifo = grown
+        else:  # moving the cohorts to the front is enough
+            fifo[:n] = fifo[head:tail].copy()
+        self._head, self._tail = 0, n
 
     def _solve(self, total: float, servers: int, service: float) -> float:
         """Busy servers after one implicit PSFFA step from ``total`` requests in system.
@@ -151,7 +182,7 @@ class FluidQueue:
         answer (the operating point moves little from one second to the next).
         """
         f = 0.5 * (self.arrival_scv + self.service_scv)
-        busy_t, queue_t = self._table(servers)
+        busy_t, queue_t, _, _ = self._table(servers)
         gain = 1.0 + 1.0 / service  # stays busy + departs within the second
         top = len(busy_t) - 1
         if total >= busy_t[top] * gain + f * queue_t[top]:
@@ -180,7 +211,9 @@ class FluidQueue:
         rec = self.records
         queued_before = self.waiting
         if arrivals > _EPS:
-            self._fifo.append([float(t), arrivals, 0.0, 1.0, work_s / arrivals, 0.0])
+            self._room(1)
+            self._fifo[self._tail] = (float(t), arrivals, 0.0, 1.0, work_s / arrivals, 0.0)
+            self._tail += 1
             self._queued_work += work_s
             queued_before += arrivals
         total = self.in_system + max(arrivals, 0.0)
@@ -192,9 +225,7 @@ class FluidQueue:
             service = max(size * per_size, 1e-9)
             busy = self._solve(total, servers, service)
             departures = min(busy / service, total)
-        rec.per_size_s.append(per_size)
-        rec.offered_s.append(max(work_s, 0.0) * per_size)
-        rec.servers.append(servers)
+        offered = max(work_s, 0.0) * per_size
         self.in_system = max(total - departures, 0.0)
         busy = min(busy, self.in_system)
         entering = queued_before - (self.in_system - busy)
@@ -212,22 +243,22 @@ class FluidQueue:
             else:
                 self.in_service.served(left)
         self.busy = busy
-        rec.busy.append(busy)
-        rec.arrivals.append(arrivals)
+        rec.add_second(per_size, offered, servers, busy, arrivals)
         self.last_departures = departures
         self.departed += departures
         if self.drains:
             self._drain_step()
         cutoff = t + 1 - self.timeout_s
-        if (self._fifo and self._fifo[0][0] + self._fifo[0][2] < cutoff) or self._retry:
+        head = self._fifo[self._head].tolist() if self._head < self._tail else None
+        if (head is not None and head[0] + head[2] < cutoff) or self._retry:
             self._drop_expired(cutoff)
 
     def advance(
         self,
         t0: int,
         t1: int,
-        arrivals: list[float],
-        work_s: list[float],
+        arrivals: FloatArray,
+        work_s: FloatArray,
         servers: int,
         capacity: float,
         waiting: list[float] | None = None,
@@ -237,7 +268,7 @@ class FluidQueue:
         Each second is exactly ``step``'s arithmetic, in the same order, so the state
         and records are bit for bit those of calling ``step`` once per second; without
         retries waiting or replicas draining (neither can start between two calls) it
-        runs as one loop over local variables instead (``fluid_block.advance_block``).
+        runs as one compiled loop instead (``fluid_kernel.advance_seconds``).
 
         Args:
             t0: First second.
@@ -252,67 +283,141 @@ class FluidQueue:
             Requests in service at the end of each second, and departures in each.
         """
         block = (t0, t1, arrivals, work_s, servers, capacity, waiting)
-        if self._retry or self.drains:  # even for one second the block costs less than ``step``
+        if self._retry or self.drains:
             return step_each_second(self, *block)
-        return advance_block(self, *block)
+        return self._advance_compiled(*block)
+
+    def _advance_compiled(
+        self,
+        t0: int,
+        t1: int,
+        arrivals: FloatArray,
+        work_s: FloatArray,
+        servers: int,
+        capacity: float,
+        waiting: list[float] | None,
+    ) -> tuple[list[float], list[float]]:
+        """``advance`` with no retry waiting and no replica draining, compiled."""
+        n, rec, ledger = t1 - t0, self.records, self.in_service
+        # Room for a cohort a second, and for the portions: each second enters at most
+        # one per cohort it empties, plus one.
+        self._room(n)
+        rec.reserve(2 * n + self._tail - self._head, n)
+        if len(self._out[0]) < n:
+            self._out = (np.zeros(2 * n), np.zeros(2 * n), np.zeros(2 * n))
+        up = servers > 0 and capacity > 0.0
+        _, _, busy_t, queue_t = self._table(servers) if up else (0, 0, _NO_TABLE, _NO_TABLE)
+        fs, ist = self._fs, self._ist  # in fluid_kernel's order of its state slots
+        fs[:] = (
+            self.in_system,
+            self.busy,
+            self._queued_work,
+            self._service_work,
+            self.departed,
+            ledger.log_g,
+            self.dropped,
+            self.last_departures,
+        )
+        ist[:] = (self._hint, self._head, self._tail, ledger.live, rec.portions, rec.seconds)
+        f = 0.5 * (self.arrival_scv + self.service_scv)
+        args = (servers, capacity, busy_t, queue_t, f, self.timeout_s, fs, ist, self._fifo)
+        advance_seconds(
+            t0, t1, arrivals, work_s, *args, *rec.per_portion, *rec.per_second, *self._out
+        )
+        (
+            self.in_system,
+            self.busy,
+            self._queued_work,
+            self._service_work,
+            self.departed,
+            ledger.log_g,
+            self.dropped,
+            self.last_departures,
+        ) = fs.tolist()
+        self._hint, self._head, self._tail, ledger.live, rec.portions, rec.seconds = ist.tolist()
+        busy_out, dep_out, waiting_out = self._out
+        if waiting is not None:
+            waiting.extend(waiting_out[:n].tolist())
+        return busy_out[:n].tolist(), dep_out[:n].tolist()
 
     def _enter_service(self, t: int, entering: float) -> None:
         """Move ``entering`` requests into service: retries first, then the FIFO's head."""
-        rec, ledger = self.records, self.in_service
-        log_g = ledger.log_g
+        rec, log_g = self.records, self.in_service.log_g
         left, done = entering, 0.0
         retry = bool(self._retry)
-        fifo = self._retry if retry else self._fifo
         while left > _EPS:
-            if not fifo:
-                if not retry:
-                    break
-                fifo, retry = self._fifo, False
-                continue
-            c = fifo[0]
+            if retry:
+                if not self._retry:
+                    retry = False
+                    continue
+                c = self._retry[0]
+            elif self._head < self._tail:
+                c = self._fifo[self._head].tolist()
+            else:
+                break
             take = min(c[1], left)
             span = (c[3] - c[2]) * take / c[1]
             arrived = c[0] + c[2] + 0.5 * span
             starts = t + (done + 0.5 * take) / entering
             if retry:
-                rec.retried.add(len(rec.count))
-            rec.step.append(t)
-            rec.count.append(take)
-            rec.wait_s.append(max(starts - arrived, 0.0) + c[5])
-            rec.size_s.append(c[4])
-            ledger.lg.append(log_g)
-            ledger.n.append(take)
+                rec.retried.add(rec.portions)
+            rec.add_portion(t, take, max(starts - arrived, 0.0) + c[5], c[4], log_g)
             self._queued_work -= take * c[4]
             self._service_work += take * c[4]
             c[1] -= take
             c[2] += span
             left -= take
             done += take
-            if c[1] <= _EPS:
-                fifo.popleft()
-        if not self._fifo and not self._retry:
+            if retry:
+                if c[1] <= _EPS:
+                    self._retry.popleft()
+            else:
+                self._fifo[self._head, 1:3] = c[1:3]
+                if c[1] <= _EPS:
+                    self._head += 1
+        if self._head >= self._tail and not self._retry:
             self._queued_work = 0.0
 
     def _drop_expired(self, cutoff: float) -> None:
         dropped = 0.0
-        for fifo in (self._retry, self._fifo):
-            for c in fifo:
-                if c[0] + c[2] >= cutoff:
-                    break
-                width = c[3] - c[2]
-                share = 1.0 if width <= _EPS else min((cutoff - c[0] - c[2]) / width, 1.0)
-                gone = c[1] * share
-                c[1] -= gone
-                c[2] += width * share
-                self._queued_work -= gone * c[4]
-                dropped += gone
-            while fifo and fifo[0][1] <= _EPS:
-                fifo.popleft()
-        if not self._fifo and not self._retry:
+        for c in self._retry:
+            gone = self._expire(c, cutoff)
+            if gone is None:
+                break
+            dropped += gone
+        while self._retry and self._retry[0][1] <= _EPS:
+            self._retry.popleft()
+        fifo = self._fifo
+        for row in range(self._head, self._tail):
+            c = fifo[row].tolist()
+            gone = self._expire(c, cutoff)
+            if gone is None:
+                break
+            fifo[row, 1:3] = c[1:3]
+            dropped += gone
+        while self._head < self._tail and fifo[self._head, 1] <= _EPS:
+            self._head += 1
+        if self._head >= self._tail and not self._retry:
             self._queued_work = 0.0
         self.in_system = max(self.in_system - dropped, 0.0)
         self.busy = min(self.busy, self.in_system)
         self.dropped += dropped
+
+    def _expire(self, c: list[float], cutoff: float) -> float | None:
+        """Drop what of cohort ``c`` (changed in place) arrived before ``cutoff``.
+
+        Returns:
+            The requests dropped, or None when none of it is that old.
+        """
+        if c[0] + c[2] >= cutoff:
+            return None
+        width = c[3] - c[2]
+        share = 1.0 if width <= _EPS else min((cutoff - c[0] - c[2]) / width, 1.0)
+        gone = c[1] * share
+        c[1] -= gone
+        c[2] += width * share
+        self._queued_work -= gone * c[4]
+        return gone
 
     # ------------------------------------------------------- replicas that stop
     def _leave_service(self, requests: float) -> tuple[list[int], list[float], float]:
@@ -388,15 +493,19 @@ class FluidQueue:
         """Interrupted requests leave the records; first tries queue again, retries drop."""
         rec = self.records
         removed = self.in_service.remove(idx, amounts)
+        # The portions' fields as Python numbers, read once (not an array lookup each).
+        sizes, steps, waits = (
+            column[idx].tolist() for column in (rec.size_s, rec.step, rec.wait_s)
+        )
         n = work = arrived = 0.0
-        for i, x in zip(idx, removed, strict=True):
+        for i, x, size, step, wait in zip(idx, removed, sizes, steps, waits, strict=True):
             if i in rec.retried:
                 self.dropped_interrupted += x
                 self.dropped += x
             else:
                 n += x
-                work += x * rec.size_s[i]
-                arrived += x * (rec.step[i] + 0.5 - rec.wait_s[i])
+                work += x * size
+                arrived += x * (step + 0.5 - wait)
         if n > _EPS:
             since = max(t + 0.5 - arrived / n, 0.0)
             self._retry.append([float(t), n, 0.0, 1.0, work / n, since])

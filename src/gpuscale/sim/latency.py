@@ -10,8 +10,8 @@ still in flight at the end) and counted once.
 """
 
 import math
-from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,15 +43,51 @@ BACKLOG_FACTOR = 3.0
 """Backlog: the smoothed fluid wait past this many stationary mean waits (less is noise)."""
 
 
-@dataclass(slots=True)
+Column = npt.NDArray[Any]
+"""One column of the fluid queue's records (float64, or int64 for seconds and slots)."""
+
+_FIRST_ROWS = 1024
+"""Rows each record column starts with; they double as they fill."""
+
+
+def _grown(columns: tuple[Column, ...], used: int, rows: int) -> tuple[Column, ...]:
+    """The columns' first ``used`` rows copied into arrays of at least ``rows`` (twice as many)."""
+    size = max(2 * columns[0].size, rows)
+    out = []
+    for col in columns:
+        new = np.zeros(size, dtype=col.dtype)
+        new[:used] = col[:used]
+        out.append(new)
+    return tuple(out)
+
+
+class _Rows:
+    """A record column's rows in use: a view of ``group[index][:used]``, to read or write."""
+
+    def __init__(self, group: str, index: int, used: str) -> None:
+        self.group, self.index, self.used = group, index, used
+
+    def __get__(self, records: "LatencyRecords", owner: type | None = None) -> Column:
+        column: Column = getattr(records, self.group)[self.index]
+        return column[: getattr(records, self.used)]
+
+
 class LatencyRecords:
     """Portions of requests entering service in a fluid queue, and its state each second.
 
+    The columns are numpy arrays that double as they fill, so the compiled block
+    (``fluid_kernel``) writes them in place. ``portions`` rows of the per-portion
+    columns and ``seconds`` rows of the per-second ones are in use; each attribute
+    below is a view of those rows, which moves when the records grow (read it
+    again after adding).
+
     Attributes:
         step: Second each portion entered service, per portion (non-decreasing).
-        count: Requests in the portion.
+        count: Requests in the portion (lowered when some are taken back out).
         wait_s: Their mean wait from arrival to entering service, seconds.
         size_s: Their work per request, reference-GPU seconds.
+        log_g_at_entry: ``InService.log_g`` when the portion entered service.
+        entered: Requests in the portion when it entered service.
         per_size_s: Service seconds per reference-GPU second of work, per second.
         offered_s: Service seconds that arrived, per second.
         servers: Ready slots, per second.
@@ -60,18 +96,57 @@ class LatencyRecords:
         retried: Indices of portions that are requests on their second try.
     """
 
-    # Typed arrays, not lists: appended as fast, and read into numpy by one copy of
-    # their buffer at the end of a run instead of a conversion per element.
-    step: "array[int]" = field(default_factory=lambda: array("q"))
-    count: "array[float]" = field(default_factory=lambda: array("d"))
-    wait_s: "array[float]" = field(default_factory=lambda: array("d"))
-    size_s: "array[float]" = field(default_factory=lambda: array("d"))
-    per_size_s: "array[float]" = field(default_factory=lambda: array("d"))
-    offered_s: "array[float]" = field(default_factory=lambda: array("d"))
-    servers: "array[int]" = field(default_factory=lambda: array("q"))
-    busy: "array[float]" = field(default_factory=lambda: array("d"))
-    arrivals: "array[float]" = field(default_factory=lambda: array("d"))
-    retried: set[int] = field(default_factory=set)
+    __slots__ = ("per_portion", "per_second", "portions", "retried", "seconds")
+
+    step = _Rows("per_portion", 0, "portions")
+    count = _Rows("per_portion", 1, "portions")
+    wait_s = _Rows("per_portion", 2, "portions")
+    size_s = _Rows("per_portion", 3, "portions")
+    log_g_at_entry = _Rows("per_portion", 4, "portions")
+    entered = _Rows("per_portion", 5, "portions")
+    per_size_s = _Rows("per_second", 0, "seconds")
+    offered_s = _Rows("per_second", 1, "seconds")
+    servers = _Rows("per_second", 2, "seconds")
+    busy = _Rows("per_second", 3, "seconds")
+    arrivals = _Rows("per_second", 4, "seconds")
+
+    def __init__(self) -> None:
+        self.portions = 0
+        self.seconds = 0
+        self.retried: set[int] = set()
+        n, f, i = _FIRST_ROWS, np.float64, np.int64
+        # The columns whole, in the order above (the compiled block takes them so).
+        self.per_portion: tuple[Column, ...] = tuple(np.zeros(n, d) for d in (i, f, f, f, f, f))
+        self.per_second: tuple[Column, ...] = tuple(np.zeros(n, d) for d in (f, f, i, f, f))
+
+    def reserve(self, portions: int, seconds: int) -> None:
+        """Make room for ``portions`` more portions and ``seconds`` more seconds."""
+        if self.portions + portions > self.per_portion[0].size:
+            self.per_portion = _grown(self.per_portion, self.portions, self.portions + portions)
+        if self.seconds + seconds > self.per_second[0].size:
+            self.per_second = _grown(self.per_second, self.seconds, self.seconds + seconds)
+
+    def add_portion(
+        self, step: int, count: float, wait_s: float, size_s: float, log_g: float
+    ) -> None:
+        """Record ``count`` requests entering service at second ``step``, ``log_g`` then."""
+        self.reserve(1, 0)
+        i = self.portions
+        values = (step, count, wait_s, size_s, log_g, count)
+        for column, value in zip(self.per_portion, values, strict=True):
+            column[i] = value
+        self.portions = i + 1
+
+    def add_second(
+        self, per_size_s: float, offered_s: float, servers: int, busy: float, arrivals: float
+    ) -> None:
+        """Record one second's queue state."""
+        self.reserve(0, 1)
+        i = self.seconds
+        values = (per_size_s, offered_s, servers, busy, arrivals)
+        for column, value in zip(self.per_second, values, strict=True):
+            column[i] = value
+        self.seconds = i + 1
 
 
 _GONE_LOG = -30.0
@@ -84,9 +159,9 @@ class InService:
     Requests leave service in proportion to what is in service (every portion loses
     the same share each second, as with exponential service), so one running log
     survival ``log_g`` says it all: portion ``i`` still has
-    ``n[i] * exp(log_g - lg[i])`` requests in service, where ``n[i]`` is its size and
-    ``lg[i]`` the log survival when it entered. The queue appends ``lg`` and ``n`` for
-    each portion it records, and lowers ``log_g`` each second as ``served`` does.
+    ``entered[i] * exp(log_g - log_g_at_entry[i])`` requests in service (both
+    columns of the records, written as each portion is recorded). The queue lowers
+    ``log_g`` each second as ``served`` does.
 
     Args:
         records: The portions, whose counts ``remove`` lowers.
@@ -95,16 +170,14 @@ class InService:
     def __init__(self, records: LatencyRecords) -> None:
         self.records = records
         self.log_g = 0.0
-        self.lg: list[float] = []
-        self.n: list[float] = []
-        self._live = 0  # portions before this index are out of service
+        self.live = 0  # portions before this index are out of service
 
     def served(self, left: float) -> None:
         """A share ``1 - left`` of everything in service left it."""
         if left > 1e-12:
             self.log_g += math.log(left)
         else:  # nothing is left in service
-            self._live, self.log_g = len(self.lg), 0.0
+            self.live, self.log_g = self.records.portions, 0.0
 
     def take(self, share: float) -> tuple[list[int], list[float]]:
         """Take ``share`` (0 to 1) of every portion still in service out of it.
@@ -112,14 +185,16 @@ class InService:
         Returns:
             The portions' indices and the requests taken from each.
         """
-        lg, i, end = self.lg, self._live, len(self.lg)
-        while i < end and self.log_g - lg[i] < _GONE_LOG:
-            i += 1
-        self._live = i
+        rec = self.records
+        lg, i, end = rec.log_g_at_entry, self.live, rec.portions
+        # The first portion from ``live`` on not yet out of service (those before it are).
+        gone = self.log_g - lg[i:end] < _GONE_LOG
+        i += int(np.argmin(gone)) if not gone.all() else gone.size
+        self.live = i
         if i >= end or share <= 0.0:
             return [], []
-        surv = np.exp(self.log_g - np.asarray(lg[i:]))
-        amounts = (share * np.asarray(self.n[i:]) * surv).tolist()
+        surv = np.exp(self.log_g - lg[i:])
+        amounts = (share * rec.entered[i:] * surv).tolist()
         self.served(1.0 - min(share, 1.0))
         return list(range(i, end)), amounts
 
@@ -130,11 +205,9 @@ class InService:
             The amounts removed, each capped at what its portion still counts.
         """
         count = self.records.count
-        out = []
-        for i, x in zip(idx, amounts, strict=True):
-            x = min(x, count[i])
-            count[i] -= x
-            out.append(x)
+        have = count[idx].tolist()
+        out = [c if c < x else x for x, c in zip(amounts, have, strict=True)]  # min(x, c)
+        count[idx] = [c - x for c, x in zip(have, out, strict=True)]
         return out
 
 
@@ -253,14 +326,14 @@ def summarise_latency(
     """
     edges = LATENCY_EDGES_S
     row_cdf = np.zeros((n_rows, edges.size))
-    if not records.count:
+    if not records.portions:
         counts = np.zeros(edges.size - 1)
         nan, zero = np.full(n_rows, np.nan), np.zeros(n_rows)
         none = None if llm is None else 0.0
         return LatencySummary(
             0.0, 0.0, 0.0, float("nan"), counts, nan, nan.copy(), zero, zero.copy(), none, none
         )
-    # np.array copies: the records may grow after this (a view would pin their buffers).
+    # Copies (np.array): the columns are views of the queue's own arrays.
     step = np.array(records.step, dtype=np.int64)
     n = np.array(records.count, dtype=float)
     servers = np.maximum(np.array(records.servers, dtype=float), 1.0)

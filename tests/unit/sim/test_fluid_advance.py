@@ -5,7 +5,6 @@ its results must be those of the per-second model, not an approximation of it,
 so these tests compare the full state and records exactly (``==`` on floats).
 """
 
-import dataclasses
 import itertools
 
 import numpy as np
@@ -14,15 +13,31 @@ from hypothesis import strategies as st
 
 from gpuscale.sim.fluid import FluidQueue
 
+COLUMNS = (
+    "step",
+    "count",
+    "wait_s",
+    "size_s",
+    "log_g_at_entry",
+    "entered",
+    "per_size_s",
+    "offered_s",
+    "servers",
+    "busy",
+    "arrivals",
+)
+
 
 def _state(q: FluidQueue) -> dict[str, object]:
-    rec = {f.name: getattr(q.records, f.name) for f in dataclasses.fields(q.records)}
+    rec: dict[str, object] = {name: getattr(q.records, name).tolist() for name in COLUMNS}
+    rec["retried"] = q.records.retried
     return {
         "records": rec,
         "scalars": (q.in_system, q.busy, q.dropped, q.departed, q.last_departures, q.retried),
         "work": (q._queued_work, q._service_work),
-        "fifo": [list(c) for c in q._fifo],
-        "ledger": (q.in_service.log_g, list(q.in_service.lg), list(q.in_service.n)),
+        "fifo": q._fifo[q._head : q._tail].tolist(),
+        "retry": [list(c) for c in q._retry],
+        "ledger": (q.in_service.log_g, q.in_service.live),
     }
 
 
@@ -45,18 +60,18 @@ def test_advance_equals_stepping_each_second(
     n, servers = 300, 8
     arrivals = rng.poisson(load * servers / 2.0, n).astype(float)
     arrivals[rng.random(n) < 0.1] = 0.0  # idle seconds too
-    work = (arrivals * rng.gamma(4.0, 0.5, n)).tolist()
-    arrivals_l = arrivals.tolist()
+    work = arrivals * rng.gamma(4.0, 0.5, n)
+    arrivals_l, work_l = arrivals.tolist(), work.tolist()
     stepped = FluidQueue(timeout_s=timeout, service_scv=0.6, arrival_scv=0.3)
     blocked = FluidQueue(timeout_s=timeout, service_scv=0.6, arrival_scv=0.3)
     busy_s, dep_s, busy_b, dep_b = [], [], [], []
     for t0, t1 in _blocks(n, cuts):
         k = 0 if t0 >= 200 and t0 < 220 else servers  # an outage: no capacity at all
         for t in range(t0, t1):
-            stepped.step(t, arrivals_l[t], work[t], k, float(k) * 0.5)
+            stepped.step(t, arrivals_l[t], work_l[t], k, float(k) * 0.5)
             busy_s.append(stepped.busy)
             dep_s.append(stepped.last_departures)
-        b, d = blocked.advance(t0, t1, arrivals_l, work, k, float(k) * 0.5)
+        b, d = blocked.advance(t0, t1, arrivals, work, k, float(k) * 0.5)
         busy_b += b
         dep_b += d
     assert busy_b == busy_s
@@ -72,7 +87,7 @@ def test_advance_in_overload_drops_as_stepping_does() -> None:
     for t in range(120):
         stepped.step(t, arrivals[t], work[t], 4, 4.0)
         busy_s.append(stepped.busy)
-    busy_b, _ = blocked.advance(0, 120, arrivals, work, 4, 4.0)
+    busy_b, _ = blocked.advance(0, 120, np.array(arrivals), np.array(work), 4, 4.0)
     assert stepped.dropped > 100.0  # the case drops (about half of 960 arrivals)
     assert busy_b == busy_s
     assert _state(blocked) == _state(stepped)
@@ -90,7 +105,7 @@ def test_advance_with_a_retry_waiting_steps_each_second() -> None:
     assert blocked._retry  # the block starts with a retry waiting
     for t in range(20, 60):
         stepped.step(t, arrivals[t], work[t], 4, 2.0)
-    blocked.advance(20, 60, arrivals, work, 4, 2.0)
+    blocked.advance(20, 60, np.array(arrivals), np.array(work), 4, 2.0)
     assert _state(blocked) == _state(stepped)
     assert stepped.records.retried  # the retried portions were recorded
 
@@ -107,8 +122,31 @@ def test_one_second_blocks_in_the_block_loop_step_as_step_does() -> None:
         k = 2 + t % 3  # the Ready replicas change every second
         stepped.step(t, arrivals[t], work[t], k, k * 0.8)
         busy_s.append(stepped.busy)
-        b, _ = blocked.advance(t, t + 1, arrivals, work, k, k * 0.8)
+        b, _ = blocked.advance(t, t + 1, np.array(arrivals), np.array(work), k, k * 0.8)
         busy_b += b
     assert stepped.dropped > 0.0  # overloaded at times: the drops are compared too
     assert busy_b == busy_s
+    assert _state(blocked) == _state(stepped)
+
+
+def test_long_blocks_past_the_first_rows_of_every_array() -> None:
+    """Thousands of seconds and a backlog of hundreds of cohorts: the arrays grow and move.
+
+    The records start with 1,024 rows and the FIFO with 64; overload with no timeout
+    keeps every second's cohort waiting, so both grow (and the FIFO moves its cohorts
+    to the front as its head advances) while the two queues must stay equal.
+    """
+    rng = np.random.default_rng(11)
+    n = 2_500
+    arrivals = rng.poisson(6.0, n).astype(float)
+    work = arrivals * 1.0
+    stepped, blocked = FluidQueue(timeout_s=1e6), FluidQueue(timeout_s=1e6)
+    cuts = [0, 7, 8, 600, 601, 1_700, n]
+    for t0, t1 in itertools.pairwise(cuts):
+        k = 4 if t0 < 1_700 else 12  # overloaded (6 s of work a second on 4), then not
+        for t in range(t0, t1):
+            stepped.step(t, float(arrivals[t]), float(work[t]), k, float(k))
+        blocked.advance(t0, t1, arrivals, work, k, float(k))
+    assert blocked.records.portions > 1_024  # the records grew
+    assert blocked._fifo.shape[0] > 64  # the FIFO grew (about 2 cohorts waited a second)
     assert _state(blocked) == _state(stepped)

@@ -17,21 +17,11 @@ def records(retry_wait_s: float | None) -> LatencyRecords:
     """
     rec = LatencyRecords()
     for t in range(SECONDS):
-        rec.step.append(t)
-        rec.count.append(PER_SECOND)
-        rec.wait_s.append(0.0)
-        rec.size_s.append(0.5)
+        rec.add_portion(t, PER_SECOND, 0.0, 0.5, 0.0)
         if t == 60 and retry_wait_s is not None:
-            rec.retried.add(len(rec.step))
-            rec.step.append(t)
-            rec.count.append(PER_SECOND)
-            rec.wait_s.append(retry_wait_s)
-            rec.size_s.append(0.5)
-        rec.per_size_s.append(1.0)
-        rec.offered_s.append(50.0)
-        rec.servers.append(100)
-        rec.busy.append(50.0)
-        rec.arrivals.append(PER_SECOND)
+            rec.retried.add(rec.portions)
+            rec.add_portion(t, PER_SECOND, retry_wait_s, 0.5, 0.0)
+        rec.add_second(1.0, 50.0, 100, 50.0, PER_SECOND)
     return rec
 
 
