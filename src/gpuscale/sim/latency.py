@@ -11,7 +11,7 @@ still in flight at the end) and counted once.
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -67,7 +67,15 @@ class _Rows:
     def __init__(self, group: str, index: int, used: str) -> None:
         self.group, self.index, self.used = group, index, used
 
-    def __get__(self, records: "LatencyRecords", owner: type | None = None) -> Column:
+    @overload
+    def __get__(self, records: None, owner: type | None = None) -> "_Rows": ...
+    @overload
+    def __get__(self, records: "LatencyRecords", owner: type | None = None) -> Column: ...
+    def __get__(
+        self, records: "LatencyRecords | None", owner: type | None = None
+    ) -> "Column | _Rows":
+        if records is None:  # looked up on the class (help(), introspection)
+            return self
         column: Column = getattr(records, self.group)[self.index]
         return column[: getattr(records, self.used)]
 
