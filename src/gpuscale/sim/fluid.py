@@ -238,7 +238,7 @@ class FluidQueue:
         if pool > _EPS:  # departures take their share of the work in service
             left = min(max(1.0 - departures / pool, 0.0), 1.0)
             self._service_work *= left
-            if left > 1e-12:  # InService.served, inlined on this hot path
+            if left > 1e-12:  # InService.served, inlined as the compiled block has it
                 self.in_service.log_g += math.log(left)
             else:
                 self.in_service.served(left)
