@@ -25,12 +25,12 @@ from gpuscale.control.params import (
     BOUNDS,
     KINDS,
     SIGNAL_MODEL,
-    PolicyKind,
     build,
     camel,
     policy_model,
 )
 from gpuscale.errors import ConfigError, config_error
+from gpuscale.scaling.catalogue import PolicyKind
 
 API_VERSION = "gpuscale.io/v1alpha1"
 KIND = "GPUScaler"
@@ -62,6 +62,13 @@ class MetricsSpec(_Strict):
         alias="staleAfterSeconds",
         gt=0,
         description="A signal whose newest sample is older than this holds the target.",
+    )
+    scrape_interval_seconds: float = Field(
+        15.0,
+        alias="scrapeIntervalSeconds",
+        gt=0,
+        description="How often Prometheus scrapes the signals' series. A policy that samples "
+        "faster (kpa: every second) is refused unless this is at most its interval.",
     )
     matchers: dict[str, str] = Field(
         default_factory=dict,

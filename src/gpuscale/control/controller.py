@@ -1,10 +1,13 @@
 """The reconcile loop: every sync period, for each target, status -> signals -> policy -> /scale.
 
-One sync reads each target's ``/scale`` and pods, builds the policy's
-``Observation`` with the same ``scaling.observe`` the simulator calls, asks the
-fail-safe whether the data can be trusted, runs the unchanged policy (or holds),
-bounds the result, writes it through ``/scale``, persists the policy's
-``State`` in an annotation on the target and records an Event. Targets are
+One sync runs each target's decision step (``scaling.step.DecisionStep``), the
+same step the simulator runs: it reads the target's ``/scale`` and pods, builds
+the policy's ``Observation``, holds on data the fail-safe finds unfit, runs the
+unchanged policy, bounds the result, deletes the pods the policy replaces and,
+with ``remediate``, a pod on a broken GPU, and writes ``/scale``
+(``seams.KubeWorkload``). Around the step the loop persists the policy's state
+in an annotation on the target (only when a decision-relevant part changed, or
+once a minute), records Events and logs the decision. Targets are
 reconciled concurrently and each in isolation: an exception in one (a 403, an
 API server hiccup, a policy bug) is logged, counted and leaves the others
 untouched.
@@ -21,21 +24,34 @@ JSON log format carries them as structured fields (``decision``).
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from typing import Any
 
-from gpuscale.control import failsafe, remediate
 from gpuscale.control.kubecall import KubeForbiddenError, KubeUnavailableError
 from gpuscale.control.kubernetes import TargetRef
-from gpuscale.control.seams import STATE_KEY, Actuator, Elector, Outcome, Settings, inputs, label
+from gpuscale.control.seams import (
+    STATE_KEY,
+    STATE_REWRITE_S,
+    Actuator,
+    Elector,
+    KubeWorkload,
+    Outcome,
+    SavedState,
+    Settings,
+    inputs,
+    label,
+)
 from gpuscale.control.server import ControllerMetrics, HealthState
 from gpuscale.control.targets import TargetRuntime
-from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable
-from gpuscale.scaling.observe import observe
-from gpuscale.scaling.policy import Observation, State, TargetStatus
+from gpuscale.metrics.signal import MetricsSource
+from gpuscale.scaling import failsafe
+from gpuscale.scaling.state import StateError
+from gpuscale.scaling.step import REMEDIATE, DecisionStep, StepOutcome, StepSettings
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +91,10 @@ class Controller:
         self.clock = clock
         self.health = health or HealthState(3 * max(self.settings.sync_period_s, 10.0))
         self.leader = elector is None
-        self._states: dict[TargetRef, State] = {}
-        self._saved: dict[TargetRef, str] = {}
+        self._states: dict[TargetRef, Any] = {}
+        self._saved: dict[TargetRef, SavedState] = {}
         self._holding: dict[TargetRef, str] = {}
+        self._steps: dict[TargetRef, DecisionStep[Any]] = {}
         self._reported: set[str] = set()
 
     # ------------------------------------------------------------------ loop
@@ -194,80 +211,89 @@ class Controller:
         logger.error("%s: %s", out.target, exc)
 
     def _reconcile(self, rt: TargetRuntime, out: Outcome) -> None:
-        spec, ref = rt.spec, rt.ref
-        status = self.actuator.status(ref, node_slots=rt.policy.reads_node_slots)
+        workload = KubeWorkload(self.actuator, rt.ref, dry_run=self.settings.dry_run)
+        state = self._state(rt)
+        result = self._step(rt).run(workload, self.clock, state)
+        status, now = result.status, result.now
         out.current, out.ready, out.starting = status.desired, status.ready, status.starting
         self.metrics.current.labels(out.target).set(status.desired)
         self.metrics.ready.labels(out.target).set(status.ready)
-        state = self._state(rt)
-        now = self.clock()
-        at = now - rt.delay_s
-        problem: failsafe.Problem | None = None
-        obs: Observation | None = None
-        try:
-            obs = observe(
-                self.source,
-                rt.policy,
-                status,
-                now,
-                delay_s=rt.delay_s,
-                step_s=spec.metrics.step_seconds,
-            )
-            problem = failsafe.check_values(obs, rt.policy.signals, rt.policy.pod_signals)
-            if problem is None:
-                problem = failsafe.check_fresh(
-                    self.source, rt.all_signals, at, spec.metrics.stale_after_seconds
-                )
+        problem = result.held
+        if result.observation is not None:
             self.metrics.last_read.labels(out.target).set(now)
-            out.inputs = inputs(obs)
-        except MetricsUnavailable as exc:
-            problem = failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
+            out.inputs = inputs(result.observation)
+        if problem is not None and problem.reason == failsafe.UNAVAILABLE:
             self.metrics.errors.labels(out.target, "metrics_unavailable").inc()
-        if problem is not None or obs is None:
-            problem = problem or failsafe.Problem(failsafe.MISSING, "no observation")
-            replicas = failsafe.hold(status.desired, spec.min_replicas, spec.max_replicas)
-            out.held, out.reason, new_state = problem.reason, f"hold: {problem}", state
+        out.replicas, out.reason = result.replicas, result.reason
+        if problem is not None:
+            out.held = problem.reason
             self._hold(rt, out, problem)
         else:
-            decision = rt.policy.decide(obs, state)
-            replicas, why = failsafe.bound(
-                status.desired,
-                decision.replicas,
+            self._recover(rt, out)
+        self.metrics.desired.labels(out.target).set(result.replicas)
+        self._keep_state(rt, result.state, now)
+        if result.scaled and not self.settings.dry_run:
+            message = f"New size: {result.replicas}; reason: {out.reason}"
+            self._event(rt, "SuccessfulRescale", message)
+        out.remediation = self._report_deletions(rt, result)
+
+    def _step(self, rt: TargetRuntime) -> DecisionStep[Any]:
+        """The target's decision step, built once (the source's capabilities found once)."""
+        step = self._steps.get(rt.ref)
+        if step is None or step.policy is not rt.policy:
+            spec = rt.spec
+            settings = StepSettings(
                 spec.min_replicas,
                 spec.max_replicas,
                 up_step=spec.max_scale_up_step,
                 down_step=spec.max_scale_down_step,
+                stale_after_s=spec.metrics.stale_after_seconds,
+                step_s=spec.metrics.step_seconds,
+                remediate=spec.remediate,
+                cordon=spec.cordon,
+                namespace=rt.ref.namespace,
             )
-            out.reason = f"{decision.reason}; {why}" if why else decision.reason
-            new_state = decision.state
-            self._recover(rt, out)
-        out.replicas = replicas
-        self.metrics.desired.labels(out.target).set(replicas)
-        scaled = replicas != status.desired and not self.settings.dry_run
-        if scaled:
-            self.actuator.scale(ref, replicas)
-        self._keep_state(rt, new_state)
-        if scaled:
-            self._event(rt, "SuccessfulRescale", f"New size: {replicas}; reason: {out.reason}")
-        if spec.remediate and (problem is None or problem.reason != failsafe.UNAVAILABLE):
-            out.remediation = self._remediate(rt, status, at)
+            step = self._steps[rt.ref] = DecisionStep(
+                rt.policy, self.source, settings, rt.policy.signal_path
+            )
+        return step
 
     # ------------------------------------------------------------------ state
-    def _state(self, rt: TargetRuntime) -> State:
+    def _state(self, rt: TargetRuntime) -> Any:  # noqa: ANN401 - the policy's own state type
         if rt.ref not in self._states:
             saved = self.actuator.load_state(rt.ref, STATE_KEY)
-            state = saved.get("state", {}) if saved.get("policy") == rt.policy.name else {}
-            self._states[rt.ref] = state if isinstance(state, dict) else {}
-            self._saved[rt.ref] = json.dumps(saved, sort_keys=True)
+            state = rt.policy.initial_state()
+            if saved.get("policy") == rt.policy.name and "state" in saved:
+                try:
+                    state = rt.policy.load_state(saved["state"])
+                except StateError as exc:
+                    logger.warning(
+                        "%s: saved state unreadable (%s); starting afresh", label(rt.ref), exc
+                    )
+            self._states[rt.ref] = state
+            self._saved[rt.ref] = SavedState(json.dumps(saved, sort_keys=True), None, -math.inf)
         return self._states[rt.ref]
 
-    def _keep_state(self, rt: TargetRuntime, state: State) -> None:
+    def _keep_state(self, rt: TargetRuntime, state: Any, now: float) -> None:  # noqa: ANN401
+        """Keep the state; write the annotation when a decision-relevant field changed.
+
+        A state whose only change is time passing (``PolicyState.essential`` unchanged)
+        is written at most once per ``STATE_REWRITE_S``: each write is an etcd write
+        and a watch event for every watcher of the workload.
+        """
         self._states[rt.ref] = state
-        envelope = {"policy": rt.policy.name, "state": dict(state)}
-        text = json.dumps(envelope, sort_keys=True, default=list)
-        if text != self._saved.get(rt.ref) and not self.settings.dry_run:
-            self.actuator.save_state(rt.ref, STATE_KEY, json.loads(text))
-            self._saved[rt.ref] = text
+        if self.settings.dry_run:
+            return
+        text = json.dumps({"policy": rt.policy.name, "state": state.to_json()}, sort_keys=True)
+        essential = json.dumps(state.essential(), sort_keys=True)
+        last = self._saved.get(rt.ref)
+        if last is not None and text == last.text:
+            return
+        if last is not None and essential == last.essential and now - last.at < STATE_REWRITE_S:
+            return
+        self.actuator.save_state(rt.ref, STATE_KEY, json.loads(text))
+        self.metrics.state_writes.labels(label(rt.ref)).inc()
+        self._saved[rt.ref] = SavedState(text, essential, now)
 
     def _event(
         self, rt: TargetRuntime, reason: str, message: str, *, warning: bool = False
@@ -289,8 +315,7 @@ class Controller:
     def _hold(self, rt: TargetRuntime, out: Outcome, problem: failsafe.Problem) -> None:
         self.metrics.holds.labels(out.target, problem.reason).inc()
         self.metrics.metrics_healthy.labels(out.target).set(0)
-        if self._holding.get(rt.ref) != problem.reason:  # an Event when a hold starts, not each
-            self._holding[rt.ref] = problem.reason
+        if rt.ref not in self._holding:  # one Event when a hold starts, whatever its reasons
             logger.warning("%s: holding at %s replicas: %s", out.target, out.current, problem)
             self._event(
                 rt,
@@ -298,6 +323,7 @@ class Controller:
                 f"holding replicas at {out.current}, never scaling in: {problem}",
                 warning=True,
             )
+        self._holding[rt.ref] = problem.reason
 
     def _recover(self, rt: TargetRuntime, out: Outcome) -> None:
         self.metrics.metrics_healthy.labels(out.target).set(1)
@@ -305,37 +331,43 @@ class Controller:
             logger.info("%s: metrics healthy again; policy %s in control", out.target, out.policy)
             self._event(rt, "MetricsHealthy", f"metrics healthy again; {out.policy} in control")
 
-    # ------------------------------------------------------------ remediation
-    def _remediate(self, rt: TargetRuntime, status: TargetStatus, at: float) -> str:
-        try:
-            findings = remediate.find(self.source, rt.ref.namespace, at)
-        except MetricsUnavailable as exc:
-            return f"skipped: {exc}"
-        pick, blocked = remediate.choose(findings, status, rt.spec.min_replicas)
+    # ------------------------------------------------------------ deletions
+    def _report_deletions(self, rt: TargetRuntime, result: StepOutcome[Any]) -> str:
+        """Log, count and record an Event for each pod the step deleted.
+
+        Returns:
+            What remediation and replacement did or would do, "" when nothing.
+        """
         target = label(rt.ref)
-        if pick is None:
-            if blocked:  # once per pod at WARNING; every sync's record carries it too
-                key = f"{target} blocked {blocked.split(' ', 2)[1]}"
+        if not result.deleted and result.blocked:
+            if not result.blocked.startswith("skipped"):  # once per pod at WARNING
+                key = f"{target} blocked {result.blocked.split(' ', 2)[1]}"
                 level = logging.DEBUG if key in self._reported else logging.WARNING
                 self._reported.add(key)
-                logger.log(level, "%s: not remediating: %s", target, blocked)
-            return f"blocked: {blocked}" if blocked else ""
-        pods = {p.name: p for p in status.pods}
-        node = str(getattr(pods[pick.pod], "node", "") or pick.node)
-        what = f"pod {pick.pod} on GPU {pick.gpu} (node {node or '?'}): {pick.evidence}"
-        self.metrics.remediations.labels(target, pick.kind).inc()
-        if self.settings.dry_run:
-            logger.warning("%s: dry run: would delete %s", target, what)
-            return f"dry run: would delete {what}"
-        self.actuator.delete_pod(rt.ref.namespace, pick.pod)
-        cordoned = ""
-        if rt.spec.cordon and node:
-            self.actuator.cordon(node)
-            cordoned = f"; cordoned node {node}"
-        message = f"deleted {what}{cordoned}"
-        logger.warning("%s: %s", target, message)
-        self._event(rt, "UnhealthyGPUPodDeleted", message, warning=True)
-        return message
+                logger.log(level, "%s: not remediating: %s", target, result.blocked)
+                return f"blocked: {result.blocked}"
+            return result.blocked
+        notes = []
+        for d in result.deleted:
+            where = f" (node {d.node})" if d.node else ""
+            if d.cause == REMEDIATE:
+                what = f"pod {d.pod} on GPU {d.gpu}{where}: {d.detail}"
+                self.metrics.remediations.labels(target, d.kind).inc()
+                event, reason = "UnhealthyGPUPodDeleted", f"deleted {what}"
+                if d.node and d.node in result.cordoned:
+                    reason += f"; cordoned node {d.node}"
+            else:
+                what = f"pod {d.pod}{where}: {rt.policy.name} replaces it (not capacity)"
+                self.metrics.replacements.labels(target).inc()
+                event, reason = "SickPodReplaced", f"deleted {what}"
+            if self.settings.dry_run:
+                logger.warning("%s: dry run: would delete %s", target, what)
+                notes.append(f"dry run: would delete {what}")
+                continue
+            logger.warning("%s: %s", target, reason)
+            self._event(rt, event, reason, warning=True)
+            notes.append(reason)
+        return "; ".join(notes)
 
     # ---------------------------------------------------------------- logging
     def _log(self, out: Outcome) -> None:

@@ -16,23 +16,14 @@ import functools
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.hpa import HpaConfig, HpaPolicy
-from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy
-from gpuscale.scaling.keda import KedaConfig, KedaPolicy
-from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
-from gpuscale.scaling.policy import ScalingPolicy
-from gpuscale.scaling.predictive import PredictiveConfig, PredictivePolicy
-from gpuscale.scaling.static import StaticConfig, StaticPolicy
-
-BOUNDS = ("min_replicas", "max_replicas")
-"""Config fields a GPUScaler sets from the target's ``minReplicas``/``maxReplicas``."""
+from gpuscale.scaling.catalogue import BOUNDS as BOUNDS
+from gpuscale.scaling.catalogue import LIVE_KINDS, PolicyKind
 
 _DATACLASS_OF: dict[type[BaseModel], type[Any]] = {}
 _MODEL_OF: dict[tuple[type[Any], frozenset[str]], type[BaseModel]] = {}
@@ -151,44 +142,8 @@ def build(model: BaseModel, **overrides: Any) -> Any:  # noqa: ANN401 - the data
     return cls(**kwargs, **overrides)
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyKind:
-    """A policy a GPUScaler may name.
-
-    Attributes:
-        name: The ``policy.name`` value.
-        config_type: Its config dataclass.
-        make: Builds the policy from (config, name).
-    """
-
-    name: str
-    config_type: type[Any]
-    make: Callable[[Any, str], ScalingPolicy]
-
-    def bounded(self) -> bool:
-        """Whether the config has ``min_replicas``/``max_replicas`` fields.
-
-        Returns:
-            True when the target's bounds are passed to the config.
-        """
-        names = {f.name for f in dataclasses.fields(self.config_type)}
-        return all(b in names for b in BOUNDS)
-
-
-# The live policies: every registered simulator policy except the oracle, which plans
-# from the future requirement and so exists only in hindsight. The builders are the
-# evaluate registry's (``evaluate.policies``), which this layer may not import.
-KINDS: Mapping[str, PolicyKind] = {
-    k.name: k
-    for k in (
-        PolicyKind("static", StaticConfig, StaticPolicy.from_config),
-        PolicyKind("hpa", HpaConfig, HpaPolicy),
-        PolicyKind("keda", KedaConfig, KedaPolicy),
-        PolicyKind("kpa", KpaConfig, KpaPolicy),
-        PolicyKind("predictive", PredictiveConfig, PredictivePolicy),
-        PolicyKind("hybrid", HybridConfig, HybridPolicy),
-    )
-}
+KINDS: Mapping[str, PolicyKind] = LIVE_KINDS
+"""The policies a GPUScaler may name: the catalogue's live kinds (not the hindsight oracle)."""
 
 
 @functools.cache

@@ -15,7 +15,25 @@ from gpuscale.control.kubernetes import TargetRef
 from gpuscale.scaling.policy import Observation, TargetStatus
 
 STATE_KEY = "state"
-"""The annotation ``gpuscale.io/state`` holds ``{"policy": name, "state": State}``."""
+"""The annotation ``gpuscale.io/state`` holds ``{"policy": name, "state": <the state's JSON>}``."""
+
+STATE_REWRITE_S = 60.0
+"""A state whose only change is time passing is rewritten at most this often, seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class SavedState:
+    """What the annotation holds now, as last written or read.
+
+    Attributes:
+        text: The annotation's JSON, keys sorted.
+        essential: The state's decision-relevant JSON when written (None when read).
+        at: When it was written, seconds (-inf when read at start).
+    """
+
+    text: str
+    essential: str | None
+    at: float
 
 
 class Actuator(Protocol):
@@ -62,6 +80,43 @@ class Elector(Protocol):
     def release(self) -> object:
         """Give the lease up."""
         ...
+
+
+class KubeWorkload:
+    """One target behind the decision step's ``Workload`` protocol: reads, and writes unless dry.
+
+    Args:
+        actuator: The cluster.
+        ref: The target.
+        dry_run: Read only: writes are skipped (the step's outcome still says what it
+            would have done).
+    """
+
+    def __init__(self, actuator: Actuator, ref: TargetRef, *, dry_run: bool = False) -> None:
+        self.actuator, self.ref, self.dry_run = actuator, ref, dry_run
+
+    def status(self, *, node_slots: bool) -> TargetStatus:
+        """``/scale`` and the live pods; with ``node_slots``, their nodes' room.
+
+        Returns:
+            The status.
+        """
+        return self.actuator.status(self.ref, node_slots=node_slots)
+
+    def scale(self, replicas: int) -> None:
+        """Write ``/scale`` (not in a dry run)."""
+        if not self.dry_run:
+            self.actuator.scale(self.ref, replicas)
+
+    def delete_pod(self, name: str) -> None:
+        """Delete a pod of the target (not in a dry run); its ReplicaSet recreates it."""
+        if not self.dry_run:
+            self.actuator.delete_pod(self.ref.namespace, name)
+
+    def cordon(self, node: str) -> None:
+        """Cordon a node (not in a dry run)."""
+        if not self.dry_run:
+            self.actuator.cordon(node)
 
 
 @dataclass(frozen=True, slots=True)

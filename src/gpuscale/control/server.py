@@ -93,6 +93,18 @@ class ControllerMetrics:
             ["target", "evidence"],
             registry=r,
         )
+        self.replacements = Counter(
+            f"{PREFIX}_replacements",
+            "Pods the policy had deleted for replacement (or, dry run, would have).",
+            ["target"],
+            registry=r,
+        )
+        self.state_writes = Counter(
+            f"{PREFIX}_state_writes",
+            "Writes of the policy state annotation on the target.",
+            ["target"],
+            registry=r,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader", "1 while this replica holds the leader lease.", registry=r
         )

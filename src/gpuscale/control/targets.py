@@ -14,22 +14,17 @@ it expects.
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any, Generic
 
 from gpuscale.control.config import GPUScaler, Target, policy_config
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.params import build
+from gpuscale.errors import config_error
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import (
-    PROMETHEUS_QUERY,
-    Decision,
-    Observation,
-    ScalingPolicy,
-    State,
-    signal_path_of,
-)
+from gpuscale.scaling.policy import Decision, Observation, S, ScalingPolicy
 
 
-class ScopedPolicy:
+class ScopedPolicy(Generic[S]):
     """A policy whose signals carry the target's matchers; ``decide`` is the policy's own.
 
     Args:
@@ -40,7 +35,7 @@ class ScopedPolicy:
 
     def __init__(
         self,
-        policy: ScalingPolicy,
+        policy: ScalingPolicy[S],
         signals: Mapping[str, Signal],
         pod_signals: Mapping[str, Signal],
     ) -> None:
@@ -52,11 +47,27 @@ class ScopedPolicy:
         self.max_replicas = policy.max_replicas
         self.signals: Mapping[str, Signal] = MappingProxyType(dict(signals))
         self.pod_signals: Mapping[str, Signal] = MappingProxyType(dict(pod_signals))
-        self.signal_path = signal_path_of(policy, PROMETHEUS_QUERY)
+        self.signal_path = policy.signal_path
         # Policies that fill whole nodes read each node's room (``TargetStatus.node_slots``).
-        self.reads_node_slots = bool(getattr(policy, "reads_node_slots", False))
+        self.reads_node_slots = policy.reads_node_slots
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def initial_state(self) -> S:
+        """The policy's state before its first decision.
+
+        Returns:
+            The wrapped policy's.
+        """
+        return self.inner.initial_state()
+
+    def load_state(self, data: Mapping[str, Any]) -> S:
+        """The policy's state from its JSON.
+
+        Returns:
+            The wrapped policy's.
+        """
+        return self.inner.load_state(data)
+
+    def decide(self, observation: Observation, state: S) -> Decision[S]:
         """The policy's decision.
 
         Returns:
@@ -102,7 +113,7 @@ class TargetRuntime:
 
     ref: TargetRef
     spec: Target
-    policy: ScopedPolicy
+    policy: ScopedPolicy[Any]
     delay_s: float = 0.0
     owner: str = ""
     all_signals: Mapping[str, Signal] = field(default_factory=dict)
@@ -117,12 +128,24 @@ def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
     sref = target.scale_target_ref
     ns = sref.namespace or doc.metadata.namespace
     ref = TargetRef(sref.api_version, sref.kind, sref.name, ns)
-    policy = target.kind.make(policy_config(target), target.kind.name)
+    policy = target.kind.build(policy_config(target), target.kind.name)
     overrides = {k: build(v) for k, v in target.metrics.signals.items()}
     matchers = target.metrics.matchers
     signals = scope(policy.signals, ns, matchers, overrides)
     pod_signals = scope(policy.pod_signals, ns, matchers, overrides)
     scoped = ScopedPolicy(policy, signals, pod_signals)
+    path = scoped.signal_path
+    if path.source == "direct" and target.metrics.scrape_interval_seconds > path.interval_s:
+        # The controller samples through Prometheus: it honours a direct path (Knative's
+        # each-second concurrency) only when Prometheus scrapes the pods that often.
+        where = f"{doc.metadata.namespace}/{doc.metadata.name} {ref.kind} {ns}/{sref.name}"
+        raise config_error(
+            f"{where}: metrics.scrapeIntervalSeconds",
+            f"policy {policy.name} reads its signals every {path.interval_s:g} s but Prometheus "
+            f"scrapes them every {target.metrics.scrape_interval_seconds:g} s",
+            f"scrape the pods' serving metrics every {path.interval_s:g} s and set "
+            f"metrics.scrapeIntervalSeconds: {path.interval_s:g}",
+        )
     # Pod signals and workload signals may share keys; freshness checks them all.
     every = {**{f"{k} by pod": s for k, s in pod_signals.items()}, **signals}
     return TargetRuntime(

@@ -1,7 +1,9 @@
 """The one list of policies the harness compares, and how each is configured fairly.
 
-Adding a policy is one ``register(PolicySpec(...))`` call here (the mechanics are
-in ``evaluate.registry``, re-exported by this module). The CLI's ``--policy``
+Each entry runs a kind of the one policy catalogue (``scaling.catalogue``) with the
+harness's fair settings and sweep knob; adding a variant is one
+``register(PolicySpec(...))`` call here (the mechanics are in
+``evaluate.registry``, re-exported by this module). The CLI's ``--policy``
 choices, the runner's defaults and run order, and the report's parameter table
 all read this registry.
 
@@ -10,7 +12,6 @@ CLI can list the choices without loading the simulator.
 """
 
 import dataclasses
-from collections.abc import Sequence
 
 from gpuscale.evaluate.knobs import Knob
 from gpuscale.evaluate.registry import FairInputs as FairInputs
@@ -22,14 +23,14 @@ from gpuscale.evaluate.registry import names as names
 from gpuscale.evaluate.registry import register as register
 from gpuscale.evaluate.registry import unregister as unregister
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR, HpaConfig, HpaPolicy
-from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy
-from gpuscale.scaling.keda import KedaConfig, KedaPolicy
-from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
-from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
-from gpuscale.scaling.policy import ScalingPolicy
-from gpuscale.scaling.predictive import PredictiveConfig, PredictivePolicy
-from gpuscale.scaling.static import StaticConfig, StaticPolicy
+from gpuscale.scaling.catalogue import KINDS
+from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR, HpaConfig
+from gpuscale.scaling.hybrid import HybridConfig
+from gpuscale.scaling.keda import KedaConfig
+from gpuscale.scaling.kpa import KpaConfig
+from gpuscale.scaling.oracle import OracleConfig
+from gpuscale.scaling.predictive import PredictiveConfig
+from gpuscale.scaling.static import StaticConfig
 
 # Units the harness knows better than the config's own metadata: what the target
 # measures depends on the signal the harness gives the policy.
@@ -112,34 +113,13 @@ def _oracle(f: FairInputs) -> OracleConfig:
     )
 
 
-def _build_static(c: StaticConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
-    return StaticPolicy.from_config(c, name)
-
-
-def _build_hpa(c: HpaConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
-    return HpaPolicy(c, name)
-
-
-def _build_keda(c: KedaConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
-    return KedaPolicy(c, name)
-
-
-def _build_kpa(c: KpaConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
-    return KpaPolicy(c, name)
-
-
-def _build_oracle(c: OracleConfig, required: Sequence[int], name: str) -> ScalingPolicy:
-    return OraclePolicy.from_config(required, c, name)
-
-
 _BOUNDS = ("min_replicas", "max_replicas")
 
 register(
     PolicySpec(
         "static",
-        StaticConfig,
+        KINDS["static"],
         _static,
-        _build_static,
         ("replicas",),
         knob=Knob("replicas", "replicas", 0.5, 1.5, integer=True, cheap_up=False, minimum=1),
     )
@@ -156,9 +136,8 @@ _HPA_KNOB = Knob(
 register(
     PolicySpec(
         "hpa",
-        HpaConfig,
+        KINDS["hpa"],
         _hpa,
-        _build_hpa,
         ("target_average_value", *_BOUNDS),
         units=HPA_UNITS,
         knob=_HPA_KNOB,
@@ -167,9 +146,8 @@ register(
 register(
     PolicySpec(
         "keda",
-        KedaConfig,
+        KINDS["keda"],
         _keda,
-        _build_keda,
         ("threshold", *_BOUNDS),
         knob=Knob("threshold", "requests per replica", 0.4, 1.4),
     )
@@ -177,9 +155,8 @@ register(
 register(
     PolicySpec(
         "kpa",
-        KpaConfig,
+        KINDS["kpa"],
         _kpa,
-        _build_kpa,
         ("target", *_BOUNDS),
         units=KPA_UNITS,
         knob=Knob("target", "concurrent requests per replica", 0.4, 1.4),
@@ -188,9 +165,8 @@ register(
 register(
     PolicySpec(
         "hpa-behavior",
-        HpaConfig,
+        KINDS["hpa"],
         _hpa_behavior,
-        _build_hpa,
         ("target_average_value", *_BOUNDS),
         units=HPA_UNITS,
         default=False,
@@ -200,9 +176,8 @@ register(
 register(
     PolicySpec(
         "hpa-sm",
-        HpaConfig,
+        KINDS["hpa"],
         _hpa_sm,
-        _build_hpa,
         ("metric", "target_average_value", *_BOUNDS),
         units={**HPA_SM_UNITS, "metric": "DCGM field"},
         knob=Knob(
@@ -218,9 +193,8 @@ register(
 register(
     PolicySpec(
         "keda-util",
-        KedaConfig,
+        KINDS["keda"],
         _keda_util,
-        _build_keda,
         ("threshold", *_BOUNDS),
         units=KEDA_UTIL_UNITS,
         default=False,
@@ -230,9 +204,8 @@ register(
 register(
     PolicySpec(
         "keda-sm",
-        KedaConfig,
+        KINDS["keda"],
         _keda_sm,
-        _build_keda,
         ("threshold", *_BOUNDS),
         units=KEDA_SM_UNITS,
         default=False,
@@ -242,9 +215,8 @@ register(
 register(
     PolicySpec(
         "oracle",
-        OracleConfig,
+        KINDS["oracle"],
         _oracle,
-        _build_oracle,
         (
             "lead_s",
             "node_lead_s",
@@ -289,22 +261,13 @@ def _hybrid(f: FairInputs) -> HybridConfig:
     )
 
 
-def _build_predictive(c: PredictiveConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
-    return PredictivePolicy(c, name)
-
-
-def _build_hybrid(c: HybridConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
-    return HybridPolicy(c, name)
-
-
 _PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", "node_size", *_BOUNDS)
 _PLAN_KNOB = Knob("per_replica", "requests per replica", 0.6, 1.4)
 register(
     PolicySpec(
         "predictive",
-        PredictiveConfig,
+        KINDS["predictive"],
         _predictive,
-        _build_predictive,
         _PLAN_FIELDS,
         units={"per_replica": "requests (in flight + queued) per replica"},
         knob=_PLAN_KNOB,
@@ -314,9 +277,8 @@ register(
 register(
     PolicySpec(
         "hybrid",
-        HybridConfig,
+        KINDS["hybrid"],
         _hybrid,
-        _build_hybrid,
         (*_PLAN_FIELDS, "sm_target", "queue_wait_s", "wait_budget_s"),
         units={"per_replica": "requests (in flight + queued) per replica"},
         knob=_PLAN_KNOB,

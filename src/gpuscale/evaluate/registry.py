@@ -5,8 +5,10 @@ policy) and re-exports everything here, so callers import ``evaluate.policies``
 (importing this module alone registers nothing). A ``PolicySpec`` says
 everything the harness needs: the policy's typed config (a frozen dataclass, so
 it pickles to worker processes), how its fair parameters follow from the
-scenario (``FairInputs``), how to build the policy from its config, and the unit
-of every parameter the report prints.
+scenario (``FairInputs``), and the unit of every parameter the report prints.
+The policy itself, its config type and its builder are the kind's in the one
+catalogue (``scaling.catalogue``): the harness adds only its fair settings and
+its sweep knob.
 
 Like ``evaluate.policies``, this module imports no numpy and no simulator.
 """
@@ -18,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from gpuscale.errors import config_error
 from gpuscale.evaluate.knobs import Knob
+from gpuscale.scaling.catalogue import PolicyKind
 from gpuscale.scaling.policy import ScalingPolicy
 
 C = TypeVar("C")
@@ -64,10 +67,8 @@ class PolicySpec(Generic[C]):
 
     Attributes:
         name: The ``--policy`` name, also the policy's name in results.
-        config_type: The policy's config dataclass.
+        kind: The catalogue's kind it runs (``scaling.catalogue``).
         fair: Derives the config from the scenario by the policy's fair rule.
-        build: Builds the policy from (config, per-second requirement, name); only the
-            oracle reads the requirement.
         fair_fields: The config fields the fair rule sets: recorded in ``results.json``
             and printed, with units, in the report.
         units: Units by field name, for fields whose meaning the harness fixes (the
@@ -79,13 +80,25 @@ class PolicySpec(Generic[C]):
     """
 
     name: str
-    config_type: type[C]
+    kind: PolicyKind
     fair: Callable[[FairInputs], C]
-    build: Callable[[C, Sequence[int], str], ScalingPolicy]
     fair_fields: tuple[str, ...]
     units: Mapping[str, str] = field(default_factory=dict)
     knob: Knob | None = None
     default: bool = True
+
+    @property
+    def config_type(self) -> type[C]:
+        """The kind's config dataclass."""
+        return self.kind.config_type
+
+    def build(self, config: C, required: Sequence[int], name: str) -> ScalingPolicy[Any]:
+        """The policy from its config (only a hindsight kind reads ``required``).
+
+        Returns:
+            The policy.
+        """
+        return self.kind.build(config, name, required)
 
     def unit(self, key: str) -> str | None:
         """The unit of a config field: ``units``, else its ``metadata["unit"]``.

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from gpuscale.errors import config_error
-from gpuscale.metrics.promql import compile_signal, newest_query
+from gpuscale.metrics.promql import compile_signal, newest_by_query, newest_query
 from gpuscale.metrics.signal import LabelledValue, MetricsUnavailable, Signal
 
 MAX_BODY_IN_MESSAGE = 200
@@ -242,6 +242,24 @@ class PrometheusSource:
             return None
         t = found[0].points[-1][1]
         return t if math.isfinite(t) else None
+
+    def newest_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
+        """Time of the newest raw sample per value of ``label`` (``max by (label)`` of it).
+
+        Returns:
+            {value of ``label``: seconds}; series without the label are left out.
+
+        Raises:
+            MetricsUnavailable: The server could not answer.
+        """
+        query = newest_by_query(signal, label)
+        found = self._query("query", {"query": query, "time": _format_time(at)})
+        out: dict[str, float] = {}
+        for res in found:
+            key = res.labels.get(label)
+            if key and res.points and math.isfinite(res.points[-1][1]):
+                out[key] = res.points[-1][1]
+        return out
 
     # ------------------------------------------------------------------- HTTP
     def _query(self, endpoint: str, form: Mapping[str, str]) -> list[LabelledValue]:

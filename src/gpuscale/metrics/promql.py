@@ -119,3 +119,16 @@ def newest_query(signal: Signal) -> str:
         sample within the server's lookback.
     """
     return f"max(timestamp({selector(signal)}))"
+
+
+def newest_by_query(signal: Signal, label: str) -> str:
+    """PromQL for the time of the newest raw sample of a signal's series, per ``label``.
+
+    Returns:
+        ``max by (label) (timestamp(<selector>))``.
+
+    Raises:
+        ValueError: ``label`` is not a valid label name.
+    """
+    _check_name("label", label, LABEL_NAME)
+    return f"max by ({label}) (timestamp({selector(signal)}))"

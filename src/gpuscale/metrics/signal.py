@@ -4,9 +4,9 @@ The same Signal is compiled to PromQL for Prometheus and evaluated directly by
 the in-process store, so policies are indifferent to which one is behind them.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from gpuscale.errors import TransientError
 
@@ -85,5 +85,59 @@ class MetricsSource(Protocol):
 
         Returns:
             Seconds, or None when no series of the signal has such a sample.
+        """
+        ...
+
+
+# Optional capabilities. A source has one when it can answer the same question
+# faster or finer than the base protocol; callers test for it with ``isinstance``
+# once, where they are built, and read nothing by name.
+
+
+@runtime_checkable
+class KeyedInstant(Protocol):
+    """A source that keys an instant query's values by one label (the in-process store)."""
+
+    def instant_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
+        """``instant``'s values keyed by ``label``, without a result object per series.
+
+        Returns:
+            {value of ``label``: the result's value} for each result carrying ``label``.
+        """
+        ...
+
+
+SummedPoints = tuple[tuple[tuple[float, float], ...], ...]
+"""Each signal's (time, value) points, in the order the signals were given."""
+
+
+@runtime_checkable
+class SummedWindows(Protocol):
+    """A source that keeps its totals added per sample (the direct path's ring)."""
+
+    def summed_window(
+        self, signals: Sequence[Signal], start: float, end: float, step: float
+    ) -> tuple[SummedPoints, list[float], list[float]] | None:
+        """``range`` of each signal and their point-by-point sum, from one call.
+
+        Returns:
+            (each signal's points, times in seconds, sums), or None where it cannot
+            (the caller reads ``range`` instead).
+        """
+        ...
+
+
+@runtime_checkable
+class NewestByLabel(Protocol):
+    """A source that tells how fresh each series of a signal is, keyed by one label."""
+
+    def newest_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
+        """Time of the newest raw sample of the signal's series, per value of ``label``.
+
+        Like ``max by (label) (timestamp(selector))``: only samples an instant query at
+        ``at`` would see count; series without the label are left out.
+
+        Returns:
+            {value of ``label``: seconds}.
         """
         ...

@@ -303,6 +303,33 @@ class MetricStore:
         # the staleness marker), so the newest row is the only one an instant query sees.
         return float(ts[row]) if not np.all(np.isnan(fam.values[row, columns])) else None
 
+    def newest_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
+        """Time of the newest sample an instant query sees, per value of ``label``.
+
+        Like ``max by (label) (timestamp(selector))``. Every series of a family is
+        written at each scrape (an absent one as NaN, the staleness marker), so a
+        visible series' newest sample is the family's newest row.
+
+        Returns:
+            {value of ``label``: seconds} for the series carrying ``label``.
+        """
+        fam = self._families.get(signal.metric)
+        if fam is None or fam.rows == 0:
+            return {}
+        columns = self._grouping(fam, Signal(signal.metric, signal.matchers)).columns
+        ts = fam.times[: fam.rows]
+        row = int(np.searchsorted(ts, float(at), side="right")) - 1
+        if columns.size == 0 or row < 0 or at - ts[row] > self.lookback_s:
+            return {}
+        t = float(ts[row])
+        seen = ~np.isnan(fam.values[row, columns])
+        out: dict[str, float] = {}
+        for col, visible in zip(columns.tolist(), seen.tolist(), strict=True):
+            key = fam.labels[col].get(label)
+            if visible and key is not None:
+                out[key] = t
+        return out
+
     def range(self, signal: Signal, start: float, end: float, step: float) -> list[LabelledValue]:
         """Evaluate a signal at ``start, start + step, ...`` up to ``end``.
 

@@ -388,6 +388,7 @@ class HpaPolicy:
         )
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
+        self.reads_node_slots = False
 
     def decide(self, observation: Observation, state: State) -> Decision:
         """Run one HPA sync.

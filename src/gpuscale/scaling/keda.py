@@ -163,6 +163,7 @@ class KedaPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = config.min_replicas
         self.max_replicas = config.max_replicas
+        self.reads_node_slots = False
 
     def _done(self, current: int, replicas: int, reason: str, state: dict[str, Any]) -> Decision:
         replicas = clamp(replicas, self.min_replicas, self.max_replicas)

@@ -204,6 +204,7 @@ class KpaPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
+        self.reads_node_slots = False
         # Read at every tick: worked out once.
         self._panic_window_s = self.config.panic_window_s
         self._panic_ratio = self.config.panic_threshold_percentage / 100

@@ -32,7 +32,7 @@ from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import check_bounds, clamp
 from gpuscale.scaling.nodes import known_slots, on_nodes, short_by
-from gpuscale.scaling.policy import Decision, Observation, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, State
 from gpuscale.scaling.rangemax import RangeMax
 
 logger = logging.getLogger(__name__)
@@ -166,6 +166,7 @@ class OraclePolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
+        self.signal_path = PROMETHEUS_QUERY  # reads nothing but the status
 
     @classmethod
     def from_config(

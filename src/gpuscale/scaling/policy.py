@@ -9,12 +9,15 @@ what lets a policy proven in the simulator run unchanged in production.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from gpuscale.metrics.signal import Signal
 
 State = Mapping[str, Any]
 """A policy's memory between decisions; must round-trip through JSON."""
+
+S = TypeVar("S")
+"""A policy's state type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +104,8 @@ NO_SUMS: Mapping[tuple[str, ...], SeriesSum] = MappingProxyType({})
 class SignalPath:
     """How a controller's signals reach it, and so how old they are when it decides.
 
-    A policy declares its path as an optional ``signal_path`` attribute (read with
-    ``signal_path_of``); the simulator and the live controller honour it.
+    Every policy declares its path as its ``signal_path`` attribute; the simulator
+    models it and the live controller honours it or refuses the target.
 
     Attributes:
         source: ``prometheus``: the series Prometheus scraped (dcgm-exporter's
@@ -134,14 +137,9 @@ QUEUE_PROXY = SignalPath("direct", interval_s=1.0, delay_s=0.0)
 """Knative's autoscaler scraping every queue-proxy each second (``scrapeTickInterval``)."""
 
 
-def signal_path_of(policy: object, default: SignalPath) -> SignalPath:
-    """The signal path a policy declares, or ``default`` when it declares none.
-
-    Returns:
-        The policy's ``signal_path`` attribute when it is a ``SignalPath``, else ``default``.
-    """
-    path = getattr(policy, "signal_path", None)
-    return path if isinstance(path, SignalPath) else default
+RECORDING_RULE = SignalPath("prometheus", delay_s=15.0)
+"""Series read through a recording rule evaluated every 15 s (prometheus-adapter's usual
+setup for an HPA on DCGM series): up to one evaluation interval old."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +178,7 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(Generic[S]):
     """What a policy wants.
 
     Attributes:
@@ -195,11 +193,11 @@ class Decision:
 
     replicas: int
     reason: str
-    state: State = field(default_factory=dict)
+    state: S
     delete: tuple[str, ...] = ()
 
 
-class ScalingPolicy(Protocol):
+class ScalingPolicy(Protocol[S]):
     """A pure replica-count decision rule.
 
     Attributes:
@@ -210,9 +208,10 @@ class ScalingPolicy(Protocol):
         pod_signals: Per-pod signals (grouped by ``pod``), by the key it expects in ``pod_metrics``.
         min_replicas: Lower bound of every decision.
         max_replicas: Upper bound of every decision.
-
-    A policy may also declare ``signal_path`` (a ``SignalPath``); one that does not
-    reads Prometheus through a recording rule, at the caller's default delay.
+        signal_path: Where its samples come from, how often and how late
+            (``SignalPath``): the simulator models it and the controller honours it.
+        reads_node_slots: Whether it reads ``TargetStatus.node_slots`` (the room on
+            each node of the pool), which costs the live controller a node read.
     """
 
     name: str
@@ -222,8 +221,10 @@ class ScalingPolicy(Protocol):
     pod_signals: Mapping[str, Signal]
     min_replicas: int
     max_replicas: int
+    signal_path: SignalPath
+    reads_node_slots: bool
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: S) -> Decision[S]:
         """Decide the desired replicas.
 
         Args:

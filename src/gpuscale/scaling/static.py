@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import Decision, Observation, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, State
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class StaticPolicy:
         self.pod_signals: Mapping[str, Signal] = MappingProxyType({})
         self.min_replicas = replicas
         self.max_replicas = replicas
+        self.signal_path = PROMETHEUS_QUERY  # reads nothing; the path is moot
+        self.reads_node_slots = False
 
     @classmethod
     def from_config(cls, config: StaticConfig, name: str = "static") -> "StaticPolicy":

@@ -390,7 +390,10 @@ class Cluster:
         return True
 
     def fail_gpu(self, slot: int, now: float, replace_after: float | None = None) -> Pod | None:
-        """The GPU in ``slot`` fell off the bus: its pod fails and is replaced elsewhere.
+        """The GPU in ``slot`` fell off the bus: its pod fails (``ClusterConfig.lost_gpu_pod``).
+
+        With ``replaced`` the pod is gone and its ReplicaSet places a new one elsewhere;
+        with ``stuck`` it stays on the GPU, never Ready, until deleted.
 
         Args:
             slot: GPU slot.
@@ -405,12 +408,32 @@ class Cluster:
             self.use.note(node, working=-1)
         self.slot_broken[slot] = True
         self._slots = None
+        if self.config.lost_gpu_pod == "stuck":
+            pod = self._stick(slot)
+            if replace_after is not None:
+                self._push(now + replace_after, 3, slot)
+            return pod
         pod = self._evict(slot)
         if replace_after is not None:
             self._push(now + replace_after, 3, slot)
         self._reconcile(now)
         self._finish_drain(node, now)
         self._schedule_node_removal(node, now)
+        return pod
+
+    def _stick(self, slot: int) -> Pod | None:
+        """The pod on a GPU that fell off the bus crash-loops there: not Ready, never again."""
+        uid = int(self.slot_pod[slot])
+        pod = self.pods.get(uid) if uid >= 0 else None
+        if pod is None or pod.state not in (STARTING, READY):
+            return pod
+        self._left(pod)
+        self._status_changes += 1
+        pod.state, pod.ready_at = STARTING, None
+        self._live_status[pod.uid] = pod_status(pod)
+        self._starting[pod.uid] = pod  # a not-Ready pod, first to go on a scale-in
+        pod.due = math.inf  # no start falls due: it waits to be deleted
+        self.version += 1
         return pod
 
     def _evict(self, slot: int) -> Pod | None:

@@ -10,14 +10,16 @@ or the fluid inexact, one request at a time (``requests.RequestQueue``), as
 interval the GPU physics advances over the interval's serving state
 (``scrape.Telemetry``); every scrape interval the last collected DCGM fields
 and the serving metrics are written into the in-process metric store (the families
-the policy's signals query, if any). Every ``policy.interval_s`` the policy gets an
-``Observation`` (``scaling.observe.observe``) built only from its signal source
-and the deployment's status, never from the simulator's state: the metric store
-for a policy on the Prometheus path, evaluated its declared ``delay_s`` in the
-past (``rule_delay_s`` when it declares no path), or a ring of per-second
-serving totals for one on the direct path (Knative's); its decision, clamped to
-its bounds, becomes ``spec.replicas``. The run ends by
-checking that every arrival was counted once (``outcome.check_conservation``).
+the policy's signals query, if any). Every ``policy.interval_s`` the engine runs
+the decision step (``scaling.step.DecisionStep``), the same step the live
+controller runs: it observes only the policy's signal source and the
+deployment's status, never the simulator's state (the metric store for a policy
+on the Prometheus path, evaluated its declared ``delay_s`` in the past, or a ring
+of per-second serving totals for one on the direct path, Knative's), holds on
+unfit data, bounds the policy's answer, deletes the pods it replaces and, with
+``Scenario.remediate``, those whose GPU broke, and sets ``spec.replicas``
+(``sim.stepping.ClusterWorkload``). The run ends by checking that every arrival
+was counted once (``outcome.check_conservation``).
 
 Between two of these events nothing changes the Ready capacity, so while no pod
 drains the queue advances over the whole block of seconds in one call
@@ -38,8 +40,11 @@ from gpuscale.errors import ConfigError
 from gpuscale.metrics.ring import SecondTotals
 from gpuscale.metrics.signal import MetricsSource
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
-from gpuscale.scaling.observe import observe
-from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
+from gpuscale.scaling.failsafe import REASONS
+from gpuscale.scaling.policy import ScalingPolicy
+from gpuscale.scaling.remediate import SERIES as REMEDIATION_SERIES
+from gpuscale.scaling.remediate import XID_RECENT_S
+from gpuscale.scaling.step import REMEDIATE, DecisionStep, StepSettings
 from gpuscale.sim.alerting import SimAlerting, alert_window_s
 from gpuscale.sim.cluster import (
     READY,
@@ -59,8 +64,9 @@ from gpuscale.sim.queue_model import (
 )
 from gpuscale.sim.scenario import Scenario as Scenario  # re-exported: callers import it here
 from gpuscale.sim.scrape import Telemetry
-from gpuscale.sim.series import IN_FLIGHT, QUEUE, SeriesWriter
+from gpuscale.sim.series import GPU_UP, IN_FLIGHT, QUEUE, SeriesWriter
 from gpuscale.sim.serving import relative_speed, replica_slots, service_scv
+from gpuscale.sim.stepping import ClusterWorkload, OutageSource, outage_windows
 from gpuscale.sim.summary import summarise_run
 from gpuscale.telemetry.physics import FleetPhysics, gpu_model
 
@@ -79,7 +85,7 @@ def _first_second(x: float) -> int:
 class _Run:
     """One simulation's state; ``simulate`` is its only user."""
 
-    def __init__(self, scenario: Scenario, policy: ScalingPolicy) -> None:
+    def __init__(self, scenario: Scenario, policy: ScalingPolicy[Any]) -> None:
         self.sc, self.policy = scenario, policy
         cfg = scenario.cluster
         seeds = np.random.SeedSequence(scenario.seed).spawn(4)
@@ -92,16 +98,18 @@ class _Run:
         self.physics = FleetPhysics(
             [model] * self.cluster.n_devices, seed=int(seeds[1].generate_state(1)[0])
         )
-        self.path = signal_path_of(policy, SignalPath(delay_s=scenario.rule_delay_s))
+        self.path = policy.signal_path
         windows = [s.window for s in (*policy.signals.values(), *policy.pod_signals.values())]
         retention = policy.history_s + max(windows, default=0.0) + self.path.delay_s + LOOKBACK_S
         alerting = scenario.alerting
         if alerting:  # the rules read further back than the policy may
             retention = max(retention, alert_window_s() + LOOKBACK_S)
         self.store = MetricStore(retention_s=retention + 4 * scenario.scrape_interval_s)
-        metrics: set[str] | None = {
-            s.metric for s in (*policy.signals.values(), *policy.pod_signals.values())
-        }
+        wanted = {s.metric for s in (*policy.signals.values(), *policy.pod_signals.values())}
+        if scenario.remediate:  # what remediation reads (``scaling.remediate``), how far back
+            wanted |= {GPU_UP, *REMEDIATION_SERIES}
+            retention = max(retention, XID_RECENT_S + LOOKBACK_S)
+        metrics: set[str] | None = wanted
         if alerting:
             metrics = None  # every DCGM family: the rules read them
         self.writer = SeriesWriter(self.store, self.cluster, model.name, scenario.seed, metrics)
@@ -129,8 +137,10 @@ class _Run:
             slots=self.slots,
             speed=self.model_speed,
         )
-        self.state: dict[str, Any] = {}
-        self.scale_events = 0
+        self.state: Any = policy.initial_state()
+        self.workload = ClusterWorkload(self.cluster)
+        self.holds = dict.fromkeys(REASONS, 0)
+        self.replaced = self.remediated = 0
         self._cap_version = -1
         self._cap_dirty = True
         self.ready: list[Pod] = []
@@ -144,7 +154,8 @@ class _Run:
         self._loading = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
         self._stopping = np.zeros(0, dtype=np.int64)
         self._transit_seen = -1  # ``cluster.version`` when the two above were built
-        read = alerting or (self.ring is None and bool(policy.signals or policy.pod_signals))
+        read = alerting or scenario.remediate
+        read = read or (self.ring is None and bool(policy.signals or policy.pod_signals))
         tel_args = (self.cluster, self.physics, self.writer, serving, scenario.workload)
         self.tel = Telemetry(*tel_args, self.slots, scraped=read)
         self._drain_dev: dict[int, np.ndarray] = {}  # pod uid -> its devices, of each pod drained
@@ -154,6 +165,26 @@ class _Run:
             args = (self.store, self.cluster, self.writer.uuids, model.name)
             collect = (scenario.collect_interval_s, scenario.collect_offset_s)
             self.alerting = SimAlerting(*args, scenario.alert_interval_s, collect)
+        # Remediation reads the GPU series Prometheus holds (the store), whatever path
+        # the policy's own signals take; an outage takes both down.
+        self.outages: list[OutageSource] = []
+        health: MetricsSource = self.store
+        down = outage_windows(scenario.faults)
+        if down:
+            self.outages = [OutageSource(self.source, down)]
+            self.source = self.outages[0]
+            if self.ring is not None:
+                self.outages.append(OutageSource(self.store, down))
+            health = self.outages[-1]
+        settings = StepSettings(
+            policy.min_replicas,
+            policy.max_replicas,
+            stale_after_s=scenario.stale_after_s,
+            step_s=scenario.scrape_interval_s,
+            remediate=scenario.remediate,
+            namespace=cfg.namespace,
+        )
+        self.step = DecisionStep(policy, self.source, settings, self.path, health_source=health)
 
     # ----------------------------------------------------------------- capacity
     def _flush(self) -> None:
@@ -278,24 +309,21 @@ class _Run:
             self.tel.scrape(t, per_pod, self.queue.waiting)
 
     # ----------------------------------------------------------------- decisions
-    def _observe(self, t: float) -> Observation:
-        status = self.cluster.status()
-        return observe(
-            self.source, self.policy, status, t, delay_s=self.path.delay_s, step_s=self.step_s
-        )
-
     def _decide(self, t: float) -> None:
-        obs = self._observe(t)
-        decision = self.policy.decide(obs, self.state)
-        self.state = dict(decision.state)
-        if decision.delete:  # named pods go first, as pod-deletion-cost -> lowest
-            self.cluster.delete_named(decision.delete, t)
-        want = min(max(int(decision.replicas), self.policy.min_replicas), self.policy.max_replicas)
-        name, before = self.policy.name, self.cluster.desired
-        logger.debug("t=%.0f %s: %d -> %d (%s)", t, name, before, want, decision.reason)
-        if want != self.cluster.desired:
-            self.scale_events += 1
-            self.cluster.scale(want, t)
+        self.workload.now = t
+        for outage in self.outages:
+            outage.now = t
+        out = self.step.run(self.workload, lambda: t, self.state)
+        self.state = out.state
+        if out.held is not None:
+            self.holds[out.held.reason] += 1
+        for d in out.deleted:
+            if d.cause == REMEDIATE:
+                self.remediated += 1
+            else:
+                self.replaced += 1
+        name, before = self.policy.name, out.status.desired
+        logger.debug("t=%.0f %s: %d -> %d (%s)", t, name, before, out.replicas, out.reason)
 
     # ----------------------------------------------------------------- loop
     def execute(self, progress: Callable[[float], None] | None) -> RunResult:
@@ -455,7 +483,7 @@ class _Run:
             latency_counts=summary.counts,
             gpu_seconds=float(held_n.sum()),
             busy_gpu_seconds=float(busy.sum()),
-            scale_events=self.scale_events,
+            scale_events=self.workload.scale_events,
             completed_requests=summary.completed,
             in_flight_requests=in_flight,
             retried_requests=self.queue.retried,
@@ -463,6 +491,9 @@ class _Run:
             tpot_within_slo=summary.tpot_within_slo,
             node_gpu_seconds=float(nodes.sum()),
             fault_timings=self.alerting.timings() if self.alerting is not None else (),
+            holds=tuple(self.holds.items()),
+            pods_replaced=self.replaced,
+            pods_remediated=self.remediated,
         )
         check_conservation(result)
         return result
@@ -470,7 +501,7 @@ class _Run:
 
 def simulate(
     scenario: Scenario,
-    policy: ScalingPolicy,
+    policy: ScalingPolicy[Any],
     *,
     progress: Callable[[float], None] | None = None,
 ) -> RunResult:

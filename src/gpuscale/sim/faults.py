@@ -16,6 +16,9 @@ status shows it). Policies are never told directly.
 * ``straggler``: the replica's GPU is held at ``factor`` of its boost clock (the
   exporter's straggler: a clock stuck low, hardware slowdown), so it serves at
   that share of its speed and its telemetry shows it, for ``duration`` or for good.
+* ``metrics-down``: the metric source (Prometheus) does not answer the autoscaler
+  for ``duration`` (``sim.stepping.OutageSource``; not this injector's: it touches
+  neither the cluster nor the GPUs).
 """
 
 import logging
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuscale.sim.cluster import Cluster, Pod
-from gpuscale.telemetry.faults import Fault, parse_fault, validate
+from gpuscale.telemetry.faults import HOST_KINDS, Fault, parse_fault, validate
 from gpuscale.telemetry.physics import XID_FELL_OFF_BUS, FleetPhysics
 
 logger = logging.getLogger(__name__)
@@ -87,7 +90,8 @@ class FaultInjector:
     def __post_init__(self) -> None:
         for fault in self.faults:
             validate(fault, "simulator")
-        self._pending = sorted(self.faults, key=lambda f: f.at_s)
+        on_fleet = (f for f in self.faults if f.kind not in HOST_KINDS)
+        self._pending = sorted(on_fleet, key=lambda f: f.at_s)
         self._rng = np.random.default_rng(self.seed)
         self._update_next()
 

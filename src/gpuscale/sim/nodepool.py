@@ -5,6 +5,7 @@ holds only the pods' and nodes' behaviour.
 """
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from gpuscale.errors import check_ranges
 from gpuscale.sim.coldstart import ColdStart
@@ -35,6 +36,13 @@ class ClusterConfig:
         cold_start: Time from scheduling to Ready.
         namespace: Namespace of the deployment (a label on its series).
         deployment: Deployment name; pods are named after it.
+        lost_gpu_pod: What happens to the pod on a GPU that fell off the bus.
+            ``replaced``: it fails and its ReplicaSet replaces it on another GPU at
+            once, as if something deleted it the moment the GPU went (remediation at
+            its fastest). ``stuck``: what Kubernetes does by itself: the pod stays
+            bound to the broken GPU, its container crash-looping, never Ready, and
+            holds the GPU until something deletes it (remediation, a policy that
+            replaces it, an operator).
     """
 
     gpu_model: str = "H100"
@@ -50,6 +58,7 @@ class ClusterConfig:
     cold_start: ColdStart = field(default_factory=ColdStart.from_gentd26)
     namespace: str = "default"
     deployment: str = "inference"
+    lost_gpu_pod: Literal["replaced", "stuck"] = "replaced"
 
     def __post_init__(self) -> None:
         floor = self.initial_nodes if self.min_nodes is None else self.min_nodes
@@ -65,13 +74,14 @@ class ClusterConfig:
             ),
             "scale_down_delay_after_add_s": self.scale_down_delay_after_add_s >= 0,
             "termination_grace_s": self.termination_grace_s >= 0,
+            "lost_gpu_pod": self.lost_gpu_pod in ("replaced", "stuck"),
         }
         check_ranges(
             "cluster",
             self,
             checks,
-            "need 0 <= min_nodes, initial_nodes <= max_nodes, non-negative times and a "
-            "utilisation threshold in [0, 1]",
+            "need 0 <= min_nodes, initial_nodes <= max_nodes, non-negative times, a "
+            "utilisation threshold in [0, 1] and lost_gpu_pod replaced or stuck",
         )
 
     @property

@@ -106,6 +106,10 @@ class RunResult:
             ``gpu_seconds`` when recorded, 0 when not.
         fault_timings: Per injected fault, time to detect and to mitigate, when the
             run evaluated the alert catalogue (``Scenario.alerting``); else empty.
+        holds: Decisions the fail-safe held, by reason (``scaling.failsafe.REASONS``):
+            the same holds the live controller would make on the same data.
+        pods_replaced: Pods the policy had deleted for replacement (``Decision.delete``).
+        pods_remediated: Pods remediation deleted (``Scenario.remediate``).
 
     Every arrival ends exactly once: ``completed_requests + dropped_requests +
     in_flight_requests == requests`` (``check_conservation``).
@@ -128,6 +132,9 @@ class RunResult:
     tpot_within_slo: float | None = None
     node_gpu_seconds: float = 0.0
     fault_timings: tuple[FaultTiming, ...] = ()
+    holds: tuple[tuple[str, int], ...] = ()
+    pods_replaced: int = 0
+    pods_remediated: int = 0
 
     @property
     def dropped_requests(self) -> float:

@@ -29,8 +29,10 @@ class Scenario:
         initial_replicas: Ready replicas at the start (a warmed-up deployment).
         faults: Faults to inject.
         scrape_interval_s: Prometheus' scrape period, seconds.
-        rule_delay_s: A policy that declares no ``signal_path`` evaluates its signals
-            this far in the past (a recording rule's evaluation), seconds.
+        stale_after_s: The decision step's freshness bound (a GPUScaler's
+            ``metrics.staleAfterSeconds``): older data holds the replicas, seconds.
+        remediate: The decision step deletes pods whose GPU the series show broken
+            (a GPUScaler's ``remediate: true``; ``scaling.remediate``).
         record_interval_s: Timeline row length, seconds.
         collect_interval_s: dcgm-exporter's collect period (``-c``, default 30 s):
             the GPU physics advances and the DCGM fields change only then, seconds.
@@ -56,7 +58,8 @@ class Scenario:
     initial_replicas: int = 1
     faults: tuple[SimFault, ...] = ()
     scrape_interval_s: float = 15.0
-    rule_delay_s: float = 15.0
+    stale_after_s: float = 60.0
+    remediate: bool = False
     record_interval_s: float = 10.0
     collect_interval_s: float = 30.0
     collect_offset_s: float = 7.0
@@ -72,7 +75,7 @@ class Scenario:
             <= self.initial_replicas * self.serving.gpus_per_replica
             <= self.cluster.max_gpus,
             "scrape_interval_s": self.scrape_interval_s >= 1,
-            "rule_delay_s": self.rule_delay_s >= 0,
+            "stale_after_s": self.stale_after_s > 0,
             "record_interval_s": self.record_interval_s >= 1,
             "collect_interval_s": self.collect_interval_s >= 1,
             "collect_offset_s": self.collect_offset_s >= 0,

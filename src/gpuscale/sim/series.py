@@ -23,6 +23,8 @@ REQUESTS_TOTAL = "gpuscale_serving_requests_total"
 """Requests a pod has completed (counter, label ``pod``)."""
 QUEUE = "gpuscale_serving_queue_requests"
 """Requests waiting for a free slot in the deployment (gauge, label ``deployment``)."""
+GPU_UP = "gpuscale_gpu_up"
+"""1 while a pod's GPU answers, 0 once it fell off the bus (the exporter's, per GPU)."""
 
 DCGM_SERIES: tuple[str, ...] = (
     "DCGM_FI_DEV_GPU_UTIL",
@@ -69,6 +71,7 @@ class SeriesWriter:
         self.dcgm_series = tuple(n for n in DCGM_SERIES if keep is None or n in keep)
         """The DCGM series written, in ``DCGM_SERIES`` order."""
         self._serving = {n: keep is None or n in keep for n in (IN_FLIGHT, REQUESTS_TOTAL, QUEUE)}
+        self._gpu_up = keep is None or GPU_UP in keep
         self.cluster = cluster
         rng = np.random.default_rng([seed, 0x6770])
         self.uuids = [
@@ -82,6 +85,7 @@ class SeriesWriter:
         self._held: list[Pod] = []
         self._ready_slots = np.zeros(0, dtype=np.int64)
         self._held_devs = np.zeros(0, dtype=np.int64)
+        self._held_slots = np.zeros(0, dtype=np.int64)
         self._ready: list[Pod] = []
         self._gpu_labels: list[Mapping[str, str]] = []
         self._pod_labels: list[Mapping[str, str]] = []
@@ -126,6 +130,7 @@ class SeriesWriter:
         self._gpu_labels, self._pod_labels = gpu_labels, pod_labels
         self._ready_slots = np.array([p.slot for p in self._ready], dtype=np.int64)
         self._held_devs = c.devices(held)
+        self._held_slots = np.array([s for p in held for s in p.gpus], dtype=np.int64)
 
     def add_completions(
         self, slots: np.ndarray, pods: np.ndarray, shares: np.ndarray, requests: float
@@ -163,6 +168,9 @@ class SeriesWriter:
         devs = self._held_devs
         for name in self.dcgm_series:
             store.ingest(t, name, self._gpu_labels, fields[name][devs])
+        if self._gpu_up:
+            up = np.where(self.cluster.slot_broken[self._held_slots], 0.0, 1.0)
+            store.ingest(t, GPU_UP, self._gpu_labels, up)
         if self._serving[IN_FLIGHT]:
             n_ready = len(self._ready)
             store.ingest(t, IN_FLIGHT, self._pod_labels, np.full(n_ready, in_flight))

@@ -51,6 +51,7 @@ FaultKind = Literal[
     "idle-allocated",
     "stale",
     "exporter-down",
+    "metrics-down",
 ]
 Injector = Literal["exporter", "simulator"]
 KINDS: tuple[str, ...] = get_args(FaultKind)
@@ -72,7 +73,7 @@ DEFAULT_LIMIT_SHARE = 0.3
 """Power limit of a ``power-cap`` fault without ``limit_w``, as a share of the card's TDP:
 about the lowest limit ``nvidia-smi -pl`` accepts (200 W on a 700 W H100, 100 W on a
 400 W A100), where a power brake or a misconfigured limit leaves a card."""
-HOST_KINDS = frozenset({"exporter-down"})
+HOST_KINDS = frozenset({"exporter-down", "metrics-down"})
 """Kinds that hit a whole host, not one GPU: they take no ``gpu=N``."""
 XID_GPU_LOST = 79
 """The XID of a GPU that has fallen off the bus, which ``gpu-lost`` reports."""
@@ -89,6 +90,7 @@ _KIND_KEYS: dict[str, frozenset[str]] = {
     "idle-allocated": frozenset({"duration"}),
     "stale": frozenset({"duration"}),
     "exporter-down": frozenset({"duration"}),
+    "metrics-down": frozenset({"duration"}),
 }
 """Keys each kind takes besides its target (``gpu`` or ``replica``)."""
 _KEY_ORDER = ("code", "gpu", "replica", "duration", "factor", "rise_c", "limit_w", "share")
@@ -97,8 +99,9 @@ _ENDS_ON_EXPORTER = frozenset(
 )
 """Kinds the exporter can end after ``duration``; the rest leave a GPU broken for good."""
 _INJECTS: dict[Injector, tuple[str, ...]] = {
-    "exporter": KINDS,  # the exporter's sim source injects every kind
-    "simulator": ("gpu-lost", "thermal", "ecc-dbe", "straggler"),
+    # the exporter's sim source injects every kind but the metric source's outage
+    "exporter": tuple(k for k in KINDS if k != "metrics-down"),
+    "simulator": ("gpu-lost", "thermal", "ecc-dbe", "straggler", "metrics-down"),
 }
 _TARGET: dict[Injector, str] = {"exporter": "gpu", "simulator": "replica"}
 _COMMAND: dict[Injector, str] = {
@@ -115,7 +118,8 @@ _FORMS: dict[Injector | None, str] = {
     "exporter-down@SECONDS[:duration=SECONDS]",
     "simulator": "gpu-lost@SECONDS[:replica=N][:duration=SECONDS], "
     "thermal@SECONDS[:replica=N][:rise_c=C][:duration=SECONDS], "
-    "ecc-dbe@SECONDS[:replica=N], straggler@SECONDS[:replica=N][:factor=F][:duration=SECONDS]",
+    "ecc-dbe@SECONDS[:replica=N], straggler@SECONDS[:replica=N][:factor=F][:duration=SECONDS], "
+    "metrics-down@SECONDS[:duration=SECONDS]",
     None: "KIND@SECONDS[:key=value]..., KIND one of " + ", ".join(KINDS),
 }
 _LEGACY_KINDS = ("xid", "ecc-dbe", "thermal", "row-remap")
@@ -148,8 +152,10 @@ class Fault:
             or replica slower than its peers), ``power-cap`` (power limit lowered or
             power brake), ``memory-full`` (framebuffer nearly all allocated),
             ``idle-allocated`` (a pod holds a GPU that does nothing), ``stale`` (the
-            GPU's values stop updating while the exporter answers) or
-            ``exporter-down`` (the host's exporter stops answering).
+            GPU's values stop updating while the exporter answers),
+            ``exporter-down`` (the host's exporter stops answering) or, in the
+            simulator only, ``metrics-down`` (the metric source, Prometheus, does not
+            answer the autoscaler).
         at_s: Seconds from the start (of the exporter, or of the simulated run).
         gpu: GPU index on the exporter's host.
         replica: Which Ready replica the simulator hits (0 = oldest); None picks one
@@ -402,5 +408,12 @@ def validate(fault: Fault, injector: Injector | None = None, spec: str | None = 
             where,
             f"the exporter cannot end a {fault.kind} fault",
             f"drop duration=; {fix}",
+        )
+    elif fault.kind in HOST_KINDS:
+        require(
+            fault.replica is None,
+            where,
+            f"{fault.kind} hits the whole run, not one replica",
+            f"drop replica=; {fix}",
         )
     return fault

@@ -47,6 +47,9 @@ ALERTS = "ALERTS"
 HEALTH_ALERTS = frozenset({"GpuFellOffBus", "GpuEccDoubleBitError", "GpuRowRemapFailure"})
 """Alerts of the catalogue (``gpuscale.alerts``) after which a GPU's work is lost or wrong."""
 
+SERIES = (GPU_UP, XID_COUNT, XID_LAST, DBE, ALERTS)
+"""Every series remediation reads."""
+
 REMEDIATE_XIDS = WORK_LOST_XIDS
 """The XIDs after which the GPU's work is lost or wrong (``gpuscale.fields.xid``)."""
 

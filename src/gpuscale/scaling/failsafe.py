@@ -1,10 +1,10 @@
-"""Fail-safe: when the data cannot be trusted the controller holds, and it always stays in bounds.
+"""Fail-safe: the decision step holds when the data cannot be trusted, and stays in bounds.
 
 A policy fed a missing series, a stale one or a NaN would compute a count from
 nothing, and the count it computes from "no load" is the smallest one: the
-workload would be scaled in exactly when the controller is blind. So before a
-policy sees an ``Observation`` the controller asks here whether the data is
-fit to act on:
+workload would be scaled in exactly when the autoscaler is blind. So before a
+policy sees an ``Observation`` the decision step (``scaling.step``), in the
+simulator as live, asks here whether the data is fit to act on:
 
 * ``missing``: a workload signal answered no series, or a per-pod signal answered
   none for any Ready pod (per-pod gaps for some pods are the policy's to judge,
@@ -12,7 +12,10 @@ fit to act on:
 * ``nan``: a value is NaN or infinite (Prometheus answers ``NaN`` for 0/0 and
   ``+Inf`` for x/0);
 * ``stale``: the newest raw sample of a signal is older than the bound
-  (``metrics.staleAfterSeconds``) at the evaluation time;
+  (``metrics.staleAfterSeconds``) at the evaluation time; and, for a decision that
+  would scale in, the newest sample of any Ready pod's series of any signal is
+  (``check_fresh_pods``): a scale-in counts every Ready pod's load, so a view in
+  which some pods went quiet would undercount it;
 * ``unavailable``: the source did not answer (``MetricsUnavailable``, judged by
   the caller).
 
@@ -22,10 +25,10 @@ within the target's step bounds for one sync.
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from gpuscale.metrics.signal import MetricsSource, Signal
+from gpuscale.metrics.signal import MetricsSource, NewestByLabel, Signal
 from gpuscale.scaling.policy import Observation
 
 MISSING = "missing"
@@ -65,10 +68,10 @@ def check_values(
     Returns:
         The first problem found, or None when every value is usable.
     """
-    for key in signals:
+    for key, sig in signals.items():
         points = observation.series.get(key, ())
         if not points:
-            return Problem(MISSING, f"{key}: no series")
+            return Problem(MISSING, f"{_named(key, sig)}: no series")
         bad = next((v for _, v in points if not math.isfinite(v)), None)
         if bad is not None:
             return Problem(NAN, f"{key} = {bad}")
@@ -79,7 +82,8 @@ def check_values(
             if not math.isfinite(v):
                 return Problem(NAN, f"{key}{{pod={pod!r}}} = {v}")
         if ready and not ready.intersection(values):
-            return Problem(MISSING, f"{key}: no sample for any of {len(ready)} Ready pods")
+            named = _named(key, pod_signals[key])
+            return Problem(MISSING, f"{named}: no sample for any of {len(ready)} Ready pods")
     return None
 
 
@@ -101,8 +105,50 @@ def check_fresh(
     for key, sig in signals.items():
         newest = source.newest(sig, at)
         if newest is not None and at - newest > stale_after_s:
-            return Problem(STALE, f"{key}: newest sample {at - newest:.0f} s old")
+            return Problem(STALE, f"{_named(key, sig)}: newest sample {at - newest:.0f} s old")
     return None
+
+
+def check_fresh_pods(
+    source: NewestByLabel,
+    signals: Mapping[str, Signal],
+    at: float,
+    stale_after_s: float,
+    ready: Collection[str],
+) -> Problem | None:
+    """Find Ready pods whose series of a signal are stale while other pods' are fresh.
+
+    Only series with a ``pod`` label are judged (a deployment-wide queue has none).
+
+    Args:
+        source: Where the signals are read (asked for ``newest_by``).
+        signals: Every signal the policy reads, by key.
+        at: Evaluation time, seconds.
+        stale_after_s: The freshness bound, seconds.
+        ready: Names of the Ready pods the decision counts.
+
+    Returns:
+        The first signal with stale Ready pods (at most five named), or None.
+    """
+    for key, sig in signals.items():
+        newest = source.newest_by(sig, at, "pod")
+        stale = sorted(p for p in ready if p in newest and at - newest[p] > stale_after_s)
+        if stale:
+            shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+            return Problem(
+                STALE,
+                f"{_named(key, sig)}: series of Ready pods {shown} older than "
+                f"{stale_after_s:g} s; not scaling in on a partial view",
+            )
+    return None
+
+
+def _named(key: str, signal: Signal) -> str:
+    """A signal as a hold reason names it: its key and, where they differ, its metric."""
+    metric = signal.metric
+    matchers = ",".join(f'{k}="{v}"' for k, v in sorted(signal.matchers.items()))
+    shown = f"{metric}{{{matchers}}}" if matchers else metric
+    return key if key == shown else f"{key} ({shown})"
 
 
 def bound(

@@ -5,7 +5,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuscale.control import failsafe
+from gpuscale.scaling import failsafe
 from gpuscale.metrics.signal import Signal
 from gpuscale.metrics.store import MetricStore
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
