@@ -106,6 +106,12 @@ class KubeApiDouble:
         self.faults = m.Faults()
         self.stalls = m.Faults()
         self.requests: Counter[str] = Counter()
+        # A slow API server for one client (by User-Agent): seconds each request of it
+        # waits before it is handled, by path fragment ("" matches every path).
+        self.agent_stalls: dict[str, list[tuple[str, float]]] = {}
+        # Every write the store applied: (double's time, User-Agent, "METHOD path", the
+        # Lease's holder after it when the path is a Lease's, else "").
+        self.writes: list[tuple[float, str, str, str]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         for node in nodes:
@@ -397,9 +403,14 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         api = self.api
+        agent = self.headers.get("User-Agent", "")
         with api.store.lock:
             api.requests[f"{method} {path}"] += 1
             stall = api.stalls.take(method, path)
+            for fragment, seconds in api.agent_stalls.get(agent, ()):
+                if fragment in path:
+                    stall = max(stall or 0.0, seconds)
+                    break
         if stall:
             time.sleep(stall)  # outside the lock: other requests are answered meanwhile
         with api.store.lock:
@@ -412,7 +423,20 @@ class _Handler(BaseHTTPRequestHandler):
                 api.workloads.sync()
             except ApiError as exc:
                 code, body = exc.code, exc.body
+            if method != "GET" and 200 <= code < 300:
+                holder = ""
+                if "/leases/" in path or path.endswith("/leases"):
+                    ns = str((body.get("metadata") or {}).get("namespace") or "")
+                    key = ("coordination.k8s.io/v1", "leases", ns, body_name(body))
+                    lease = api.store.objects.get(key)
+                    holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
+                api.writes.append((api.clock(), agent, f"{method} {path}", holder))
         self._send(code, body)
+
+
+def body_name(body: Obj) -> str:
+    """The name of the object an answer holds ("" when none)."""
+    return str((body.get("metadata") or {}).get("name") or "")
 
 
 def _no_constant(name: str) -> object:

@@ -20,6 +20,8 @@ from gpuscale.errors import config_error
 logger = logging.getLogger(__name__)
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+WRITE_TIMEOUT_S = 3.0
+"""With leader election: one API request's timeout, and the lease time a write needs left."""
 
 
 def _lease_namespace(given: str | None) -> str:
@@ -202,6 +204,7 @@ def autoscale(
     """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
     from gpuscale.control.config import load
     from gpuscale.control.controller import Controller
+    from gpuscale.control.kubecall import RetryPolicy
     from gpuscale.control.kubernetes import KubeActuator
     from gpuscale.control.seams import Settings
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
@@ -242,9 +245,13 @@ def autoscale(
         key_file=prometheus_key_file,
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
-    actuator = KubeActuator.connect(kubeconfig, context)
+    elect = leader_elect and not once
+    # With leader election, one request (and one call's retries) must end well inside
+    # the renew deadline: a write is sent only while the lease outlasts its timeout.
+    retry = RetryPolicy(timeout_s=WRITE_TIMEOUT_S, total_s=renew_deadline / 2) if elect else None
+    actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
     elector = None
-    if leader_elect and not once:
+    if elect:
         from gpuscale.control.lease import LeaseElector
 
         elector = LeaseElector(
@@ -256,7 +263,7 @@ def autoscale(
             renew_deadline_s=renew_deadline,
             retry_period_s=retry_period,
         )
-    settings = Settings(sync_period, retry_period, dry_run, workers)
+    settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=WRITE_TIMEOUT_S)
     metrics = ControllerMetrics()
     health = HealthState(3 * max(sync_period, retry_period, 10.0))
     controller = Controller(

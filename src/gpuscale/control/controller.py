@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
-from gpuscale.control.kubecall import KubeForbiddenError, KubeUnavailableError
+from gpuscale.control.kubecall import KubeForbiddenError, KubeUnavailableError, NotLeaderError
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.seams import (
     STATE_KEY,
@@ -96,21 +96,39 @@ class Controller:
         self._holding: dict[TargetRef, str] = {}
         self._steps: dict[TargetRef, DecisionStep[Any]] = {}
         self._reported: set[str] = set()
+        self._gained = threading.Event()  # set by the renewal, cleared by the loop
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, wait: Callable[[float], bool] | None = None) -> None:
         """Sync every period until ``stop`` is set; release the lease on the way out.
 
+        With an elector, the Lease is renewed on its own thread every retry period,
+        whatever a sync's length (a slow API server cannot starve the renewal), and
+        every write checks first that the last renewal is still good for longer than a
+        write may take (``_guard``).
+
         Args:
             stop: Ends the loop.
             wait: Waits up to the given seconds, returns True when it should stop
-                (default ``stop.wait``; a seam for fake clocks).
+                (default ``stop.wait``). A seam for fake clocks: with it, the Lease is
+                renewed by the loop itself between syncs instead of on a thread.
         """
+        keeper: threading.Thread | None = None
+        done = threading.Event()
+        if self.elector is not None:
+            self.actuator.guard_writes(self._guard)
+            if wait is None:
+                keeper = threading.Thread(
+                    target=self._keep_lease, args=(done,), name="lease", daemon=True
+                )
+                keeper.start()
         wait = wait or stop.wait
         next_sync = self.clock()
         try:
             while not stop.is_set():
-                self.check_leader()
+                if keeper is None:
+                    self.check_leader()
+                self._reload_if_gained()
                 now = self.clock()
                 if self.leader and now >= next_sync:
                     self.sync()
@@ -129,12 +147,51 @@ class Controller:
                 if wait(max(pause, 0.0)):
                     break
         finally:
+            done.set()
+            if keeper is not None:
+                keeper.join(timeout=self.settings.retry_period_s + 15.0)
             if self.elector is not None and self.leader:
-                self.elector.release()
-                logger.info("released the leader lease")
+                self.leader = False
+                if self.elector.release():
+                    logger.info("released the leader lease")
+                else:
+                    logger.warning("could not release the leader lease; it expires on its own")
+
+    def _keep_lease(self, done: threading.Event) -> None:
+        """Renew (or try to take) the Lease every retry period until ``done``."""
+        while not done.is_set():
+            self.check_leader()
+            done.wait(self.settings.retry_period_s)
+
+    def _guard(self, what: str) -> None:
+        """Refuse a write unless the Lease's last renewal outlasts it (``KubeCall.guard``).
+
+        Raises:
+            NotLeaderError: Less than ``write_margin_s`` is left before the renew
+                deadline: a standby may take the Lease before the write lands.
+        """
+        if self.elector is None:
+            return
+        left = self.elector.valid_for()
+        if left <= self.settings.write_margin_s:
+            if self.leader:
+                self.leader = False
+                self.metrics.leader.set(0)
+                logger.warning("lost the leader lease; stopped writing until it is regained")
+            raise NotLeaderError(
+                f"{what} not sent: the leader lease may lapse before it lands "
+                f"(a write may take {self.settings.write_margin_s:g} s)"
+            )
+
+    def _reload_if_gained(self) -> None:
+        """After gaining the Lease, forget cached states (the annotations are the truth)."""
+        if self._gained.is_set():
+            self._gained.clear()
+            self._states.clear()
+            self._saved.clear()
 
     def check_leader(self) -> bool:
-        """Renew or try to take the lease; on gaining it, forget cached states.
+        """Renew or try to take the lease; on gaining it, have cached states reloaded.
 
         Returns:
             Whether this replica leads now.
@@ -142,6 +199,7 @@ class Controller:
         if self.elector is None:
             self.metrics.leader.set(1)
             return True
+        self.actuator.guard_writes(self._guard)
         try:
             leading = self.elector.try_acquire_or_renew()
         except Exception as exc:  # noqa: BLE001 - a failed renewal must stop us acting, not crash
@@ -149,10 +207,9 @@ class Controller:
             leading = False
         if leading and not self.leader:
             logger.info("became the leader; reloading every target's state")
-            self._states.clear()
-            self._saved.clear()
+            self._gained.set()
         elif self.leader and not leading:
-            logger.warning("lost the leader lease; not acting until it is regained")
+            logger.warning("lost the leader lease; stopped writing until it is regained")
         self.leader = leading
         self.metrics.leader.set(1 if leading else 0)
         return leading
@@ -184,6 +241,8 @@ class Controller:
         start = time.perf_counter()
         try:
             self._reconcile(rt, out)
+        except NotLeaderError as exc:
+            self._fail(out, "not_leader", exc, once=True)
         except KubeForbiddenError as exc:
             self._fail(out, "forbidden", exc, once=True)
         except KubeUnavailableError as exc:

@@ -103,6 +103,14 @@ class KubeUnavailableError(TransientError):
         self.status = status
 
 
+class NotLeaderError(TransientError):
+    """A write was refused before it was sent: this replica may no longer hold the Lease."""
+
+
+WriteGuard = Callable[[str], None]
+"""Called with ``METHOD path`` before each write is sent; raises ``NotLeaderError`` to stop it."""
+
+
 class _RetryableError(Exception):
     def __init__(self, cause: str, status: int | None, delay_s: float | None = None) -> None:
         super().__init__(cause)
@@ -167,6 +175,8 @@ class KubeCall:
     ) -> None:
         self.api_client = api_client
         self.retry = retry or RetryPolicy()
+        self.guard: WriteGuard | None = None
+        """Checked before every write (each retry included): leadership, in the controller."""
         self._sleep = sleep
         self._monotonic = monotonic
         self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not a secret
@@ -209,7 +219,12 @@ class KubeCall:
 
         Returns:
             The decoded JSON answer.
+
+        Raises:
+            NotLeaderError: The write guard refused a write (nothing was sent).
         """
+        if method != "GET" and self.guard is not None:
+            self.guard(f"{method} {path}")
         headers = {"Accept": "application/json", "Content-Type": content_type}
         params = self.api_client.param_serialize(
             method=method,

@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpuscale.control.kubecall import Json, KubeCall, KubeUnavailableError, RetryPolicy
+from gpuscale.control.kubecall import Json, KubeCall, KubeUnavailableError, RetryPolicy, WriteGuard
 from gpuscale.errors import config_error
 from gpuscale.fields.resources import GPU_RESOURCES
 from gpuscale.scaling.policy import PodStatus, TargetStatus
@@ -192,6 +192,10 @@ class KubeActuator:
         cfg.retries = False  # our own bounded retries, not urllib3's silent ones
         cfg.connection_pool_maxsize = pool_size
         return cls(k8s.ApiClient(cfg), retry=retry, sleep=sleep, clock=clock)
+
+    def guard_writes(self, guard: WriteGuard | None) -> None:
+        """Check ``guard`` before every write from now on (each retry included)."""
+        self.call.guard = guard
 
     def close(self) -> None:
         """Release the connection pool."""

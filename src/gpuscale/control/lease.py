@@ -112,10 +112,21 @@ class LeaseElector:
     @property
     def is_leader(self) -> bool:
         """Whether this elector renewed within the renew deadline."""
-        return (
-            self._renewed_at is not None
-            and self._clock() - self._renewed_at < self.renew_deadline_s
-        )
+        return self.valid_for() > 0
+
+    def valid_for(self) -> float:
+        """Seconds left before the renew deadline of the last successful renewal passes.
+
+        A standby takes the Lease only after seeing it unrenewed for the lease duration,
+        which is longer than the renew deadline: a write that starts and ends while this
+        is positive lands while no other replica can hold the Lease.
+
+        Returns:
+            Seconds; 0 or less when this elector does not lead.
+        """
+        if self._renewed_at is None:
+            return 0.0
+        return self._renewed_at + self.renew_deadline_s - self._clock()
 
     def try_acquire_or_renew(self) -> bool:
         """Create, take over or renew the Lease for this identity.

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuscale.control.kubecall import WriteGuard
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.scaling.policy import Observation, TargetStatus
 
@@ -69,12 +70,20 @@ class Actuator(Protocol):
         """Mark a node unschedulable."""
         ...
 
+    def guard_writes(self, guard: WriteGuard | None) -> None:
+        """Check ``guard`` before every write from now on (each retry included)."""
+        ...
+
 
 class Elector(Protocol):
     """Leader election (``control.lease.LeaseElector``)."""
 
     def try_acquire_or_renew(self) -> bool:
         """Whether this replica holds the lease now."""
+        ...
+
+    def valid_for(self) -> float:
+        """Seconds this replica may still act on its last renewal (<= 0: not leading)."""
         ...
 
     def release(self) -> object:
@@ -128,12 +137,16 @@ class Settings:
         retry_period_s: Seconds between lease renewals (client-go's ``RetryPeriod``).
         dry_run: Decide and log, but write nothing to the cluster.
         workers: Targets reconciled concurrently.
+        write_margin_s: With leader election, a write is sent only while the last
+            renewal is good for longer than this (at least one API request's timeout),
+            seconds.
     """
 
     sync_period_s: float = 15.0
     retry_period_s: float = 2.0
     dry_run: bool = False
     workers: int = 8
+    write_margin_s: float = 3.0
 
 
 @dataclass(slots=True)
