@@ -173,6 +173,24 @@ def evaluate(
             envvar="GPUSCALE_ALERTS",
         ),
     ] = False,
+    remediate: Annotated[
+        bool,
+        typer.Option(
+            "--remediate/--no-remediate",
+            help="Delete pods whose GPU the series show broken, as a GPUScaler's "
+            "remediate: true does live (the same decision step).",
+            envvar="GPUSCALE_REMEDIATE",
+        ),
+    ] = False,
+    lost_gpu_pod: Annotated[
+        str,
+        typer.Option(
+            help="What happens to the pod on a GPU that fell off the bus: replaced (at once, "
+            "elsewhere) or stuck (Kubernetes' own behaviour: it stays, never Ready, until "
+            "deleted).",
+            envvar="GPUSCALE_LOST_GPU_POD",
+        ),
+    ] = "replaced",
     out: Annotated[
         Path,
         typer.Option(help="Directory for results.json and report.html.", envvar="GPUSCALE_OUT"),
@@ -244,9 +262,12 @@ def evaluate(
     """Run scaling policies on the same trace and compare GPU-hours, SLO and latency."""
     from gpuscale.evaluate.runner import EvaluationRequest
     from gpuscale.evaluate.sweep import SweepRequest
+    from gpuscale.sim.nodepool import ClusterConfig
 
     if jobs < 1:
         raise config_error(f"--jobs {jobs}", "must be 1 or more", "e.g. --jobs 2")
+    if lost_gpu_pod not in ("replaced", "stuck"):
+        raise config_error(f"--lost-gpu-pod {lost_gpu_pod}", "unknown", "use replaced or stuck")
     request = EvaluationRequest(
         trace=trace,
         policies=_policies(policy),
@@ -260,6 +281,8 @@ def evaluate(
         service_s=service_time,
         queue_model=_queue_model(queue_model),
         alerts=alerts,
+        remediate=remediate,
+        cluster=ClusterConfig(lost_gpu_pod="stuck" if lost_gpu_pod == "stuck" else "replaced"),
     )
     sweep = SweepRequest(
         request,
@@ -278,7 +301,12 @@ def evaluate(
 def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path) -> None:
     """Plan, run with a live progress display, then write and print the results."""
     from gpuscale.evaluate.executor import open_runner
-    from gpuscale.evaluate.report import comparison_table, fault_table, write_report
+    from gpuscale.evaluate.report import (
+        comparison_table,
+        fault_table,
+        step_table,
+        write_report,
+    )
     from gpuscale.evaluate.scoring import evaluation_from_sweep
     from gpuscale.evaluate.sweep import keys_by_policy, policy_of, run_sweep
 
@@ -338,9 +366,9 @@ def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path
     if not table_console.is_terminal:  # piped: don't squeeze the table to 80 columns
         table_console = Console(width=160)
     table_console.print(comparison_table(evaluation))
-    faults = fault_table(evaluation)
-    if faults is not None:
-        table_console.print(faults)
+    for extra in (fault_table(evaluation), step_table(evaluation)):
+        if extra is not None:
+            table_console.print(extra)
     typer.echo(f"wrote {json_path} and {html_path}")
 
 

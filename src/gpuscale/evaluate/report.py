@@ -215,6 +215,43 @@ def fault_table(evaluation: Evaluation) -> Table | None:
     return table
 
 
+STEP_COLUMNS = ("policy", "holds", "pods replaced", "pods remediated")
+"""Columns of the decision-step table: the fail-safe's holds by reason and the pods deleted."""
+
+
+def step_rows(evaluation: Evaluation) -> list[list[str]]:
+    """Per policy: the decision step's holds by reason and the pods it deleted (seed means).
+
+    Returns:
+        Rows of text; empty when no run held or deleted a pod.
+    """
+    rows = []
+    for name, s in evaluation.policies.items():
+        if s.holds or s.pods_replaced or s.pods_remediated:
+            holds = ", ".join(f"{r} {n:g}" for r, n in s.holds.items()) or "0"
+            rows.append([name, holds, f"{s.pods_replaced:g}", f"{s.pods_remediated:g}"])
+    return rows
+
+
+def step_table(evaluation: Evaluation) -> Table | None:
+    """The decision-step table for the terminal, or None when there is nothing to show.
+
+    Returns:
+        A rich table with one row per policy that held or deleted a pod.
+    """
+    rows = step_rows(evaluation)
+    if not rows:
+        return None
+    table = Table(
+        title="Decision step: holds on unfit data by reason, pods deleted (means over seeds)"
+    )
+    for i, column in enumerate(STEP_COLUMNS):
+        table.add_column(column, justify="left" if i < 2 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def markdown_table(evaluation: Evaluation) -> str:
     """The comparison as a Markdown table, ready for the README.
 
@@ -233,6 +270,10 @@ def markdown_table(evaluation: Evaluation) -> str:
         lines += ["", "| " + " | ".join(FAULT_COLUMNS) + " |"]
         lines.append("|" + "|".join("---" if i < 4 else "---:" for i in range(6)) + "|")
         lines += ["| " + " | ".join(row) + " |" for row in faults]
+    steps = step_rows(evaluation)
+    if steps:
+        lines += ["", "| " + " | ".join(STEP_COLUMNS) + " |", "|---|---|---:|---:|"]
+        lines += ["| " + " | ".join(row) + " |" for row in steps]
     return "\n".join(lines) + "\n"
 
 

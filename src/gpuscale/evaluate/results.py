@@ -76,6 +76,10 @@ class PolicySummary:
         fault_timings: Each injected fault's time to detect and to mitigate, in the
             first seed's run with the fair parameters; empty unless the runs evaluated
             the alert catalogue.
+        holds: Decisions the fail-safe held, by reason, the mean over seeds of the fair
+            runs (reasons never held on left out).
+        pods_replaced: Pods the policy had deleted for replacement, the mean over seeds.
+        pods_remediated: Pods remediation deleted, the mean over seeds.
     """
 
     gpu_hours: float
@@ -110,6 +114,9 @@ class PolicySummary:
     burst_recovery_s: float | None = None
     burst_recovery_s_ci95: Interval = (None, None)
     fault_timings: tuple[FaultTiming, ...] = ()
+    holds: Mapping[str, float] = field(default_factory=dict)
+    pods_replaced: float = 0.0
+    pods_remediated: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +237,9 @@ def summarise(
         in_flight_requests=float(result.in_flight_requests),
         allocated_gpu_hours=gpu_seconds / 3600.0,
         fault_timings=result.fault_timings,
+        holds={r: float(n) for r, n in result.holds if n},
+        pods_replaced=float(result.pods_replaced),
+        pods_remediated=float(result.pods_remediated),
     )
 
 

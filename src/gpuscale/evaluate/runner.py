@@ -110,6 +110,7 @@ class EvaluationRequest:
         queue_model: The simulated queue (``Scenario.queue_model``): ``auto``, ``fluid``
             or ``requests``.
         alerts: Evaluate the alert catalogue in every run (``Scenario.alerting``).
+        remediate: The decision step deletes pods on broken GPUs (``Scenario.remediate``).
     """
 
     trace: str
@@ -125,6 +126,7 @@ class EvaluationRequest:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     queue_model: QueueModel = "auto"
     alerts: bool = False
+    remediate: bool = False
 
     def prepare(self) -> "PreparedEvaluation":
         """Load the trace, check every input and derive each policy's parameters.
@@ -180,6 +182,7 @@ class EvaluationRequest:
             scenario_faults=faults,
             queue_model=self.queue_model,
             alerting=self.alerts,
+            remediate=self.remediate,
         )
 
 
@@ -279,6 +282,7 @@ def plan(
     scenario_faults: Sequence[SimFault] | None = None,
     queue_model: QueueModel = "auto",
     alerting: bool = False,
+    remediate: bool = False,
 ) -> PreparedEvaluation:
     """Size the cluster to the workload and derive each policy's parameters.
 
@@ -314,6 +318,7 @@ def plan(
         faults=parsed,
         queue_model=queue_model,
         alerting=alerting,
+        remediate=remediate,
     )
     grows = peak * gpr > initial_nodes * per_node
     cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)

@@ -98,6 +98,9 @@ class RunScore:
     trials: tuple[tuple[float, float], ...] = ()
     energy_kwh: float | None = None
     recovery_s: float | None = None
+    holds: tuple[tuple[str, int], ...] = ()
+    pods_replaced: int = 0
+    pods_remediated: int = 0
 
 
 def _after(total: float, per_row: np.ndarray, lengths: np.ndarray, scored: np.ndarray) -> float:
@@ -171,7 +174,20 @@ def score_run(
         nodes_counted=nodes_counted,
         energy_kwh=energy,
         recovery_s=recovery,
+        holds=result.holds,
+        pods_replaced=result.pods_replaced,
+        pods_remediated=result.pods_remediated,
     )
+
+
+def mean_holds(per_run: Sequence[Mapping[str, int]]) -> dict[str, float]:
+    """The fail-safe's holds by reason, the mean over runs (reasons no run held on left out).
+
+    Returns:
+        Reason to mean count.
+    """
+    reasons = sorted({r for run in per_run for r, n in run.items() if n})
+    return {r: float(np.mean([run.get(r, 0) for run in per_run])) for r in reasons}
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -335,6 +351,9 @@ def evaluation_from_sweep(
             burst_recovery_s=None if recovery is None else recovery.mean,
             burst_recovery_s_ci95=_interval(recovery),
             fault_timings=next((s.result.fault_timings for s in fair if s.result), ()),
+            holds=mean_holds([dict(s.holds) for s in fair]),
+            pods_replaced=float(np.mean([s.pods_replaced for s in fair])),
+            pods_remediated=float(np.mean([s.pods_remediated for s in fair])),
         )
     kept = [s.result for _, s in runs if s.result is not None]
     sc = base.scenario

@@ -23,6 +23,8 @@ class Signal:
         aggregation: How to combine the matching series; ``none`` keeps them apart.
         by: Labels to keep when aggregating.
         window: Seconds to average each series over first (``avg_over_time``); 0 for the latest.
+        optional: Having no series is a valid reading (an alert that is not firing, a
+            counter some servers do not export): the fail-safe does not hold for it.
     """
 
     metric: str
@@ -30,6 +32,7 @@ class Signal:
     aggregation: Aggregation = "none"
     by: tuple[str, ...] = ()
     window: float = 0.0
+    optional: bool = False
 
 
 @dataclass(frozen=True, slots=True)

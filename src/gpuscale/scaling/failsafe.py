@@ -8,7 +8,8 @@ simulator as live, asks here whether the data is fit to act on:
 
 * ``missing``: a workload signal answered no series, or a per-pod signal answered
   none for any Ready pod (per-pod gaps for some pods are the policy's to judge,
-  as an HPA does);
+  as an HPA does); a signal marked ``optional`` (an alert that is not firing is
+  absent by design) is not judged;
 * ``nan``: a value is NaN or infinite (Prometheus answers ``NaN`` for 0/0 and
   ``+Inf`` for x/0);
 * ``stale``: the newest raw sample of a signal is older than the bound
@@ -71,6 +72,8 @@ def check_values(
     for key, sig in signals.items():
         points = observation.series.get(key, ())
         if not points:
+            if sig.optional:
+                continue
             return Problem(MISSING, f"{_named(key, sig)}: no series")
         bad = next((v for _, v in points if not math.isfinite(v)), None)
         if bad is not None:
@@ -81,7 +84,7 @@ def check_values(
         for pod, v in values.items():
             if not math.isfinite(v):
                 return Problem(NAN, f"{key}{{pod={pod!r}}} = {v}")
-        if ready and not ready.intersection(values):
+        if ready and not ready.intersection(values) and not pod_signals[key].optional:
             named = _named(key, pod_signals[key])
             return Problem(MISSING, f"{named}: no sample for any of {len(ready)} Ready pods")
     return None

@@ -57,19 +57,21 @@ ALERT = "alert:"
 """Key prefix of the alert signals: ``alert:<alertname>``."""
 
 POD_SIGNALS: Mapping[str, Signal] = {
-    SM: Signal("DCGM_FI_PROF_SM_ACTIVE", aggregation="avg", by=("pod",)),
-    XID: Signal("DCGM_FI_DEV_XID_ERRORS", aggregation="max", by=("pod",)),
-    DBE: Signal("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", aggregation="max", by=("pod",)),
-    THERMAL: Signal("DCGM_FI_DEV_THERMAL_VIOLATION", aggregation="max", by=("pod",)),
-    DONE: Signal("gpuscale_serving_requests_total", aggregation="sum", by=("pod",)),
+    SM: Signal("DCGM_FI_PROF_SM_ACTIVE", aggregation="avg", by=("pod",), optional=True),
+    XID: Signal("DCGM_FI_DEV_XID_ERRORS", aggregation="max", by=("pod",), optional=True),
+    DBE: Signal("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", aggregation="max", by=("pod",), optional=True),
+    THERMAL: Signal("DCGM_FI_DEV_THERMAL_VIOLATION", aggregation="max", by=("pod",), optional=True),
+    DONE: Signal("gpuscale_serving_requests_total", aggregation="sum", by=("pod",), optional=True),
     **{
         f"{ALERT}{name}": Signal(
-            "ALERTS", {"alertname": name, "alertstate": "firing"}, "max", ("pod",)
+            "ALERTS", {"alertname": name, "alertstate": "firing"}, "max", ("pod",), optional=True
         )
         for name in HEALTH_ALERTS
     },
 }
-"""The per-pod series health is judged on, by the key they have in ``pod_metrics``."""
+"""The per-pod series health is judged on, by the key they have in ``pod_metrics``. Each is
+optional: health is judged on the evidence there is (an alert that does not fire is absent,
+and ``--source nvml`` serves no SM activity), so none of them holds the target."""
 
 
 @dataclass(frozen=True, slots=True)

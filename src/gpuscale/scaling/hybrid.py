@@ -422,7 +422,9 @@ class HybridPolicy:
             signals[TTFT] = Signal(self.config.ttft_metric, aggregation="max")
         self.signals: Mapping[str, Signal] = MappingProxyType(signals)
         pod_signals = dict(health.POD_SIGNALS)
-        pod_signals[health.SM] = Signal(self.config.sm_metric, aggregation="avg", by=("pod",))
+        pod_signals[health.SM] = Signal(
+            self.config.sm_metric, aggregation="avg", by=("pod",), optional=True
+        )
         self.pod_signals: Mapping[str, Signal] = MappingProxyType(pod_signals)
         self.min_replicas = self.config.min_replicas
         self.max_replicas = self.config.max_replicas
