@@ -198,7 +198,8 @@ def lockstep(api: KubeApiDouble, clock, make_controller, trail: Trail) -> Iterat
                 if k.startswith(f"DELETE /api/v1/namespaces/{NS}/pods/") and n > before.get(k, 0)
             )
             scaled = any(
-                k.endswith(f"/{PLURAL}/{NAME}/scale") and k.startswith("PUT ")
+                k.endswith(f"/{PLURAL}/{NAME}/scale")
+                and k.startswith("PUT ")
                 and n > before.get(k, 0)
                 for k, n in api.requests.items()
             )

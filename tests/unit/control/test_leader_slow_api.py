@@ -74,7 +74,9 @@ def test_no_write_lands_from_a_replica_without_the_lease(tmp_path):
 
         def chaos() -> None:  # another client: every sync of the leader has a write to make
             while not stop_chaos.wait(0.1):
-                api.patch_object("apps/v1", "deployments", "web", "default", {"spec": {"replicas": 2}})
+                api.patch_object(
+                    "apps/v1", "deployments", "web", "default", {"spec": {"replicas": 2}}
+                )
 
         mover = threading.Thread(target=chaos, daemon=True)
         mover.start()

@@ -5,9 +5,9 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuscale.scaling import failsafe
 from gpuscale.metrics.signal import Signal
 from gpuscale.metrics.store import MetricStore
+from gpuscale.scaling import failsafe
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 
 steps = st.one_of(st.none(), st.integers(1, 20))

@@ -1,7 +1,7 @@
 """Remediation: a pod on a sick GPU is deleted, one per sync, never below minReplicas."""
 
-from gpuscale.scaling import remediate
 from gpuscale.metrics.store import MetricStore
+from gpuscale.scaling import remediate
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 from tests.support.control import events, feed, pod_names
 

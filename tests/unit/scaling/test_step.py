@@ -173,7 +173,9 @@ def sick_store(pods, down="b"):
     store = MetricStore()
     feed(store, 10.0, pods)
     labels = [{"pod": p, "namespace": "default", "UUID": f"GPU-{p}", "Hostname": "h"} for p in pods]
-    store.ingest(10.0, "gpuscale_gpu_up", labels, np.array([0.0 if p == down else 1.0 for p in pods]))
+    store.ingest(
+        10.0, "gpuscale_gpu_up", labels, np.array([0.0 if p == down else 1.0 for p in pods])
+    )
     return store
 
 
@@ -237,7 +239,9 @@ def test_observer_uses_the_stores_keyed_reads_with_the_same_values():
     slow = DecisionStep(Wish(), Plain(), settings(), PROMETHEUS_QUERY).run(
         Recorded(2, pods), lambda: 11.0, Count()
     )
-    assert fast.observation.pod_metrics == slow.observation.pod_metrics == {
-        "util": {"a": 42.0, "b": 42.0}
-    }
+    assert (
+        fast.observation.pod_metrics
+        == slow.observation.pod_metrics
+        == {"util": {"a": 42.0, "b": 42.0}}
+    )
     assert isinstance(store.instant(UTIL, 11.0)[0], LabelledValue)
