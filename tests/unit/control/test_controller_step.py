@@ -106,7 +106,7 @@ def test_a_pod_the_policy_replaces_is_deleted_and_the_count_kept(
             "DCGM_FI_DEV_XID_ERRORS",
             {p: 79.0 if p == sick else 0.0 for p in pods},
         )
-        [out] = ctl.sync()
+        [_out] = ctl.sync()
         kclock.advance(15)
         if sick not in pod_names(kapi):
             break

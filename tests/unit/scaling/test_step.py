@@ -106,7 +106,8 @@ def test_unavailable_source_holds_keeps_state_and_writes_nothing():
     wl = Recorded(4, ["a", "b", "c", "d"])
     policy = Wish(want=1)
     out = DecisionStep(policy, Down(), settings(), PROMETHEUS_QUERY).run(wl, lambda: 5.0, Count(7))
-    assert out.held is not None and out.held.reason == "unavailable"
+    assert out.held is not None
+    assert out.held.reason == "unavailable"
     assert (out.replicas, out.state, wl.calls) == (4, Count(7), [])
     assert out.reason.startswith("hold: unavailable")
 
@@ -117,7 +118,8 @@ def test_missing_series_holds_naming_the_metric():
     out = DecisionStep(Wish(want=1), store, settings(), PROMETHEUS_QUERY).run(
         wl, lambda: 5.0, Count()
     )
-    assert out.held is not None and out.held.reason == "missing"
+    assert out.held is not None
+    assert out.held.reason == "missing"
     assert LOAD in out.reason
     assert wl.calls == []
 
@@ -159,8 +161,10 @@ def test_scale_in_holds_when_some_ready_pods_series_are_stale():
     wl = Recorded(4, pods)
     step = DecisionStep(Wish(want=1), Lagging(), settings(stale_after_s=60), PROMETHEUS_QUERY)
     out = step.run(wl, lambda: 76.0, Count())
-    assert out.held is not None and out.held.reason == "stale"
-    assert "c, d" in out.reason and "not scaling in" in out.reason
+    assert out.held is not None
+    assert out.held.reason == "stale"
+    assert "c, d" in out.reason
+    assert "not scaling in" in out.reason
     assert (out.replicas, wl.calls, out.state) == (4, [], Count())
     # Scaling out on the same view goes ahead: it never undercounts.
     out = DecisionStep(Wish(want=6), Lagging(), settings(stale_after_s=60), PROMETHEUS_QUERY).run(
