@@ -1,0 +1,127 @@
+"""``hybrid`` live: a pod on a GPU that fell off the bus is replaced by the policy's own
+decision, through the same step the simulator runs.
+
+Simulated GPUs (``--fault gpu-lost``) -> gpuscale exporter -> a real Prometheus ->
+``gpuscale autoscale`` with ``hybrid`` (no remediation configured) -> the API double:
+the sick pod, and only it, is deleted within the ``GpuFellOffBus`` alert's ``for:`` (0 s)
+plus two syncs of Prometheus seeing the GPU gone; the replica count is kept; a Warning
+Event says why; and in steady load the policy's state annotation is written at most
+once a minute.
+"""
+
+import shutil
+from contextlib import ExitStack
+
+import pytest
+
+from gpuscale.alerts.config import FellOffBus, duration_seconds
+from tests.support.autoscale import (
+    Autoscaler,
+    DoubleKubelet,
+    KubeletServer,
+    exporter_at,
+    wait_until,
+)
+from tests.support.kubeapi import KubeApiDouble
+from tests.support.servers import Prometheus, free_port
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+    pytest.mark.timeout(240),
+]
+
+SYNC_S = 2.0
+ALERT_FOR_S = duration_seconds(FellOffBus().for_)
+REACT_S = ALERT_FOR_S + 2 * SYNC_S + 1.0  # two syncs, plus the test's polling and requests
+FAULT_AT_S = 20  # after the exporter starts: Prometheus and the controller are up by then
+TARGET = "default/Deployment/llm"
+
+# hybrid reads demand from the GPUs' utilisation here (the simulated exporter serves no
+# serving metrics), judges health on what the exporter serves, and counts a Ready pod
+# whose GPU series vanished as lost at once (``missingGraceSeconds: 0``).
+CONFIG = """\
+apiVersion: gpuscale.io/v1alpha1
+kind: GPUScaler
+metadata: {name: hybrid, namespace: default}
+spec:
+  targets:
+    - scaleTargetRef: {name: llm}
+      minReplicas: 3
+      maxReplicas: 6
+      metrics: {staleAfterSeconds: 30, stepSeconds: 1}
+      policy:
+        name: hybrid
+        metrics: [DCGM_FI_DEV_GPU_UTIL]
+        backlogMetric: null
+        perReplica: 60
+        smMetric: DCGM_FI_DEV_GPU_UTIL
+        smTarget: 1000
+        intervalSeconds: 2
+        health: {missingGraceSeconds: 0}
+"""
+
+
+def test_hybrid_replaces_the_pod_on_a_lost_gpu_and_keeps_the_count(tmp_path):
+    with ExitStack() as stack:
+        api = KubeApiDouble().start()
+        stack.callback(api.stop)
+        api.create_deployment("llm", replicas=3)
+        kubelet_service = DoubleKubelet(api)
+        gpus = kubelet_service.assign()
+        victim = next(pod for pod, index in gpus.items() if index == 0)
+        kubelet = KubeletServer(kubelet_service)
+        stack.callback(kubelet.stop)
+        port = free_port()
+        exporter = exporter_at(
+            tmp_path,
+            port,
+            "--source",
+            "sim",
+            "--gpus",
+            "4",
+            "--load",
+            "constant:0.5",
+            "--kubernetes",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket,
+            "--fault",
+            f"gpu-lost@{FAULT_AT_S}:gpu=0",
+        )
+        stack.callback(exporter.stop)
+        (tmp_path / "prom").mkdir()
+        prom = Prometheus("prometheus", tmp_path / "prom", [f"127.0.0.1:{port}"])
+        stack.callback(prom.process.stop)
+        config = tmp_path / "hybrid.yaml"
+        config.write_text(CONFIG)
+        ctl = Autoscaler(
+            tmp_path,
+            config,
+            api.write_kubeconfig(tmp_path / "kubeconfig"),
+            prom.url,
+            "--sync-period",
+            str(SYNC_S),
+            "--no-leader-elect",
+        )
+        stack.callback(ctl.stop)
+        before = {p["metadata"]["name"] for p in api.pods()}
+        seen = wait_until(
+            lambda: prom.query(f'gpuscale_gpu_up{{pod="{victim}"}} == 0'), FAULT_AT_S + 30
+        )
+        names = lambda: {p["metadata"]["name"] for p in api.pods()}  # noqa: E731
+        gone = wait_until(lambda: victim not in names(), 30)
+        assert gone - seen <= REACT_S
+        # Only the sick pod went; its ReplicaSet made one more; the count was kept.
+        assert before - names() == {victim}
+        wait_until(lambda: len([n for n in names() if n.startswith("llm-")]) == 3, 10)
+        spec = api.get("apps/v1", "deployments", "llm", "default")["spec"]
+        assert spec["replicas"] >= 3
+        [event] = [
+            e
+            for e in api.store.list(api.store.resource("v1", "events"), "default")
+            if e["reason"] == "SickPodReplaced"
+        ]
+        assert victim in event["message"]
+        assert event["type"] == "Warning"
+        assert ctl.metric("gpuscale_autoscaler_replacements_total", target=TARGET) == 1
+        assert not any(d["remediation"].startswith("dry run") for d in ctl.decisions(TARGET))
