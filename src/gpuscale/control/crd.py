@@ -117,6 +117,9 @@ def _merge_objects(branches: list[dict[str, Any]]) -> dict[str, Any]:
                 names = props.setdefault("name", {"type": "string", "enum": []})
                 names["enum"] += sub.get("enum") or [sub["const"]]
                 names["description"] = "Policy name."
+                # The CEL rules compare it; a bound length keeps their estimated cost
+                # (which the API server checks when the CRD is applied) small.
+                names["maxLength"] = max(len(n) for n in names["enum"])
             elif key not in props:
                 props[key] = sub
     return {"type": "object", "properties": props, "required": ["name"]}
