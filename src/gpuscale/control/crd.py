@@ -13,9 +13,16 @@ tagged by ``name``, becomes one object holding every policy's keys with
 controller when it loads the document (the same models, per policy). A field
 that takes one Signal or a list of them (KEDA's ``querySignal``) keeps its
 value unpruned (``x-kubernetes-preserve-unknown-fields``).
+
+What OpenAPI cannot say is said in CEL (``x-kubernetes-validations``, served by
+Kubernetes 1.25 and later): a target's ``minReplicas`` is not above its
+``maxReplicas``, and each policy's target value is in the range its config
+accepts (``POLICY_RULES``). A test evaluates every rule against objects the
+controller accepts and refuses.
 """
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -26,6 +33,66 @@ GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "gpuscalers"
 
 _DROP = {"title", "default", "discriminator", "$defs"}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """A bound on one policy parameter, checked by the API server as its config checks it.
+
+    Attributes:
+        policies: The ``policy.name`` values the bound applies to.
+        key: The parameter's key in the ``policy`` block.
+        condition: CEL with ``{v}`` for the parameter's value (a double for a ``number``).
+        message: What the API server answers when the condition is false.
+    """
+
+    policies: tuple[str, ...]
+    key: str
+    condition: str
+    message: str
+
+    def rule(self) -> dict[str, str]:
+        """The ``x-kubernetes-validations`` entry on the ``policy`` object.
+
+        Returns:
+            ``{"rule": ..., "message": ...}``; true for other policies and when the key
+            is absent (its default is valid).
+        """
+        names = ", ".join(f"'{name}'" for name in self.policies)
+        check = self.condition.format(v=f"self.{self.key}")
+        return {
+            "rule": f"!(self.name in [{names}]) || !has(self.{self.key}) || {check}",
+            "message": self.message,
+        }
+
+
+# The controller's own checks (each config's __post_init__), for the values a user
+# sets first: what one replica should carry.
+POLICY_RULES = (
+    PolicyRule(("static",), "replicas", "{v} >= 0", "static: replicas must be 0 or more"),
+    PolicyRule(("hpa",), "targetAverageValue", "{v} > 0.0", "hpa: targetAverageValue must be > 0"),
+    PolicyRule(
+        ("hpa", "keda"), "tolerance", "{v} >= 0.0 && {v} < 1.0", "tolerance must be in [0, 1)"
+    ),
+    PolicyRule(("keda",), "threshold", "{v} > 0.0", "keda: threshold must be > 0"),
+    PolicyRule(("kpa",), "target", "{v} > 0.0", "kpa: target must be > 0"),
+    PolicyRule(("predictive", "hybrid"), "perReplica", "{v} > 0.0", "perReplica must be > 0"),
+    PolicyRule(
+        ("hybrid",), "smTarget", "{v} > 0.0 && {v} <= 1.0", "hybrid: smTarget must be in (0, 1]"
+    ),
+)
+
+TARGET_RULES = (
+    {
+        "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+        "message": "minReplicas must not be above maxReplicas",
+    },
+    {
+        "rule": "self.policy.name != 'hpa' || !has(self.minReplicas) || self.minReplicas >= 1",
+        "message": "hpa: minReplicas must be 1 or more (KEDA scales to zero)",
+    },
+)
+"""CEL rules on each target: bounds in order, and the HPA's floor of one replica."""
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:  # noqa: ANN401 - JSON
@@ -50,6 +117,9 @@ def _merge_objects(branches: list[dict[str, Any]]) -> dict[str, Any]:
                 names = props.setdefault("name", {"type": "string", "enum": []})
                 names["enum"] += sub.get("enum") or [sub["const"]]
                 names["description"] = "Policy name."
+                # The CEL rules compare it; a bound length keeps their estimated cost
+                # (which the API server checks when the CRD is applied) small.
+                names["maxLength"] = max(len(n) for n in names["enum"])
             elif key not in props:
                 props[key] = sub
     return {"type": "object", "properties": props, "required": ["name"]}
@@ -115,7 +185,12 @@ def spec_schema() -> dict[str, Any]:
     """
     raw = GPUScalerSpec.model_json_schema(by_alias=True)
     resolved = _resolve({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
-    return dict(structural(resolved))
+    spec = dict(structural(resolved))
+    target = spec["properties"]["targets"]["items"]
+    target["x-kubernetes-validations"] = [dict(r) for r in TARGET_RULES]
+    policy = target["properties"]["policy"]
+    policy["x-kubernetes-validations"] = [r.rule() for r in POLICY_RULES]
+    return spec
 
 
 def manifest() -> dict[str, Any]:
