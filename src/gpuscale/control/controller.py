@@ -23,9 +23,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from typing import Any
 
 from gpuscale.control import failsafe, remediate
 from gpuscale.control.kubecall import KubeForbiddenError, KubeUnavailableError
@@ -35,7 +36,8 @@ from gpuscale.control.server import ControllerMetrics, HealthState
 from gpuscale.control.targets import TargetRuntime
 from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable
 from gpuscale.scaling.observe import observe
-from gpuscale.scaling.policy import Observation, State, TargetStatus
+from gpuscale.scaling.policy import Observation, ScalingPolicy, TargetStatus
+from gpuscale.scaling.state import PolicyState, StateError
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ class Controller:
         self.clock = clock
         self.health = health or HealthState(3 * max(self.settings.sync_period_s, 10.0))
         self.leader = elector is None
-        self._states: dict[TargetRef, State] = {}
+        self._states: dict[TargetRef, PolicyState] = {}
         self._saved: dict[TargetRef, str] = {}
         self._holding: dict[TargetRef, str] = {}
         self._reported: set[str] = set()
@@ -253,18 +255,37 @@ class Controller:
             out.remediation = self._remediate(rt, status, at)
 
     # ------------------------------------------------------------------ state
-    def _state(self, rt: TargetRuntime) -> State:
+    def _state(self, rt: TargetRuntime) -> PolicyState:
         if rt.ref not in self._states:
             saved = self.actuator.load_state(rt.ref, STATE_KEY)
-            state = saved.get("state", {}) if saved.get("policy") == rt.policy.name else {}
-            self._states[rt.ref] = state if isinstance(state, dict) else {}
+            self._states[rt.ref] = self._saved_state(rt, saved)
             self._saved[rt.ref] = json.dumps(saved, sort_keys=True)
         return self._states[rt.ref]
 
-    def _keep_state(self, rt: TargetRuntime, state: State) -> None:
+    def _saved_state(self, rt: TargetRuntime, saved: Mapping[str, Any]) -> PolicyState:
+        """The state saved in the annotation, or a fresh one (with a warning) if unusable."""
+        policy: ScalingPolicy[PolicyState] = rt.policy
+        if not saved:
+            return policy.initial_state()
+        data = saved.get("state")
+        if saved.get("policy") != rt.policy.name:
+            problem = f"it belongs to policy {saved.get('policy')!r}, not {rt.policy.name!r}"
+        elif not isinstance(data, dict):
+            problem = f"key state: not an object but {type(data).__name__}"
+        else:
+            try:
+                return policy.load_state(data)
+            except StateError as exc:
+                problem = str(exc)
+        logger.warning(
+            "%s: saved policy state ignored, starting afresh: %s", label(rt.ref), problem
+        )
+        return policy.initial_state()
+
+    def _keep_state(self, rt: TargetRuntime, state: PolicyState) -> None:
         self._states[rt.ref] = state
-        envelope = {"policy": rt.policy.name, "state": dict(state)}
-        text = json.dumps(envelope, sort_keys=True, default=list)
+        envelope = {"policy": rt.policy.name, "state": state.to_json()}
+        text = json.dumps(envelope, sort_keys=True)
         if text != self._saved.get(rt.ref) and not self.settings.dry_run:
             self.actuator.save_state(rt.ref, STATE_KEY, json.loads(text))
             self._saved[rt.ref] = text

@@ -163,7 +163,7 @@ class PolicyKind:
 
     name: str
     config_type: type[Any]
-    make: Callable[[Any, str], ScalingPolicy]
+    make: Callable[[Any, str], ScalingPolicy[Any]]
 
     def bounded(self) -> bool:
         """Whether the config has ``min_replicas``/``max_replicas`` fields.

@@ -14,6 +14,7 @@ it expects.
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any, Generic
 
 from gpuscale.control.config import GPUScaler, Target, policy_config
 from gpuscale.control.kubernetes import TargetRef
@@ -23,13 +24,13 @@ from gpuscale.scaling.policy import (
     PROMETHEUS_QUERY,
     Decision,
     Observation,
+    S,
     ScalingPolicy,
-    State,
     signal_path_of,
 )
 
 
-class ScopedPolicy:
+class ScopedPolicy(Generic[S]):
     """A policy whose signals carry the target's matchers; ``decide`` is the policy's own.
 
     Args:
@@ -40,7 +41,7 @@ class ScopedPolicy:
 
     def __init__(
         self,
-        policy: ScalingPolicy,
+        policy: ScalingPolicy[S],
         signals: Mapping[str, Signal],
         pod_signals: Mapping[str, Signal],
     ) -> None:
@@ -56,7 +57,26 @@ class ScopedPolicy:
         # Policies that fill whole nodes read each node's room (``TargetStatus.node_slots``).
         self.reads_node_slots = bool(getattr(policy, "reads_node_slots", False))
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def initial_state(self) -> S:
+        """The wrapped policy's first state.
+
+        Returns:
+            What the wrapped policy returns.
+        """
+        return self.inner.initial_state()
+
+    def load_state(self, data: Mapping[str, Any]) -> S:
+        """The wrapped policy's state, read from its JSON form.
+
+        Returns:
+            What the wrapped policy returns.
+
+        Raises:
+            StateError: When ``data`` is not the wrapped policy's state.
+        """
+        return self.inner.load_state(data)
+
+    def decide(self, observation: Observation, state: S) -> Decision[S]:
         """The policy's decision.
 
         Returns:
@@ -102,7 +122,7 @@ class TargetRuntime:
 
     ref: TargetRef
     spec: Target
-    policy: ScopedPolicy
+    policy: ScopedPolicy[Any]
     delay_s: float = 0.0
     owner: str = ""
     all_signals: Mapping[str, Signal] = field(default_factory=dict)

@@ -11,6 +11,7 @@ CLI can list the choices without loading the simulator.
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from gpuscale.evaluate.knobs import Knob
 from gpuscale.evaluate.registry import FairInputs as FairInputs
@@ -112,23 +113,23 @@ def _oracle(f: FairInputs) -> OracleConfig:
     )
 
 
-def _build_static(c: StaticConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+def _build_static(c: StaticConfig, _required: Sequence[int], name: str) -> ScalingPolicy[Any]:
     return StaticPolicy.from_config(c, name)
 
 
-def _build_hpa(c: HpaConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+def _build_hpa(c: HpaConfig, _required: Sequence[int], name: str) -> ScalingPolicy[Any]:
     return HpaPolicy(c, name)
 
 
-def _build_keda(c: KedaConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+def _build_keda(c: KedaConfig, _required: Sequence[int], name: str) -> ScalingPolicy[Any]:
     return KedaPolicy(c, name)
 
 
-def _build_kpa(c: KpaConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+def _build_kpa(c: KpaConfig, _required: Sequence[int], name: str) -> ScalingPolicy[Any]:
     return KpaPolicy(c, name)
 
 
-def _build_oracle(c: OracleConfig, required: Sequence[int], name: str) -> ScalingPolicy:
+def _build_oracle(c: OracleConfig, required: Sequence[int], name: str) -> ScalingPolicy[Any]:
     return OraclePolicy.from_config(required, c, name)
 
 
@@ -289,11 +290,13 @@ def _hybrid(f: FairInputs) -> HybridConfig:
     )
 
 
-def _build_predictive(c: PredictiveConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+def _build_predictive(
+    c: PredictiveConfig, _required: Sequence[int], name: str
+) -> ScalingPolicy[Any]:
     return PredictivePolicy(c, name)
 
 
-def _build_hybrid(c: HybridConfig, _required: Sequence[int], name: str) -> ScalingPolicy:
+def _build_hybrid(c: HybridConfig, _required: Sequence[int], name: str) -> ScalingPolicy[Any]:
     return HybridPolicy(c, name)
 
 

@@ -81,7 +81,7 @@ class PolicySpec(Generic[C]):
     name: str
     config_type: type[C]
     fair: Callable[[FairInputs], C]
-    build: Callable[[C, Sequence[int], str], ScalingPolicy]
+    build: Callable[[C, Sequence[int], str], ScalingPolicy[Any]]
     fair_fields: tuple[str, ...]
     units: Mapping[str, str] = field(default_factory=dict)
     knob: Knob | None = None

@@ -347,7 +347,7 @@ def plan(
     )
 
 
-def build_policy(name: str, config: object, required: np.ndarray) -> ScalingPolicy:
+def build_policy(name: str, config: object, required: np.ndarray) -> ScalingPolicy[Any]:
     """Construct a registered policy from its typed config.
 
     Returns:

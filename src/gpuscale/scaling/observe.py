@@ -10,6 +10,7 @@ samples or Prometheus.
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 from gpuscale.metrics.signal import LabelledValue, MetricsSource
 from gpuscale.scaling.policy import (
@@ -41,7 +42,7 @@ def merge(results: Sequence[LabelledValue]) -> Series:
 
 def observe(
     source: MetricsSource,
-    policy: ScalingPolicy,
+    policy: ScalingPolicy[Any],
     target: TargetStatus,
     now: float,
     *,

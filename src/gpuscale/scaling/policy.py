@@ -1,20 +1,22 @@
 """The policy seam: ``decide(observation, state) -> Decision``.
 
 Policies are pure: no clock, no I/O, no hidden mutable state. Everything they
-remember between calls lives in ``State``, a JSON-serialisable mapping that the
-controller stores in an annotation and the simulator keeps in memory. That is
-what lets a policy proven in the simulator run unchanged in production.
+remember between calls lives in their state, a frozen dataclass of their own
+(``scaling.state``) with a JSON form, which the controller stores in an
+annotation and the simulator keeps in memory. That is what lets a policy proven
+in the simulator run unchanged in production.
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.state import PolicyState
 
-State = Mapping[str, Any]
-"""A policy's memory between decisions; must round-trip through JSON."""
+S = TypeVar("S", bound=PolicyState)
+"""A policy's state type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +182,7 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(Generic[S]):
     """What a policy wants.
 
     Attributes:
@@ -195,11 +197,11 @@ class Decision:
 
     replicas: int
     reason: str
-    state: State = field(default_factory=dict)
+    state: S
     delete: tuple[str, ...] = ()
 
 
-class ScalingPolicy(Protocol):
+class ScalingPolicy(Protocol[S]):
     """A pure replica-count decision rule.
 
     Attributes:
@@ -223,12 +225,31 @@ class ScalingPolicy(Protocol):
     min_replicas: int
     max_replicas: int
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def initial_state(self) -> S:
+        """The state of a policy that has decided nothing yet.
+
+        Returns:
+            The state to pass to the first ``decide``.
+        """
+        ...
+
+    def load_state(self, data: Mapping[str, Any]) -> S:
+        """Read a state saved as ``state.to_json()`` (after a JSON round trip).
+
+        Returns:
+            The state, equal to the one saved.
+
+        Raises:
+            StateError: When ``data`` is not this policy's state.
+        """
+        ...
+
+    def decide(self, observation: Observation, state: S) -> Decision[S]:
         """Decide the desired replicas.
 
         Args:
             observation: What the policy can see now.
-            state: What the policy returned last time (empty on the first call).
+            state: What the policy returned last time (``initial_state()`` at first).
 
         Returns:
             The decision and the state to pass next time.

@@ -40,6 +40,7 @@ from gpuscale.metrics.signal import MetricsSource
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
 from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, signal_path_of
+from gpuscale.scaling.state import PolicyState
 from gpuscale.sim.alerting import SimAlerting, alert_window_s
 from gpuscale.sim.cluster import (
     READY,
@@ -79,7 +80,7 @@ def _first_second(x: float) -> int:
 class _Run:
     """One simulation's state; ``simulate`` is its only user."""
 
-    def __init__(self, scenario: Scenario, policy: ScalingPolicy) -> None:
+    def __init__(self, scenario: Scenario, policy: ScalingPolicy[Any]) -> None:
         self.sc, self.policy = scenario, policy
         cfg = scenario.cluster
         seeds = np.random.SeedSequence(scenario.seed).spawn(4)
@@ -129,7 +130,7 @@ class _Run:
             slots=self.slots,
             speed=self.model_speed,
         )
-        self.state: dict[str, Any] = {}
+        self.state: PolicyState = policy.initial_state()
         self.scale_events = 0
         self._cap_version = -1
         self._cap_dirty = True
@@ -287,7 +288,7 @@ class _Run:
     def _decide(self, t: float) -> None:
         obs = self._observe(t)
         decision = self.policy.decide(obs, self.state)
-        self.state = dict(decision.state)
+        self.state = decision.state
         if decision.delete:  # named pods go first, as pod-deletion-cost -> lowest
             self.cluster.delete_named(decision.delete, t)
         want = min(max(int(decision.replicas), self.policy.min_replicas), self.policy.max_replicas)
@@ -470,7 +471,7 @@ class _Run:
 
 def simulate(
     scenario: Scenario,
-    policy: ScalingPolicy,
+    policy: ScalingPolicy[Any],
     *,
     progress: Callable[[float], None] | None = None,
 ) -> RunResult:
