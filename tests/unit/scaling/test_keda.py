@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR
-from gpuscale.scaling.keda import KedaConfig, KedaPolicy, KedaState
+from gpuscale.scaling.keda import KedaConfig, KedaPolicy, KedaState, due
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from tests.support.policystate import through_json
 
@@ -266,3 +266,43 @@ def test_every_numeric_setting_states_its_unit():
     units = {f.name: f.metadata["unit"] for f in numeric}
     assert units["threshold"] == "requests per replica"
     assert units["polling_interval_s"] == "s"
+
+
+JITTER_S = (1.7, -2.0, 0.4, 2.0, -1.3, -0.2, 1.1, -1.9, 0.8, -0.6)
+JITTER_S += (2.0, -2.0, 0.0, 1.5, -0.9, 0.3, -1.6, 1.9, -0.4, 0.6)
+"""Offsets of 20 live decisions from a 15 s grid, within +/- 2 s (the controller reads its
+clock after its API calls, so a sync lands a little early or late)."""
+
+
+def jittered(policy, replicas=2, value=8.0):
+    """Decide at each jittered time; return (decisions that polled, that ran the HPA)."""
+    state, polls, syncs = policy.initial_state(), 0, 0
+    for i, jitter in enumerate(JITTER_S):
+        now = 15.0 * (i + 1) + jitter
+        decision = policy.decide(observe(now, replicas, replicas, value, 0.0), state)
+        state = decision.state
+        polls += state.last_poll == now
+        syncs += state.last_hpa == now
+    return polls, syncs
+
+
+def test_a_jittered_clock_polls_and_syncs_at_every_call_when_both_periods_are_the_interval():
+    # Half of these calls come less than 15 s after the one before: with exact timing a
+    # loop due every 15 s would skip them and act every second call.
+    config = KedaConfig(threshold=4.0, polling_interval_s=15.0, hpa_sync_period_s=15.0)
+    policy = KedaPolicy(config)
+    assert policy.interval_s == 15.0
+    assert jittered(policy) == (20, 20)
+
+
+def test_a_jittered_clock_syncs_the_hpa_at_every_call_and_polls_at_every_second():
+    policy = KedaPolicy(KedaConfig(threshold=4.0))  # polling 30 s, HPA sync 15 s
+    assert jittered(policy) == (10, 20)
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "is_due"),
+    [(None, 0.0, True), (0.0, 7.5, True), (0.0, 7.4999, False), (0.0, 30.0, True)],
+)
+def test_a_loop_is_due_half_an_interval_before_its_period_ends(last, now, is_due):
+    assert due(last, 15.0, now, 15.0) is is_due
