@@ -19,6 +19,7 @@ bench/results.json, keeping the other keys).
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -28,8 +29,8 @@ from pathlib import Path
 from gpuscale.scaling import forecast as fc
 from gpuscale.scaling import health
 from gpuscale.scaling.hpa import HpaPolicy
-from gpuscale.scaling.hybrid import HybridPolicy
-from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from gpuscale.scaling.hybrid import HybridPolicy, HybridState
+from gpuscale.scaling.policy import Observation, PodStatus, S, ScalingPolicy, TargetStatus
 from gpuscale.scaling.predictive import DEMAND_METRICS
 
 STEP_S = 15.0
@@ -62,23 +63,23 @@ def observation(now: float, history_s: float) -> Observation:
     return Observation(now, TargetStatus(PODS, pods), pod_metrics, series)
 
 
-def warm_state(policy: HybridPolicy, days: int) -> tuple[dict, float]:
+def warm_state(policy: HybridPolicy, days: int) -> tuple[HybridState, float]:
     """The state after ``days`` of demand (buckets filled, model fitted), and its time."""
     cfg = policy.config.forecast
     end = days * 86400.0
     points = tuple((t, demand(t)) for t in (STEP_S * i for i in range(int(end / STEP_S) + 1)))
-    fstate = fc.refit(fc.ingest({}, points, cfg), end, cfg)
+    fstate = fc.refit(fc.ingest(fc.ForecastState(), points, cfg), end, cfg)
     obs = observation(end, policy.history_s)
-    decision = policy.decide(obs, {"forecast": fstate})
+    decision = policy.decide(obs, HybridState(forecast=fstate))
     if "seasonal forecast" not in decision.reason:
         raise RuntimeError(f"the warmed policy does not use its seasonal model: {decision.reason}")
-    return dict(decision.state), end
+    return decision.state, end
 
 
-def timed(policy, obs: Observation, state: dict) -> tuple[float, dict]:
+def timed(policy: ScalingPolicy[S], obs: Observation, state: S) -> tuple[float, S]:
     start = time.perf_counter()
     decision = policy.decide(obs, state)
-    return (time.perf_counter() - start) * 1000.0, dict(decision.state)
+    return (time.perf_counter() - start) * 1000.0, decision.state
 
 
 def main() -> None:
@@ -93,17 +94,20 @@ def main() -> None:
     for i in range(args.repeats):  # one refit period: the last decision refits
         now += STEP_S
         if i == args.repeats - 1:
-            state["forecast"]["fit"]["at"] = now - refit_s  # due now
+            due = dataclasses.replace(state.forecast.fit, at=now - refit_s)  # due now
+            state = dataclasses.replace(
+                state, forecast=dataclasses.replace(state.forecast, fit=due)
+            )
         ms, state = timed(policy, observation(now, policy.history_s), state)
         amortised.append(ms)
-        (refits if state["forecast"]["fit"]["at"] == now else steady).append(ms)
+        (refits if state.forecast.fit.at == now else steady).append(ms)
     day_state = state
     for _ in range(min(args.repeats, 60)):
         now += STEP_S
         ms, day_state = timed(policy, observation(now, 86400.0), day_state)
         day.append(ms)
     hpa = HpaPolicy()
-    hpa_ms, hpa_state = [], {}
+    hpa_ms, hpa_state = [], hpa.initial_state()
     for _ in range(args.repeats):
         now += STEP_S
         ms, hpa_state = timed(hpa, observation(now, policy.history_s), hpa_state)

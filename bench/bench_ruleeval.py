@@ -24,6 +24,7 @@ from gpuscale.alerts.evaluate import RuleEvaluator
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.metrics.store import MetricStore
 from gpuscale.scaling.policy import Decision
+from gpuscale.scaling.static import StaticState
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.faults import parse_sim_fault
@@ -73,6 +74,12 @@ class _Hold:
     signals: dict = {}  # noqa: RUF012 - a policy's declared signals
     pod_signals: dict = {}  # noqa: RUF012
     min_replicas, max_replicas = 0, 8
+
+    def initial_state(self):
+        return StaticState()
+
+    def load_state(self, data):
+        return StaticState.from_json(data)
 
     def decide(self, observation, state):
         return Decision(4, "hold", state)

@@ -37,8 +37,9 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ from gpuscale.evaluate.runner import (
     build_policy,
     run_one,
 )
-from gpuscale.scaling.policy import Decision, Observation, ScalingPolicy, State
+from gpuscale.scaling.policy import Decision, Observation, ScalingPolicy
 from gpuscale.sim.engine import simulate
 from gpuscale.sim.fluid import FluidQueue
 
@@ -142,15 +143,21 @@ def bench_one_core(repeats: int) -> dict[str, object]:
 class Recording:
     """A policy that decides as ``inner`` does and keeps each decision."""
 
-    def __init__(self, inner: ScalingPolicy) -> None:
-        self.inner, self.decisions = inner, list[Decision]()
+    def __init__(self, inner: ScalingPolicy[Any]) -> None:
+        self.inner, self.decisions = inner, list[Decision[Any]]()
         self.name, self.interval_s = inner.name, inner.interval_s
         self.signals, self.pod_signals = inner.signals, inner.pod_signals
         self.history_s = inner.history_s
         self.min_replicas, self.max_replicas = inner.min_replicas, inner.max_replicas
         self.signal_path = getattr(inner, "signal_path", None)
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def initial_state(self) -> Any:
+        return self.inner.initial_state()
+
+    def load_state(self, data: Mapping[str, Any]) -> Any:
+        return self.inner.load_state(data)
+
+    def decide(self, observation: Observation, state: Any) -> Decision[Any]:
         decision = self.inner.decide(observation, state)
         self.decisions.append(decision)
         return decision
@@ -165,7 +172,7 @@ class Replay(Recording):
         self.history_s = 0.0
         self._next = iter(recording.decisions).__next__
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: Any) -> Decision[Any]:
         return self._next()
 
 

@@ -60,7 +60,8 @@ import pandas as pd
 import pytest
 
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import Decision, Observation, State
+from gpuscale.scaling.policy import Decision, Observation
+from gpuscale.scaling.static import StaticState
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.fluid import FluidQueue, residual_arrival_scv
@@ -75,6 +76,7 @@ from gpuscale.sim.traces import (
     gentd26_workload,
     read_gentd26_qps,
 )
+from tests.support.policystate import Stateless
 
 TRACES = Path(
     os.environ.get("GPUSCALE_TRACES_DIR", Path(__file__).parents[2] / ".." / "shared" / "traces")
@@ -88,7 +90,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class UtilisationProbe:
+class UtilisationProbe(Stateless):
     """A static policy that records every pod's GPU_UTIL as the store serves it."""
 
     def __init__(self, replicas: int) -> None:
@@ -100,7 +102,7 @@ class UtilisationProbe:
         self.min_replicas = self.max_replicas = replicas
         self.samples: list[tuple[float, list[float]]] = []
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: StaticState) -> Decision[StaticState]:
         values = list(observation.pod_metrics.get("util", {}).values())
         self.samples.append((observation.now, values))
         return Decision(self.max_replicas, "calibration probe", state)

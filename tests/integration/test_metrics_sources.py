@@ -311,7 +311,8 @@ def test_observe_gives_the_same_observation_and_decision(store, prom_src, vm_src
                     assert [v for _, v in got.series[key]] == pytest.approx(
                         [v for _, v in points], rel=REL
                     )
-                assert policy.decide(got, {}).replicas == policy.decide(want, {}).replicas
+                fresh = policy.initial_state()
+                assert policy.decide(got, fresh).replicas == policy.decide(want, fresh).replicas
                 compared += bool(want.pod_metrics.get(UTIL) or any(want.series.values()))
     assert compared >= 10  # most comparisons had data in them
 

@@ -6,12 +6,20 @@ import numpy as np
 
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.policy import Decision, Observation
+from gpuscale.scaling.state import JsonState
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
 
 UTIL = Signal("DCGM_FI_DEV_GPU_UTIL", aggregation="avg", by=("pod",))
+
+
+@dataclass(frozen=True, slots=True)
+class CallCount(JsonState):
+    """The recorder's state: how many decisions it has made."""
+
+    calls: int = 0
 
 
 @dataclass
@@ -28,6 +36,12 @@ class Recorder:
     max_replicas: int = 16
     seen: list[Observation] = field(default_factory=list)
 
+    def initial_state(self) -> CallCount:
+        return CallCount()
+
+    def load_state(self, data) -> CallCount:
+        return CallCount.from_json(data)
+
     def decide(self, observation, state):
         self.seen.append(observation)
         n = len(self.seen) - 1
@@ -36,7 +50,7 @@ class Recorder:
             if isinstance(self.replicas, int)
             else self.replicas[n % len(self.replicas)]
         )
-        return Decision(want, "fixed", {"calls": state.get("calls", 0) + 1})
+        return Decision(want, "fixed", CallCount(state.calls + 1))
 
 
 def workload(rate: np.ndarray, service_s: float = 1.0, seed: int = 0) -> Workload:
@@ -77,5 +91,11 @@ class Script:
     min_replicas: int = 0
     max_replicas: int = 16
 
+    def initial_state(self) -> CallCount:
+        return CallCount()
+
+    def load_state(self, data) -> CallCount:
+        return CallCount.from_json(data)
+
     def decide(self, observation, state):
-        return Decision(int(self.plan(observation.now)), "scripted", {})
+        return Decision(int(self.plan(observation.now)), "scripted", state)

@@ -27,7 +27,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
@@ -50,7 +50,8 @@ from gpuscale.control.server import ControllerMetrics, HealthState
 from gpuscale.control.targets import TargetRuntime
 from gpuscale.metrics.signal import MetricsSource
 from gpuscale.scaling import failsafe
-from gpuscale.scaling.state import StateError
+from gpuscale.scaling.policy import ScalingPolicy
+from gpuscale.scaling.state import PolicyState, StateError
 from gpuscale.scaling.step import REMEDIATE, DecisionStep, StepOutcome, StepSettings
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class Controller:
         self.clock = clock
         self.health = health or HealthState(3 * max(self.settings.sync_period_s, 10.0))
         self.leader = elector is None
-        self._states: dict[TargetRef, Any] = {}
+        self._states: dict[TargetRef, PolicyState] = {}
         self._saved: dict[TargetRef, SavedState] = {}
         self._holding: dict[TargetRef, str] = {}
         self._steps: dict[TargetRef, DecisionStep[Any]] = {}
@@ -318,22 +319,34 @@ class Controller:
         return step
 
     # ------------------------------------------------------------------ state
-    def _state(self, rt: TargetRuntime) -> Any:  # noqa: ANN401 - the policy's own state type
+    def _state(self, rt: TargetRuntime) -> PolicyState:
         if rt.ref not in self._states:
             saved = self.actuator.load_state(rt.ref, STATE_KEY)
-            state = rt.policy.initial_state()
-            if saved.get("policy") == rt.policy.name and "state" in saved:
-                try:
-                    state = rt.policy.load_state(saved["state"])
-                except StateError as exc:
-                    logger.warning(
-                        "%s: saved state unreadable (%s); starting afresh", label(rt.ref), exc
-                    )
-            self._states[rt.ref] = state
+            self._states[rt.ref] = self._saved_state(rt, saved)
             self._saved[rt.ref] = SavedState(json.dumps(saved, sort_keys=True), None, -math.inf)
         return self._states[rt.ref]
 
-    def _keep_state(self, rt: TargetRuntime, state: Any, now: float) -> None:  # noqa: ANN401
+    def _saved_state(self, rt: TargetRuntime, saved: Mapping[str, Any]) -> PolicyState:
+        """The state saved in the annotation, or a fresh one (with a warning) if unusable."""
+        policy: ScalingPolicy[PolicyState] = rt.policy
+        if not saved:
+            return policy.initial_state()
+        data = saved.get("state")
+        if saved.get("policy") != rt.policy.name:
+            problem = f"it belongs to policy {saved.get('policy')!r}, not {rt.policy.name!r}"
+        elif not isinstance(data, dict):
+            problem = f"key state: not an object but {type(data).__name__}"
+        else:
+            try:
+                return policy.load_state(data)
+            except StateError as exc:
+                problem = str(exc)
+        logger.warning(
+            "%s: saved policy state ignored, starting afresh: %s", label(rt.ref), problem
+        )
+        return policy.initial_state()
+
+    def _keep_state(self, rt: TargetRuntime, state: PolicyState, now: float) -> None:
         """Keep the state; write the annotation when a decision-relevant field changed.
 
         A state whose only change is time passing (``PolicyState.essential`` unchanged)

@@ -52,18 +52,21 @@ class ScopedPolicy(Generic[S]):
         self.reads_node_slots = policy.reads_node_slots
 
     def initial_state(self) -> S:
-        """The policy's state before its first decision.
+        """The wrapped policy's first state.
 
         Returns:
-            The wrapped policy's.
+            What the wrapped policy returns.
         """
         return self.inner.initial_state()
 
     def load_state(self, data: Mapping[str, Any]) -> S:
-        """The policy's state from its JSON.
+        """The wrapped policy's state, read from its JSON form.
 
         Returns:
-            The wrapped policy's.
+            What the wrapped policy returns.
+
+        Raises:
+            StateError: When ``data`` is not the wrapped policy's state.
         """
         return self.inner.load_state(data)
 

@@ -5,8 +5,7 @@ from gpuscale.scaling.policy import (
     Observation,
     PodStatus,
     ScalingPolicy,
-    State,
     TargetStatus,
 )
 
-__all__ = ["Decision", "Observation", "PodStatus", "ScalingPolicy", "State", "TargetStatus"]
+__all__ = ["Decision", "Observation", "PodStatus", "ScalingPolicy", "TargetStatus"]

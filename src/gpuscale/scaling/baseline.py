@@ -10,21 +10,19 @@ Behaviour follows ``pkg/controller/podautoscaler/horizontal.go`` (Kubernetes
 1.23+): ``recordInitialRecommendation``, ``stabilizeRecommendationWithBehaviors``,
 ``convertDesiredReplicasWithBehaviorRate`` and ``storeScaleEvent``. The
 controller keeps recommendations and scale events in memory; here they live in
-the policy's JSON state as ``[time_s, value]`` pairs.
+the policy's state (``recommendations.HpaState``).
 """
 
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from gpuscale import errors
-from gpuscale.scaling.policy import Decision, Observation, Series
-
-EPSILON_S = 1e-6
-"""Slack when comparing a due time with ``now``, so float drift never skips a tick."""
+from gpuscale.scaling.policy import Decision, Observation, S, Series
+from gpuscale.scaling.recommendations import HpaState, prune, remembered
 
 RateKind = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
@@ -66,8 +64,8 @@ def hold(
     min_replicas: int,
     max_replicas: int,
     why: str,
-    state: Mapping[str, Any],
-) -> Decision:
+    state: S,
+) -> Decision[S]:
     """Fail safe: keep the current desired count (within bounds) and the old state.
 
     Returns:
@@ -75,7 +73,7 @@ def hold(
     """
     current = observation.target.desired
     replicas = clamp(current, min_replicas, max_replicas)
-    return Decision(replicas, f"hold at {current}: {why}", dict(state))
+    return Decision(replicas, f"hold at {current}: {why}", state)
 
 
 def _present(observation: Observation, keys: Sequence[str]) -> list[Series] | None:
@@ -265,11 +263,7 @@ class HpaBehavior:
         return max(periods, default=0.0)
 
 
-def _pairs(state: Mapping[str, Any], key: str) -> list[list[float]]:
-    return [[float(t), float(v)] for t, v in state.get(key, [])]
-
-
-def _change_in_period(events: list[list[float]], now: float, period_s: float) -> int:
+def _change_in_period(events: Sequence[tuple[float, int]], now: float, period_s: float) -> int:
     cutoff = now - period_s
     return int(sum(n for t, n in events if t > cutoff))
 
@@ -278,8 +272,8 @@ def _limit(
     current: int,
     now: float,
     rules: ScalingRules,
-    ups: list[list[float]],
-    downs: list[list[float]],
+    ups: Sequence[tuple[float, int]],
+    downs: Sequence[tuple[float, int]],
     direction: Literal["up", "down"],
 ) -> int:
     """``calculateScaleUpLimitWithScalingRules`` / ``calculateScaleDownLimitWithBehaviors``."""
@@ -314,8 +308,8 @@ def reconcile(
     min_replicas: int,
     max_replicas: int,
     behavior: HpaBehavior,
-    state: Mapping[str, Any],
-) -> tuple[int, str, dict[str, Any]]:
+    state: HpaState,
+) -> tuple[int, str, HpaState]:
     """One HPA sync after the replica calculator: bounds, stabilisation, rate limits.
 
     Args:
@@ -325,17 +319,16 @@ def reconcile(
         min_replicas: HPA ``minReplicas``.
         max_replicas: HPA ``maxReplicas``.
         behavior: HPA ``behavior``.
-        state: The HPA part of the policy state (recommendations and scale events).
+        state: The HPA's recommendations and scale events.
 
     Returns:
         Desired replicas, a reason, and the new HPA state.
     """
     now = float(now)
-    recs = _pairs(state, "recommendations")
-    ups = _pairs(state, "scale_up_events")
-    downs = _pairs(state, "scale_down_events")
-    if "recommendations" not in state:
-        recs = [[now, float(current)]]  # recordInitialRecommendation
+    recs = remembered(state, now, current)
+    ups, downs = list(state.scale_up_events), list(state.scale_down_events)
+    up_window_s = behavior.scale_up.stabilization_window_s
+    down_window_s = behavior.scale_down.stabilization_window_s
     if current > max_replicas:
         desired, why = max_replicas, f"current {current} above max {max_replicas}"
     elif current < min_replicas:
@@ -343,16 +336,16 @@ def reconcile(
     elif proposal is None:
         desired, why = current, "metric unavailable, holding"
     else:
-        up_cut = now - behavior.scale_up.stabilization_window_s
-        down_cut = now - behavior.scale_down.stabilization_window_s
+        up_cut = now - up_window_s
+        down_cut = now - down_window_s
         up_rec = down_rec = proposal
         for t, r in recs:
             if t > up_cut:
-                up_rec = min(up_rec, int(r))
+                up_rec = min(up_rec, r)
             if t > down_cut:
-                down_rec = max(down_rec, int(r))
+                down_rec = max(down_rec, r)
         stabilized = min(max(current, up_rec), down_rec)
-        recs.append([now, float(proposal)])
+        recs.append((now, proposal))
         desired, why = stabilized, f"recommendation {proposal}, stabilised {stabilized}"
         if stabilized > current:
             up_limit = max(_limit(current, now, behavior.scale_up, ups, downs, "up"), current)
@@ -367,16 +360,13 @@ def reconcile(
                 limited_by = "rate limit" if down_limit > min_replicas else "min"
                 desired, why = allowed, f"{why}, {limited_by} {allowed}"
     if desired > current:
-        ups.append([now, float(desired - current)])
+        ups.append((now, desired - current))
     elif desired < current:
-        downs.append([now, float(current - desired)])
-    keep_recs = now - max(
-        behavior.scale_up.stabilization_window_s, behavior.scale_down.stabilization_window_s
-    )
+        downs.append((now, current - desired))
     keep_events = now - behavior.longest_period_s()
-    new_state: dict[str, Any] = {
-        "recommendations": [[t, r] for t, r in recs if t >= keep_recs],
-        "scale_up_events": [[t, n] for t, n in ups if t > keep_events],
-        "scale_down_events": [[t, n] for t, n in downs if t > keep_events],
-    }
+    new_state = HpaState(
+        prune(recs, now, highest_s=down_window_s, lowest_s=up_window_s),
+        tuple((t, n) for t, n in ups if t > keep_events),
+        tuple((t, n) for t, n in downs if t > keep_events),
+    )
     return desired, why, new_state

@@ -11,8 +11,9 @@ samples' scatter (``rising``), and only the window a decision needs
 import bisect
 import dataclasses
 
+from gpuscale.scaling.forecast import ForecastState
 from gpuscale.scaling.linefit import fit_line
-from gpuscale.scaling.policy import Observation, Series, State
+from gpuscale.scaling.policy import Observation, Series
 
 
 def smooth(points: Series, window_s: float) -> Series:
@@ -62,7 +63,7 @@ def rising(points: Series, now: float, window_s: float) -> bool:
     return fit.n < 3 or fit.slope >= RISE_T * fit.slope_se()
 
 
-def recent_view(observation: Observation, state: State, history_s: float) -> Observation:
+def recent_view(observation: Observation, forecast: ForecastState, history_s: float) -> Observation:
     """The observation with each series cut to what a decision reads.
 
     That is the last ``history_s``, and every point the forecaster has not ingested
@@ -72,11 +73,11 @@ def recent_view(observation: Observation, state: State, history_s: float) -> Obs
     Returns:
         The same observation with shorter series (itself when nothing is cut).
     """
-    seen = state.get("forecast", {}).get("last_t")
+    seen = forecast.last_t
     since = float(observation.now) - history_s
     if seen is None:
         return observation
-    since = min(since, float(seen))
+    since = min(since, seen)
     cut = {}
     for key, points in observation.series.items():
         i = bisect.bisect_right(points, since, key=lambda p: p[0])

@@ -4,8 +4,8 @@ A GPU replica takes tens of seconds to minutes to become Ready, so a policy
 that only reacts is a cold start late on every rise. This module forecasts the
 workload's demand (whatever quantity the policy sums, e.g. requests in flight
 plus queued) at ``now + horizon`` with an upper prediction bound, from the
-history the policy sees, and keeps everything it learns in the policy's JSON
-state as plain numbers:
+history the policy sees, and keeps everything it learns in a ``ForecastState``
+within the policy's state, as plain numbers:
 
 * Demand is averaged into buckets of ``bucket_s`` seconds (``ingest``); the
   state keeps at most ``seasons_kept`` seasons of closed buckets.
@@ -39,13 +39,14 @@ import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any, Literal
 
 from gpuscale.errors import require
 from gpuscale.scaling.linefit import fit_line
 from gpuscale.scaling.policy import Series
+from gpuscale.scaling.state import JsonState
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,105 @@ def _z(quantile: float) -> float:
     return NormalDist().inv_cdf(quantile)
 
 
-def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class FittedModel(JsonState):
+    """The seasonal model's parameters and components, and its scored errors.
+
+    Attributes:
+        alpha: Smoothing of the level.
+        beta: Smoothing of the trend.
+        gamma: Smoothing of the seasonal indices.
+        phi: Damping of the trend.
+        level: Level after bucket ``k``, in the demand's unit.
+        trend: Trend after bucket ``k``, per bucket.
+        season: Seasonal index of each bucket of the season (bucket index modulo
+            its length).
+        k: The newest bucket the model has advanced over (an index of ``bucket_s``).
+        sigma: Deviation of the errors scored when fitted, in the demand's unit.
+        at: When it was fitted, seconds.
+        err: Weighted sums ``(w, w x, w e^2, w x^2, w x e^2)`` of the scored errors;
+            None in a model stored before errors were scored (``sigma`` is then read).
+        pending: ``(bucket, forecast)`` made for the next bucket, scored when it
+            closes; None before the first.
+    """
+
+    alpha: float
+    beta: float
+    gamma: float
+    phi: float
+    level: float
+    trend: float
+    season: tuple[float, ...]
+    k: int
+    sigma: float
+    at: float
+    err: tuple[float, ...] | None = None
+    pending: tuple[int, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastState(JsonState):
+    """What the forecaster has learnt: closed buckets, the open one, the model.
+
+    Attributes:
+        last_t: Time of the newest point ingested, seconds; None before any.
+        means: Mean of each closed bucket, oldest first (at most ``seasons_kept``
+            seasons).
+        k0: Bucket index of ``means[0]``.
+        cur: The open bucket: ``(index, sum, count)``; None before any point.
+        fit: The fitted seasonal model; None until two seasons of buckets exist.
+        fits: How many times the model has been fitted.
+
+    Every field moves with the data it has seen, so ``essential()`` is
+    ``to_json()``: under any load the open bucket's sum changes at every decision.
+    """
+
+    last_t: float | None = None
+    means: tuple[float, ...] = ()
+    k0: int = 0
+    cur: tuple[int, float, int] | None = None
+    fit: FittedModel | None = None
+    fits: int = 0
+
+
+def _working(fit: FittedModel) -> dict[str, Any]:
+    """A mutable copy of a fitted model for ``_advance`` (the stored one never changes)."""
+    return {
+        "alpha": fit.alpha,
+        "beta": fit.beta,
+        "gamma": fit.gamma,
+        "phi": fit.phi,
+        "level": fit.level,
+        "trend": fit.trend,
+        "season": list(fit.season),
+        "k": fit.k,
+        "sigma": fit.sigma,
+        "at": fit.at,
+        "err": None if fit.err is None else list(fit.err),
+        "pending": fit.pending,
+    }
+
+
+def _frozen(work: Mapping[str, Any]) -> FittedModel:
+    """The stored form of ``_working``'s copy."""
+    err, pending = work["err"], work["pending"]
+    return FittedModel(
+        alpha=work["alpha"],
+        beta=work["beta"],
+        gamma=work["gamma"],
+        phi=work["phi"],
+        level=work["level"],
+        trend=work["trend"],
+        season=tuple(work["season"]),
+        k=work["k"],
+        sigma=work["sigma"],
+        at=work["at"],
+        err=None if err is None else tuple(err),
+        pending=None if pending is None else (pending[0], pending[1]),
+    )
+
+
+def ingest(state: ForecastState, points: Series, cfg: ForecastConfig) -> ForecastState:
     """Add the points newer than those already seen to the buckets.
 
     A bucket closes when a point of a later bucket arrives; a bucket with no
@@ -157,47 +256,48 @@ def ingest(state: Mapping[str, Any], points: Series, cfg: ForecastConfig) -> dic
     by one Holt-Winters step.
 
     Args:
-        state: The forecaster's state (empty at first).
+        state: The forecaster's state (``ForecastState()`` at first).
         points: (time seconds, demand) points, oldest first.
         cfg: Bucketing and model settings.
 
     Returns:
         The new state.
     """
-    st = dict(state)
-    last_t = float(st.get("last_t", -math.inf))
-    means: list[float] = list(st.get("means", []))
-    k0 = int(st.get("k0", 0))
-    # Copies: the caller's state is never mutated.
-    cur = list(st["cur"]) if st.get("cur") else None  # [bucket index, sum, count]
-    fit = None
-    if st.get("fit"):
-        fit = dict(st["fit"], season=list(st["fit"]["season"]))
-        if fit.get("err") is not None:
-            fit["err"] = list(fit["err"])
+    last_t = -math.inf if state.last_t is None else state.last_t
+    means: list[float] = list(state.means)
+    k0 = state.k0
+    # The open bucket's index, sum and count; index None while there is none.
+    cur_k, cur_sum, cur_n = (None, 0.0, 0) if state.cur is None else state.cur
+    fit = None if state.fit is None else _working(state.fit)
     keep, forget = cfg.period * cfg.seasons_kept, _forget(cfg)
     for t, v in points:
         if t <= last_t or math.isnan(v):
             continue
         last_t = t
         k = math.floor(t / cfg.bucket_s)
-        if cur is None:
-            cur, k0 = [k, 0.0, 0], k
-        while cur[0] < k:  # close the current bucket (and fill any gap after it)
-            mean = cur[1] / cur[2] if cur[2] else (means[-1] if means else v)
+        if cur_k is None:
+            cur_k, cur_sum, cur_n, k0 = k, 0.0, 0, k
+        while cur_k < k:  # close the current bucket (and fill any gap after it)
+            mean = cur_sum / cur_n if cur_n else (means[-1] if means else v)
             if not means:
-                k0 = cur[0]
+                k0 = cur_k
             means.append(mean)
             if fit is not None:
-                _advance(fit, cur[0], mean, forget)
-            cur = [cur[0] + 1, 0.0, 0]
-        cur[1] += v
-        cur[2] += 1
+                _advance(fit, cur_k, mean, forget)
+            cur_k, cur_sum, cur_n = cur_k + 1, 0.0, 0
+        cur_sum += v
+        cur_n += 1
     if len(means) > keep:
         k0 += len(means) - keep
         means = means[-keep:]
-    st.update(last_t=last_t, means=means, k0=k0, cur=cur, fit=fit)
-    return st
+    return ForecastState(
+        last_t=None if last_t == -math.inf else last_t,
+        means=tuple(means),
+        k0=k0,
+        cur=None if cur_k is None else (cur_k, cur_sum, cur_n),
+        fit=state.fit if fit is None else _frozen(fit),
+        fits=state.fits,
+    )
 
 
 def _forget(cfg: ForecastConfig) -> float:
@@ -213,39 +313,40 @@ def _advance(fit: dict[str, Any], k: int, y: float, forget: float, score: bool =
     ``[w, w x, w e^2, w x^2, w x e^2]`` of the forecast ``x`` and its error ``e``, each
     older one weighted ``forget`` less), unless ``score`` is False; and the forecast
     for bucket ``k + 1`` is made as ``forecast`` makes it from bucket ``k``'s mean.
+    ``fit`` is ``_working``'s mutable form.
     """
     season: list[float] = fit["season"]
-    pending = fit.get("pending")
-    err = fit.get("err")
+    pending = fit["pending"]
+    err = fit["err"]
     if score and err is not None and pending is not None and int(pending[0]) == k:
         x, e = max(float(pending[1]), 0.0), y - float(pending[1])
         e2 = e * e
         for i, add in enumerate((1.0, x, e2, x * x, x * e2)):
             err[i] = forget * err[i] + add
+    level, trend, phi = fit["level"], fit["trend"], fit["phi"]
     if err is not None:
-        fit["pending"] = [k + 1, _seasonal_at(fit, k + 1) + y - _seasonal_at(fit, k)]
+        ahead = _seasonal_at(season, level, trend, phi, fit["k"], k + 1)
+        fit["pending"] = (k + 1, ahead + y - _seasonal_at(season, level, trend, phi, fit["k"], k))
     p = k % len(season)
-    a, b, g, phi = fit["alpha"], fit["beta"], fit["gamma"], fit["phi"]
-    level, trend = fit["level"], fit["trend"]
+    a, b, g = fit["alpha"], fit["beta"], fit["gamma"]
     new_level = a * (y - season[p]) + (1 - a) * (level + phi * trend)
     fit["trend"] = b * (new_level - level) + (1 - b) * phi * trend
     season[p] = g * (y - level - phi * trend) + (1 - g) * season[p]
     fit["level"], fit["k"] = new_level, k
 
 
-def refit_due(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> bool:
+def refit_due(state: ForecastState, now: float, cfg: ForecastConfig) -> bool:
     """Whether the seasonal model should be (re)fitted now.
 
     Returns:
         True when two seasons of buckets exist and the last fit is ``refit_s`` old.
     """
-    if len(state.get("means", [])) < 2 * cfg.period:
+    if len(state.means) < 2 * cfg.period:
         return False
-    fit = state.get("fit")
-    return not fit or now - float(fit["at"]) >= cfg.refit_s
+    return state.fit is None or now - state.fit.at >= cfg.refit_s
 
 
-def refit(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> dict[str, Any]:
+def refit(state: ForecastState, now: float, cfg: ForecastConfig) -> ForecastState:
     """Fit the seasonal model to the stored buckets and keep its parameters.
 
     Returns:
@@ -253,9 +354,8 @@ def refit(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> dict[str
     """
     from statsmodels.tsa.holtwinters import ExponentialSmoothing  # slow import, only when fitting
 
-    st = dict(state)
-    means: list[float] = st["means"]
-    m, k0 = cfg.period, int(st["k0"])
+    means = list(state.means)
+    m, k0 = cfg.period, state.k0
     with warnings.catch_warnings():  # convergence chatter from the optimiser
         warnings.simplefilter("ignore")
         model = ExponentialSmoothing(
@@ -292,8 +392,6 @@ def refit(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> dict[str
     err = fit["err"]
     fit["sigma"] = math.sqrt(err[2] / err[0]) if err[0] > 0 else 0.0
     fit["at"] = float(now)
-    st["fit"] = fit
-    st["fits"] = int(st.get("fits", 0)) + 1
     var0, var1 = error_variance(err)
     logger.debug(
         "forecast: refit at %.0f on %d buckets, error variance %.3g + %.3g x level",
@@ -302,7 +400,7 @@ def refit(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> dict[str
         var0,
         var1,
     )
-    return st
+    return replace(state, fit=_frozen(fit), fits=state.fits + 1)
 
 
 def error_variance(sums: Sequence[float]) -> tuple[float, float]:
@@ -334,9 +432,7 @@ def error_variance(sums: Sequence[float]) -> tuple[float, float]:
     return var0, slope
 
 
-def update(
-    state: Mapping[str, Any], points: Series, now: float, cfg: ForecastConfig
-) -> dict[str, Any]:
+def update(state: ForecastState, points: Series, now: float, cfg: ForecastConfig) -> ForecastState:
     """Ingest new points and refit when due: the one call a policy makes per decision.
 
     Returns:
@@ -346,13 +442,13 @@ def update(
     return refit(st, now, cfg) if refit_due(st, now, cfg) else st
 
 
-def _seasonal_at(fit: Mapping[str, Any], k: int) -> float:
-    """The stored model's forecast for bucket ``k`` (after its last bucket)."""
-    season: list[float] = fit["season"]
-    h = max(k - int(fit["k"]), 0)
-    phi = float(fit["phi"])
+def _seasonal_at(
+    season: Sequence[float], level: float, trend: float, phi: float, k_last: int, k: int
+) -> float:
+    """A model's forecast for bucket ``k``, from its components after bucket ``k_last``."""
+    h = max(k - k_last, 0)
     damp = sum(phi**j for j in range(1, h + 1)) if phi < 1 else float(h)
-    return float(fit["level"]) + damp * float(fit["trend"]) + season[k % len(season)]
+    return level + damp * trend + season[k % len(season)]
 
 
 def _recent(points: Series, now: float, window_s: float) -> list[tuple[float, float]]:
@@ -414,7 +510,7 @@ def trend_forecast(
 
 
 def forecast(
-    state: Mapping[str, Any],
+    state: ForecastState,
     points: Series,
     now: float,
     horizon_s: float,
@@ -434,24 +530,26 @@ def forecast(
     Returns:
         The forecast and its upper bound, in the demand's unit.
     """
-    fit = state.get("fit")
-    if not fit:
+    fit = state.fit
+    if fit is None:
         return trend_forecast(points, now, horizon_s, cfg, average_s)
     recent = _recent(points, now, min(cfg.bucket_s, cfg.trend_window_s))
     if not recent:
         return trend_forecast(points, now, horizon_s, cfg, average_s)
     k_now = math.floor(now / cfg.bucket_s)
-    error = sum(v for _, v in recent) / len(recent) - _seasonal_at(fit, k_now)
+    error = sum(v for _, v in recent) / len(recent) - _seasonal_at(
+        fit.season, fit.level, fit.trend, fit.phi, fit.k, k_now
+    )
     k_then = math.floor((now + horizon_s) / cfg.bucket_s)
-    point = _seasonal_at(fit, k_then) + error
-    steps = max(k_then - int(fit["k"]), 1)
+    point = _seasonal_at(fit.season, fit.level, fit.trend, fit.phi, fit.k, k_then) + error
+    steps = max(k_then - fit.k, 1)
     floor = cfg.min_sigma_ratio * abs(point)
-    err = fit.get("err")
+    err = fit.err
     if err is not None:
         var0, var1 = error_variance(err)
         deviation = math.sqrt(var0 + var1 * max(point, 0.0))
     else:  # a fit stored before errors were scored: its residuals' one deviation
-        deviation = float(fit["sigma"])
-    spread = max(deviation, floor) * math.sqrt(1 + (steps - 1) * float(fit["alpha"]) ** 2)
+        deviation = fit.sigma
+    spread = max(deviation, floor) * math.sqrt(1 + (steps - 1) * fit.alpha**2)
     upper = point + _z(cfg.quantile) * spread
     return Forecast(max(point, 0.0), max(upper, 0.0), "seasonal", horizon_s)

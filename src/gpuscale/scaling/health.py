@@ -29,13 +29,12 @@ not to count, and why:
 
 A pod flagged ``lost``, ``xid``, ``dbe`` or ``alert`` stays out of the count for
 ``quarantine_s``; ``throttled`` and ``straggler`` are re-judged each decision.
-State per live pod: the counters last seen and the quarantine end.
+State per live pod (``HealthState``): the counters last seen and the quarantine end.
 """
 
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from scipy.special import pdtr
 
@@ -43,6 +42,7 @@ from gpuscale.errors import require
 from gpuscale.fields.xid import WORK_LOST_XIDS
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.policy import Observation
+from gpuscale.scaling.state import JsonState
 
 SM = "sm"
 XID = "xid"
@@ -107,12 +107,53 @@ class HealthConfig:
         check(0 < self.straggler_p < 1, "straggler_p", "use a probability in (0, 1)")
 
 
+@dataclass(frozen=True, slots=True)
+class PodHealth(JsonState):
+    """What was last seen of one pod's GPU, and its quarantine.
+
+    Attributes:
+        until: End of its quarantine, seconds; None when never quarantined.
+        why: Why it was last quarantined.
+        xid: Its last XID, if any.
+        dbe: Its double-bit ECC error count, if any.
+        thermal: Its thermal-violation counter, nanoseconds, if any.
+        done: Its completed-requests counter, if any.
+    """
+
+    until: float | None = None
+    why: str | None = None
+    xid: float | None = None
+    dbe: float | None = None
+    thermal: float | None = None
+    done: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthState(JsonState):
+    """The health judge's memory: the last decision's time and each live pod's counters.
+
+    Attributes:
+        at: The last decision's time, seconds; None before the first.
+        pods: Pod name to what was seen of it.
+
+    ``essential()`` is ``to_json()``: the counters move with the load served, and
+    ``at`` turns them into rates.
+    """
+
+    at: float | None = None
+    pods: Mapping[str, PodHealth] = field(default_factory=dict)
+
+
+NEVER_SEEN = PodHealth()
+"""What is known of a pod not seen before."""
+
+
 def _value(observation: Observation, key: str, pod: str) -> float | None:
     v = observation.pod_metrics.get(key, {}).get(pod)
     return None if v is None or math.isnan(v) else float(v)
 
 
-def completed(observation: Observation, old_pods: Mapping[str, Any]) -> dict[str, float]:
+def completed(observation: Observation, old_pods: Mapping[str, PodHealth]) -> dict[str, float]:
     """Requests each Ready pod completed since the last decision: its counter's rise.
 
     A pod with no counter now or then, or whose counter went down (a new
@@ -124,38 +165,39 @@ def completed(observation: Observation, old_pods: Mapping[str, Any]) -> dict[str
     counts: dict[str, float] = {}
     for pod in observation.target.pods:
         done = _value(observation, DONE, pod.name)
-        last_done = old_pods.get(pod.name, {}).get(DONE)
+        old = old_pods.get(pod.name)
+        last_done = None if old is None else old.done
         if pod.ready and done is not None and last_done is not None and done >= last_done:
-            counts[pod.name] = done - float(last_done)
+            counts[pod.name] = done - last_done
     return counts
 
 
 def assess(
-    observation: Observation, state: Mapping[str, Any], cfg: HealthConfig
-) -> tuple[dict[str, str], dict[str, Any]]:
+    observation: Observation, state: HealthState, cfg: HealthConfig
+) -> tuple[dict[str, str], HealthState]:
     """Judge every Ready pod.
 
     Args:
         observation: The decision's observation (``pod_metrics`` keyed as ``POD_SIGNALS``).
-        state: The health state returned last time (empty at first).
+        state: The health state returned last time (``HealthState()`` at first).
         cfg: Thresholds.
 
     Returns:
         (Ready pod name to the reason it is not counted, the new health state).
     """
     now = float(observation.now)
-    last_at = state.get("at")
-    elapsed = now - float(last_at) if last_at is not None else 0.0
-    old: Mapping[str, Any] = state.get("pods", {})
+    last_at = state.at
+    elapsed = now - last_at if last_at is not None else 0.0
+    old = state.pods
     ready = [p for p in observation.target.pods if p.ready]
     any_sm = any(_value(observation, SM, p.name) is not None for p in ready)
     sick: dict[str, str] = {}
-    pods: dict[str, dict[str, Any]] = {}
+    pods: dict[str, PodHealth] = {}
     counts = completed(observation, old) if elapsed > 0 else {}
     rates = {name: n / elapsed for name, n in counts.items()}
     for pod in ready:
-        prev = old.get(pod.name, {})
-        rec: dict[str, Any] = {"until": prev.get("until"), "why": prev.get("why")}
+        prev = old.get(pod.name, NEVER_SEEN)
+        until, quarantined_for = prev.until, prev.why
         xid, dbe = _value(observation, XID, pod.name), _value(observation, DBE, pod.name)
         thermal, done = _value(observation, THERMAL, pod.name), _value(observation, DONE, pod.name)
         since = pod.ready_at if pod.ready_at is not None else pod.created_at
@@ -166,29 +208,28 @@ def assess(
             and now - since > cfg.missing_grace_s
         ):
             why = "lost"
-        elif xid is not None and int(xid) in WORK_LOST_XIDS and xid != prev.get(XID):
+        elif xid is not None and int(xid) in WORK_LOST_XIDS and xid != prev.xid:
             why = f"xid {int(xid)}"
-        elif dbe is not None and dbe > float(prev.get(DBE) or 0.0):
+        elif dbe is not None and dbe > (prev.dbe or 0.0):
             why = "dbe"
         else:
             firing = [a for a in HEALTH_ALERTS if _value(observation, ALERT + a, pod.name)]
             why = f"alert {firing[0]}" if firing else None
         if why is not None:
-            rec["until"], rec["why"] = now + cfg.quarantine_s, why
-        if rec["until"] is not None and now < float(rec["until"]):
-            sick[pod.name] = str(rec["why"])
-        elif elapsed > 0 and thermal is not None and prev.get(THERMAL) is not None:
-            share = (thermal - float(prev[THERMAL])) / 1e9 / elapsed
+            until, quarantined_for = now + cfg.quarantine_s, why
+        if until is not None and now < until:
+            sick[pod.name] = str(quarantined_for)
+        elif elapsed > 0 and thermal is not None and prev.thermal is not None:
+            share = (thermal - prev.thermal) / 1e9 / elapsed
             if share > cfg.throttle_share:
                 sick[pod.name] = "throttled"
-        rec.update({XID: xid, DBE: dbe, THERMAL: thermal, DONE: done})
-        pods[pod.name] = rec
+        pods[pod.name] = PodHealth(until, quarantined_for, xid, dbe, thermal, done)
     for name in stragglers(rates, sick, elapsed, cfg):
         sick[name] = "straggler"
     for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
         if not pod.ready and pod.name in old:
-            pods[pod.name] = dict(old[pod.name])
-    return sick, {"at": now, "pods": pods}
+            pods[pod.name] = old[pod.name]
+    return sick, HealthState(now, pods)
 
 
 def stragglers(

@@ -37,12 +37,14 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import HpaBehavior, check_bounds, hold, reconcile
-from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, PodStatus, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, PodStatus
+from gpuscale.scaling.recommendations import HpaState, prune, remembered
+from gpuscale.scaling.state import KeepsState
 
 logger = logging.getLogger(__name__)
 
@@ -322,8 +324,8 @@ def reconcile_legacy(
     min_replicas: int,
     max_replicas: int,
     downscale_stabilization_s: float,
-    state: Mapping[str, Any],
-) -> tuple[int, str, dict[str, Any]]:
+    state: HpaState,
+) -> tuple[int, str, HpaState]:
     """One sync of an HPA without ``spec.behavior``, after the replica calculator.
 
     ``normalizeDesiredReplicas``: the highest recommendation not older than the window
@@ -337,15 +339,13 @@ def reconcile_legacy(
         min_replicas: HPA ``minReplicas``.
         max_replicas: HPA ``maxReplicas``.
         downscale_stabilization_s: The controller's downscale stabilisation window.
-        state: The HPA state (``recommendations`` as ``[time_s, replicas]`` pairs).
+        state: The HPA state (only its ``recommendations`` are read).
 
     Returns:
         Desired replicas, a reason, and the new HPA state.
     """
     now = float(now)
-    recs = [[float(t), float(r)] for t, r in state.get("recommendations", [])]
-    if "recommendations" not in state:
-        recs = [[now, float(current)]]  # recordInitialRecommendation
+    recs = remembered(state, now, current)
     cutoff = now - downscale_stabilization_s
     if current > max_replicas:
         desired, why = max_replicas, f"current {current} above max {max_replicas}"
@@ -355,8 +355,8 @@ def reconcile_legacy(
         desired, why = current, "metric unavailable, holding"
     else:
         # A recommendation is old only when it is before the cutoff.
-        stabilized = max([proposal, *(int(r) for t, r in recs if t >= cutoff)])
-        recs.append([now, float(proposal)])
+        stabilized = max([proposal, *(r for t, r in recs if t >= cutoff)])
+        recs.append((now, proposal))
         limit = max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM)
         desired, why = stabilized, f"recommendation {proposal}, stabilised {stabilized}"
         if stabilized < min_replicas:
@@ -365,16 +365,18 @@ def reconcile_legacy(
             desired = min(limit, max_replicas)
             limited_by = "scale-up limit max(2 x current, 4)" if limit < max_replicas else "max"
             why = f"{why}, {limited_by} {desired}"
-    kept = [[t, r] for t, r in recs if t >= cutoff]
-    return desired, f"legacy: {why}", {"recommendations": kept}
+    kept = prune(recs, now, highest_s=downscale_stabilization_s, lowest_s=None)
+    return desired, f"legacy: {why}", HpaState(kept)
 
 
-class HpaPolicy:
+class HpaPolicy(KeepsState[HpaState]):
     """Kubernetes HPA v2 with one Pods metric, as a pure ``ScalingPolicy``.
 
-    State keys: ``recommendations``, and with a ``behavior`` also
-    ``scale_up_events`` and ``scale_down_events`` (lists of ``[time_s, replicas]``).
+    Its state is ``recommendations.HpaState``: the recommendations that can still
+    matter, and with a ``behavior`` also the scale events of the longest period.
     """
+
+    state_type = HpaState
 
     def __init__(self, config: HpaConfig | None = None, name: str = "hpa") -> None:
         self.config = config or HpaConfig()
@@ -390,7 +392,7 @@ class HpaPolicy:
         self.max_replicas = self.config.max_replicas
         self.reads_node_slots = False
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: HpaState) -> Decision[HpaState]:
         """Run one HPA sync.
 
         Returns:

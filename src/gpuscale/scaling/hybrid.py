@@ -36,16 +36,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import health
 from gpuscale.scaling.demand import recent_view, smooth
-from gpuscale.scaling.health import HealthConfig
-from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series, State
+from gpuscale.scaling.health import HealthConfig, HealthState
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series
 from gpuscale.scaling.predictive import (
     PredictiveConfig,
+    PredictiveState,
     agree,
     cold_start_s,
     demand_or_hold,
@@ -54,8 +54,13 @@ from gpuscale.scaling.predictive import (
     plan,
     settle,
 )
+from gpuscale.scaling.state import KeepsState
 
 logger = logging.getLogger(__name__)
+
+Interval = tuple[float, float, float, float]
+"""One decision's interval for the service time: ``(end s, completed, busy seconds,
+sampled in service)``."""
 
 GROWTH_S = 60.0
 """The queue's growth rate is read over this many seconds."""
@@ -210,11 +215,11 @@ def reactive_need(
 def service_time_s(
     observation: Observation,
     in_service: Series,
-    health_state: Mapping[str, Any],
-    kept: Sequence[Sequence[float]],
+    health_state: HealthState,
+    kept: Sequence[Interval],
     window_s: float,
     min_completions: float,
-) -> tuple[float | None, list[list[float]]]:
+) -> tuple[float | None, tuple[Interval, ...]]:
     """The fleet's mean service time by Little's law over its newest intervals.
 
     Each decision adds what the Ready pods completed since the previous one (their
@@ -243,21 +248,21 @@ def service_time_s(
         (seconds or None when no completion falls in the window, the intervals kept).
     """
     now = float(observation.now)
-    intervals = [list(map(float, k)) for k in kept if float(k[0]) > now - window_s]
-    last_at = health_state.get("at")
-    if last_at is not None and now > float(last_at):
-        finished = sum(health.completed(observation, health_state.get("pods", {})).values())
-        seen = [v for t, v in in_service if float(last_at) < t <= now] or [in_service[-1][1]]
-        busy = max(sum(seen) / len(seen), 0.0) * (now - float(last_at))
-        intervals.append([now, finished, busy, max(sum(seen), 0.0)])
+    intervals = [k for k in kept if k[0] > now - window_s]
+    last_at = health_state.at
+    if last_at is not None and now > last_at:
+        finished = sum(health.completed(observation, health_state.pods).values())
+        seen = [v for t, v in in_service if last_at < t <= now] or [in_service[-1][1]]
+        busy = max(sum(seen) / len(seen), 0.0) * (now - last_at)
+        intervals.append((now, float(finished), busy, max(sum(seen), 0.0)))
     finished = busy_s = sampled = 0.0
     for _, done_k, busy_k, sampled_k in reversed(intervals):  # newest first, until enough
         finished, busy_s, sampled = finished + done_k, busy_s + busy_k, sampled + sampled_k
         if finished >= min_completions and sampled >= min_completions:
             break
     if finished <= 0:
-        return None, intervals
-    return busy_s / finished, intervals
+        return None, tuple(intervals)
+    return busy_s / finished, tuple(intervals)
 
 
 def queue_growth(backlog: Series, now: float) -> float:
@@ -378,7 +383,7 @@ def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Serie
 
 
 def replace(
-    sick: Mapping[str, str], cfg: HybridConfig, state: State, now: float
+    sick: Mapping[str, str], cfg: HybridConfig, state: "HybridState", now: float
 ) -> tuple[str, ...]:
     """The sick pods to delete now, so that their replacements land on other GPUs.
 
@@ -391,24 +396,46 @@ def replace(
     """
     if not cfg.replace_sick:
         return ()
-    seen: Mapping[str, Any] = state.get("sick_since", {})
+    seen = state.sick_since
     out = []
     for name, why in sick.items():
-        since = float(seen.get(name, now))
+        since = seen.get(name, now)
         if why in ("throttled", "straggler") and now - since < cfg.replace_after_s:
             continue
-        if name not in state.get("replaced", ()):
+        if name not in state.replaced:
             out.append(name)
     return tuple(sorted(out))
 
 
-class HybridPolicy:
+@dataclass(frozen=True, slots=True)
+class HybridState(PredictiveState):
+    """``predictive``'s state, and what ``hybrid`` adds: health, service time, replacements.
+
+    Attributes:
+        health: The health judge's counters (``scaling.health``).
+        sick: Ready pods not counted, with the reason.
+        service: The intervals of ``service_window_s`` (``service_time_s``).
+        sick_since: When each sick pod was first judged so, seconds.
+        replaced: Sick pods already deleted for replacement, sorted.
+
+    ``essential()`` is ``to_json()``, as ``predictive``'s; the health counters and
+    the service intervals also move with the load served.
+    """
+
+    health: HealthState = field(default_factory=HealthState)
+    sick: Mapping[str, str] = field(default_factory=dict)
+    service: tuple[Interval, ...] = ()
+    sick_since: Mapping[str, float] = field(default_factory=dict)
+    replaced: tuple[str, ...] = ()
+
+
+class HybridPolicy(KeepsState[HybridState]):
     """``max(predictive plan, reactive need)`` on healthy capacity, as a pure ``ScalingPolicy``.
 
-    State keys: ``forecast``, ``cold``, ``recs`` and ``started_at`` as ``predictive``; ``health``
-    (``scaling.health``); ``sick`` (Ready pods not counted, with the reason); ``service``
-    (the intervals of ``service_window_s``, ``service_time_s``).
+    Its state is a ``HybridState``.
     """
+
+    state_type = HybridState
 
     def __init__(self, config: HybridConfig | None = None, name: str = "hybrid") -> None:
         self.config = config or HybridConfig()
@@ -430,49 +457,49 @@ class HybridPolicy:
         self.max_replicas = self.config.max_replicas
         self.reads_node_slots = self.config.fills_nodes
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: HybridState) -> Decision[HybridState]:
         """Take the larger of the plan and the reactive need, plus a replica per sick pod.
 
         Returns:
             The desired replicas, the reason with every input, and the new state.
         """
         cfg = self.config
-        observation = recent_view(observation, state, self.history_s)
+        observation = recent_view(observation, state.forecast, self.history_s)
         points = demand_or_hold(self.name, observation, self._keys, state, cfg)
         if isinstance(points, Decision):
             return points
         now, current = float(observation.now), observation.target.desired
-        old_health = state.get("health", {})
+        old_health = state.health
         sick, health_state = health.assess(observation, old_health, cfg.health)
         ready = sum(1 for p in observation.target.pods if p.ready)
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
         since, queued, reach, cold = None, "", None, None
-        intervals: list[list[float]] = []
+        intervals: tuple[Interval, ...] = ()
         if cfg.backlog_metric is not None:
             # Only the queue's terms read the service time.
             service, intervals = service_time_s(
                 observation,
                 samples,
                 old_health,
-                state.get("service", ()),
+                state.service,
                 cfg.service_window_s,
                 cfg.service_completions,
             )
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.
             # The queue is drained by replicas beyond the current ones: they may need a node.
-            cold = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
+            cold = cold_start_s(observation.target.pods, state.cold, cfg)
             reach = horizon_s(cold[0], current + 1, cfg)
             now_points, queued = backlog_demand(now_points, backlog, service, now, reach)
             since = last_saturated(samples, backlog, service, cfg)
-        planned, why, parts = plan(
+        planned, why, forecast, cold_starts = plan(
             observation, samples, state, cfg, unsaturated_since=since, cold=cold
         )
         need, seen = reactive_need(observation, now_points, sick, cfg, sm_guard(cfg, reach))
         seen += queued
         proposal = max(planned, need) + len(sick)
-        started = float(state.get("started_at", now))
+        started = now if state.started_at is None else state.started_at
         served = served_since(points, since, cfg.smoothing_s)
         proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples)
         # Requests queued now beyond ordinary queueing (``last_saturated``): the pods are
@@ -483,12 +510,18 @@ class HybridPolicy:
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
-        new_state = {**parts, "recs": recs, "started_at": started}
-        new_state["last_in"] = last_scale_in(state, now, current, replicas)
-        new_state.update(health=health_state, sick=dict(sick), service=intervals)
-        seen = state.get("sick_since", {})
-        new_state["sick_since"] = {n: float(seen.get(n, now)) for n in sick}
         delete = replace(sick, cfg, state, now)
-        done = [n for n in state.get("replaced", []) if n in sick]
-        new_state["replaced"] = sorted({*done, *delete})
+        done = [n for n in state.replaced if n in sick]
+        new_state = HybridState(
+            forecast=forecast,
+            cold=cold_starts,
+            recs=recs,
+            started_at=started,
+            last_in=last_scale_in(state, now, current, replicas),
+            health=health_state,
+            sick=dict(sick),
+            service=intervals,
+            sick_since={n: state.sick_since.get(n, now) for n in sick},
+            replaced=tuple(sorted({*done, *delete})),
+        )
         return Decision(replicas, reason, new_state, delete=delete)

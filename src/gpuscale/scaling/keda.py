@@ -31,14 +31,13 @@ would read an empty result as 0.
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import (
-    EPSILON_S,
     HpaBehavior,
     check_bounds,
     clamp,
@@ -52,7 +51,9 @@ from gpuscale.scaling.hpa import (
     external_value_replicas,
     reconcile_legacy,
 )
-from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation
+from gpuscale.scaling.recommendations import HpaState
+from gpuscale.scaling.state import CLOCK, JsonState, KeepsState
 
 logger = logging.getLogger(__name__)
 
@@ -135,20 +136,63 @@ class KedaConfig:
         return tuple(self.query_signal)
 
 
-def _due(state: Mapping[str, Any], key: str, period_s: float, now: float) -> bool:
-    """Whether a loop whose last run is ``state[key]`` should run at ``now``."""
-    last = state.get(key)
-    return last is None or now >= float(last) + period_s - EPSILON_S
+@dataclass(frozen=True, slots=True)
+class KedaState(JsonState):
+    """KEDA's memory: its two loops' times, the trigger's activity and its HPA's state.
+
+    Attributes:
+        created_at: The first decision, seconds (the ScaledObject's creation).
+        last_poll: The operator's last poll, seconds; None before the first.
+        last_hpa: The HPA's last sync, seconds; None before the first.
+        last_active: The last poll that found the trigger active, seconds.
+        active: Whether the last poll found it active; None before the first poll.
+        hpa: The HPA's recommendations and scale events.
+
+    ``essential()`` keeps of ``last_poll``, ``last_hpa`` and ``last_active`` only
+    whether each is set. After a restart a lagging ``last_poll`` or ``last_hpa`` makes
+    that loop due at once, one run early, as a restarted KEDA operator and HPA
+    controller do. ``last_active`` moves only while ``active`` is true, and the poll
+    that finds the trigger inactive changes ``active``, so the state written then
+    holds the last active time exactly; only a trigger that goes idle right at a
+    restart can reach zero replicas early, by at most the caller's write interval.
+    """
+
+    created_at: float | None = None
+    last_poll: float | None = field(default=None, metadata=CLOCK)
+    last_hpa: float | None = field(default=None, metadata=CLOCK)
+    last_active: float | None = field(default=None, metadata=CLOCK)
+    active: bool | None = None
+    hpa: HpaState = field(default_factory=HpaState)
 
 
-class KedaPolicy:
+def due(last: float | None, period_s: float, now: float, interval_s: float) -> bool:
+    """Whether a loop that last ran at ``last`` should run at ``now``.
+
+    The slack is half the policy's decision interval: a live controller reads its
+    clock after its API calls, so a call a period later can read slightly less than
+    a period, and with exact slack the loop would run only every other call. Calls
+    on a grid of ``interval_s`` with periods that are multiples of it are unaffected.
+
+    Args:
+        last: The loop's last run, seconds; None: never run.
+        period_s: The loop's period, seconds.
+        now: Decision time, seconds.
+        interval_s: How often the policy is called, seconds.
+
+    Returns:
+        True when the loop runs now.
+    """
+    return last is None or now >= last + period_s - interval_s / 2
+
+
+class KedaPolicy(KeepsState[KedaState]):
     """KEDA's operator loop and its HPA, as a pure ``ScalingPolicy``.
 
     ``interval_s`` is the shorter of the polling interval and the HPA sync
-    period; each loop runs when its own period has passed (times in state).
-    State keys: ``created_at``, ``last_poll``, ``last_hpa``, ``last_active``
-    (seconds or None) and ``hpa`` (the HPA's recommendations and scale events).
+    period; each loop runs when its own period has passed (times in ``KedaState``).
     """
+
+    state_type = KedaState
 
     def __init__(self, config: KedaConfig, name: str = "keda") -> None:
         self.config = config
@@ -165,7 +209,9 @@ class KedaPolicy:
         self.max_replicas = config.max_replicas
         self.reads_node_slots = False
 
-    def _done(self, current: int, replicas: int, reason: str, state: dict[str, Any]) -> Decision:
+    def _done(
+        self, current: int, replicas: int, reason: str, state: KedaState
+    ) -> Decision[KedaState]:
         replicas = clamp(replicas, self.min_replicas, self.max_replicas)
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
         return Decision(replicas, reason, state)
@@ -181,7 +227,7 @@ class KedaPolicy:
             target.desired, target.ready, value, cfg.threshold, cfg.tolerance
         )
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: KedaState) -> Decision[KedaState]:
         """Run whichever of KEDA's poll and the HPA's sync is due.
 
         Returns:
@@ -190,8 +236,7 @@ class KedaPolicy:
         cfg = self.config
         now = float(observation.now)
         current = observation.target.desired
-        st: dict[str, Any] = dict(state)
-        st.setdefault("created_at", now)
+        st = state if state.created_at is not None else replace(state, created_at=now)
         if not observation.healthy:
             decision = hold(observation, self.min_replicas, self.max_replicas, "unhealthy", st)
             logger.info("%s: %s", self.name, decision.reason)
@@ -202,46 +247,47 @@ class KedaPolicy:
             decision = hold(observation, self.min_replicas, self.max_replicas, why, st)
             logger.info("%s: %s", self.name, decision.reason)
             return decision
-        if _due(st, "last_poll", cfg.polling_interval_s, now):
-            st["last_poll"] = now
+        if due(st.last_poll, cfg.polling_interval_s, now, self.interval_s):
             active = value > cfg.activation_threshold
-            if active:
-                st["last_active"] = now
+            last_active = now if active else st.last_active
+            st = replace(st, last_poll=now, last_active=last_active, active=active)
             if active and current == 0:
                 replicas = max(cfg.min_replicas, 1)
                 why = f"activated: {value:g} > activation {cfg.activation_threshold:g}"
                 return self._done(current, replicas, why, st)
             if not active and current > 0 and cfg.min_replicas == 0:
-                last = st.get("last_active")
-                if last is None:
-                    cooled = st["created_at"] + cfg.initial_cooldown_period_s < now
+                if last_active is None:
+                    cooled = float(now if st.created_at is None else st.created_at)
+                    cooled += cfg.initial_cooldown_period_s
                 else:
-                    cooled = last + cfg.cooldown_period_s < now
-                if cooled:
+                    cooled = last_active + cfg.cooldown_period_s
+                if cooled < now:
                     why = f"inactive ({value:g} <= {cfg.activation_threshold:g}) past cooldown"
                     return self._done(current, 0, why, st)
-        if current > 0 and _due(st, "last_hpa", cfg.hpa_sync_period_s, now):
-            st["last_hpa"] = now
+        if current > 0 and due(st.last_hpa, cfg.hpa_sync_period_s, now, self.interval_s):
             proposal = self._proposal(observation, value)
-            bounds = {"min_replicas": max(cfg.min_replicas, 1), "max_replicas": cfg.max_replicas}
+            low, high = max(cfg.min_replicas, 1), cfg.max_replicas
             if cfg.behavior is None:
-                replicas, why, st["hpa"] = reconcile_legacy(
+                replicas, why, hpa = reconcile_legacy(
                     now,
                     current,
                     proposal.replicas,
-                    **bounds,
+                    min_replicas=low,
+                    max_replicas=high,
                     downscale_stabilization_s=cfg.downscale_stabilization_s,
-                    state=st.get("hpa", {}),
+                    state=st.hpa,
                 )
             else:
-                replicas, why, st["hpa"] = reconcile(
+                replicas, why, hpa = reconcile(
                     now,
                     current,
                     proposal.replicas,
-                    **bounds,
+                    min_replicas=low,
+                    max_replicas=high,
                     behavior=cfg.behavior,
-                    state=st.get("hpa", {}),
+                    state=st.hpa,
                 )
+            st = replace(st, last_hpa=now, hpa=hpa)
             reason = (
                 f"hpa: value {value:g} vs {cfg.metric_type} {cfg.threshold:g} "
                 f"-> {proposal.replicas} ({proposal.note}); {why}"

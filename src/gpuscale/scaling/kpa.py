@@ -45,14 +45,15 @@ import bisect
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Literal
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_columns
-from gpuscale.scaling.policy import QUEUE_PROXY, Decision, Observation, Series, State
+from gpuscale.scaling.policy import QUEUE_PROXY, Decision, Observation, Series
+from gpuscale.scaling.state import CLOCK, JsonState, KeepsState
 
 logger = logging.getLogger(__name__)
 
@@ -178,17 +179,46 @@ def window_mean(times: Sequence[float], values: Sequence[float], window_s: float
     return sum(tail) / len(tail)
 
 
-class KpaPolicy:
+Activity = Literal["activating", "active", "inactive"]
+
+
+@dataclass(frozen=True, slots=True)
+class KpaState(JsonState):
+    """The decider's, the PodAutoscaler's and the SKS's memory.
+
+    Attributes:
+        created_at: The decider's creation (first decision), seconds; None before it.
+        panic_time: When panic last started or was extended, seconds; None out of panic.
+        max_panic_pods: The most pods wanted in this panic (0 out of panic).
+        active: The PodAutoscaler's Active condition.
+        active_changed_at: When ``active`` last changed, seconds.
+        initialised: Whether the target has once had ``initial_scale`` Ready pods.
+        proxy_since: Since when the activator is in the path (SKS proxy mode),
+            seconds; None while the pods serve without it.
+
+    ``essential()`` keeps of ``panic_time`` only whether it is set: every tick over
+    the threshold moves it. After a restart it may lag by the caller's write
+    interval, so a panic can end that much sooner; Knative's own decider, restarted,
+    forgets it altogether and restarts in panic from its creation.
+    """
+
+    created_at: float | None = None
+    panic_time: float | None = field(default=None, metadata=CLOCK)
+    max_panic_pods: int = 0
+    active: Activity = "activating"
+    active_changed_at: float = 0.0
+    initialised: bool = False
+    proxy_since: float | None = None
+
+
+class KpaPolicy(KeepsState[KpaState]):
     """Knative's KPA decider and reconciler, as a pure ``ScalingPolicy``.
 
     ``signal_path`` (``QUEUE_PROXY``) declares the concurrency path: the engine
     samples the summed ``signals`` every second, undelayed, not through Prometheus.
-
-    State keys: ``created_at``; the decider's ``panic_time`` (seconds or None) and
-    ``max_panic_pods``; the PodAutoscaler's ``active`` (``activating``, ``active``
-    or ``inactive``), ``active_changed_at`` and ``initialised``; and the SKS's
-    ``proxy_since`` (seconds, or None while serving without the activator).
     """
+
+    state_type = KpaState
 
     def __init__(self, config: KpaConfig | None = None, name: str = "kpa") -> None:
         self.config = config or KpaConfig()
@@ -210,7 +240,7 @@ class KpaPolicy:
         self._panic_ratio = self.config.panic_threshold_percentage / 100
         self._target_text = f"{self.config.target:g}"
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: KpaState) -> Decision[KpaState]:
         """Run one decider tick and the reconciler after it.
 
         Returns:
@@ -220,25 +250,29 @@ class KpaPolicy:
         now = float(observation.now)
         current = observation.target.desired
         ready_pods = observation.target.ready
-        st: dict[str, Any] = dict(state)
-        if "created_at" not in st:  # newAutoscaler: start in panic above one Ready pod
-            st.update(created_at=now, panic_time=now if ready_pods > 1 else None)
-            st.update(max_panic_pods=ready_pods, active="activating", active_changed_at=now)
-            st.update(initialised=False, proxy_since=None)
+        st = state
+        if st.created_at is None:  # newAutoscaler: start in panic above one Ready pod
+            st = KpaState(
+                created_at=now,
+                panic_time=now if ready_pods > 1 else None,
+                max_panic_pods=ready_pods,
+                active="activating",
+                active_changed_at=now,
+            )
         points = None if not observation.healthy else summed_columns(observation, self._keys)
         if points is None:
             why = "unhealthy" if not observation.healthy else "no data"
             decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, st)
             logger.info("%s: %s", self.name, decision.reason)
             return decision
-        desired, burst, seen = self._scale(now, ready_pods, points, st)
+        desired, burst, seen, st = self._scale(now, ready_pods, points, st)
         low = cfg.min_replicas
-        if cfg.initial_scale > 1 and not st["initialised"]:
+        if cfg.initial_scale > 1 and not st.initialised:
             low = max(low, cfg.initial_scale)
         desired = min(max(desired, low), cfg.max_replicas)
         want, apply, gate = self._scale_to_zero_gate(now, desired, st)
         replicas = clamp(want if apply else current, cfg.min_replicas, cfg.max_replicas)
-        self._update_status(now, want, ready_pods, burst, st)
+        st = self._update_status(now, want, ready_pods, burst, st)
         reason = f"{seen}, desired {desired}{gate} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
         return Decision(replicas, reason, st)
@@ -248,9 +282,9 @@ class KpaPolicy:
         now: float,
         ready_pods: int,
         points: tuple[Sequence[float], Sequence[float]],
-        st: dict[str, Any],
-    ) -> tuple[int, float, str]:
-        """The decider's ``Scale``: desired pods, excess burst capacity and a reason.
+        st: KpaState,
+    ) -> tuple[int, float, str, KpaState]:
+        """The decider's ``Scale``: desired pods, excess burst capacity, a reason, new state.
 
         ``points`` are the summed concurrency's (times, values).
         """
@@ -266,8 +300,7 @@ class KpaPolicy:
         desired_stable = min(max(dspc, max_down), max_up)
         desired_panic = min(max(dppc, max_down), max_up)
         over = dppc / ready >= self._panic_ratio
-        panic_time = st.get("panic_time")
-        max_panic = int(st.get("max_panic_pods", 0))
+        panic_time, max_panic = st.panic_time, st.max_panic_pods
         if over:
             panic_time = now  # start, or extend
         elif panic_time is not None and panic_time + cfg.stable_window_s < now:
@@ -276,7 +309,7 @@ class KpaPolicy:
         if panic_time is not None:
             max_panic = max(max_panic, desired_stable, desired_panic)
             desired, mode = max_panic, "panic"
-        st["panic_time"], st["max_panic_pods"] = panic_time, max_panic
+        st = replace(st, panic_time=panic_time, max_panic_pods=max_panic)
         if cfg.target_burst_capacity == -1:
             burst = -1.0
         elif cfg.target_burst_capacity == 0:
@@ -288,11 +321,9 @@ class KpaPolicy:
             f"{mode}: stable {stable:.2f} panic {panic:.2f} / target {self._target_text} "
             f"-> {dspc}/{dppc} pods, ready {ready_pods}"
         )
-        return desired, burst, seen
+        return desired, burst, seen, st
 
-    def _scale_to_zero_gate(
-        self, now: float, desired: int, st: Mapping[str, Any]
-    ) -> tuple[int, bool, str]:
+    def _scale_to_zero_gate(self, now: float, desired: int, st: KpaState) -> tuple[int, bool, str]:
         """``handleScaleToZero``: the scale to want, and whether to apply it.
 
         Returns:
@@ -304,12 +335,12 @@ class KpaPolicy:
             return desired, True, ""
         if not cfg.enable_scale_to_zero:
             return 1, True, " (scale to zero disabled: 1)"
-        since = now - float(st["active_changed_at"])
-        if st["active"] == "activating":
+        since = now - st.active_changed_at
+        if st.active == "activating":
             if since > cfg.progress_deadline_s + ACTIVATION_TIMEOUT_BUFFER_S:
                 return 0, True, " (activation timed out)"
             return SCALE_UNKNOWN, False, " (activating: scale left alone)"
-        if st["active"] == "active":
+        if st.active == "active":
             if since >= cfg.stable_window_s:
                 return 0, False, f" (active {since:g} s: marked inactive, scale left alone)"
             return 1, True, f" (active {since:g} s < stable window: 1)"
@@ -318,31 +349,37 @@ class KpaPolicy:
             return 0, True, f" (inactive {since:g} s: grace period over)"
         if retention > 0 and since < retention:
             return 0, False, f" (inactive {since:g} s < pod retention)"
-        proxy = st.get("proxy_since")
-        if proxy is not None and now - float(proxy) >= cfg.scale_to_zero_grace_s:
+        proxy = st.proxy_since
+        if proxy is not None and now - proxy >= cfg.scale_to_zero_grace_s:
             return 0, True, " (activator in path for the grace period)"
         return 0, False, f" (inactive {since:g} s, within grace)"
 
     def _update_status(
-        self, now: float, want: int, ready_pods: int, burst: float, st: dict[str, Any]
-    ) -> None:
-        """``computeActiveCondition`` and the SKS mode, after the scale was set."""
+        self, now: float, want: int, ready_pods: int, burst: float, st: KpaState
+    ) -> KpaState:
+        """``computeActiveCondition`` and the SKS mode, after the scale was set.
+
+        Returns:
+            The state with the PodAutoscaler's and the SKS's fields updated.
+        """
         cfg = self.config
-        if st["initialised"]:
+        if st.initialised:
             min_ready = max(cfg.min_replicas, 1)
         else:
             min_ready = max(cfg.min_replicas, cfg.initial_scale)
-        if ready_pods >= min_ready:
-            st["initialised"] = True
-        active = st["active"]
+        initialised = st.initialised or ready_pods >= min_ready
+        active: Activity = st.active
         if want == 0 or min_ready == 0:
             active = "inactive"
         elif want > 0 or active != "inactive":
             active = "active" if ready_pods >= min_ready else "activating"
-        if active != st["active"]:
-            st["active"], st["active_changed_at"] = active, now
+        changed_at = now if active != st.active else st.active_changed_at
         serving = want > 0 and burst >= 0 and ready_pods > 0  # else the activator backs it
-        if serving:
-            st["proxy_since"] = None
-        elif st.get("proxy_since") is None:
-            st["proxy_since"] = now
+        proxy_since = None if serving else (now if st.proxy_since is None else st.proxy_since)
+        return replace(
+            st,
+            initialised=initialised,
+            active=active,
+            active_changed_at=changed_at,
+            proxy_since=proxy_since,
+        )

@@ -32,8 +32,9 @@ from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.baseline import check_bounds, clamp
 from gpuscale.scaling.nodes import known_slots, on_nodes, short_by
-from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation
 from gpuscale.scaling.rangemax import RangeMax
+from gpuscale.scaling.state import JsonState, KeepsState
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,30 @@ class OracleConfig:
     fill_nodes: bool = field(default=False, metadata={"unit": "flag"})
 
 
-class OraclePolicy:
+NodeMemory = tuple[tuple[float, float, float], ...]
+"""``(last held s, replicas, nodes ready at s)`` of recent requests (``OraclePolicy._walk``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OracleState(JsonState):
+    """The oracle's memory.
+
+    Attributes:
+        created: Pods the cluster has created so far (the next cold start's index).
+        at: The last decision's time, seconds; None before the first.
+        recent: The node memory; None when empty (the next decision starts it afresh).
+
+    ``essential()`` is ``to_json()``: ``at`` bounds the pods counted as created since
+    the last decision. The oracle runs only in the simulator, which keeps its state
+    in memory.
+    """
+
+    created: int = 0
+    at: float | None = None
+    recent: NodeMemory | None = None
+
+
+class OraclePolicy(KeepsState[OracleState]):
     """Replicas from a known per-second requirement, requested ``lead_s`` ahead.
 
     Args:
@@ -89,6 +113,8 @@ class OraclePolicy:
             replicas that fill it cost nothing more and serve.
         name: Policy name in results.
     """
+
+    state_type = OracleState
 
     def __init__(
         self,
@@ -311,23 +337,23 @@ class OraclePolicy:
                     return min(j, at)
         return 0
 
-    def _created(self, observation: Observation, state: State) -> int:
+    def _created(self, observation: Observation, state: OracleState) -> int:
         """Pods the cluster has created so far: the index of the next pod's cold start.
 
         The oracle counts the pods it asked for; pods it did not ask for (the
         ReplicaSet replacing a failed one) show as pods created since its last look.
         """
         pods = observation.target.pods
-        last = state.get("at")
-        if last is None:
+        after = state.at
+        if after is None:
             return len(pods)
-        after, now = float(last), observation.now
+        now = observation.now
         since = sum(1 for p in pods if after < p.created_at <= now)
-        return int(state.get("created", 0)) + since
+        return state.created + since
 
     def _walk(
-        self, now: float, desired: int, state: State
-    ) -> tuple[list[list[float]], list[tuple[int, float]]]:
+        self, now: float, desired: int, state: OracleState
+    ) -> tuple[list[tuple[float, float, float]], list[tuple[int, float]]]:
         """Node memory, and what it says about node waits, in one pass over it.
 
         The memory is ``[last held, replicas, nodes ready at]`` of recent requests. A
@@ -348,8 +374,8 @@ class OraclePolicy:
             return [], []
         keep, size = self.node_keep_s, self.node_size
         base = now + self.interval_s + self.node_lead_s
-        old = state.get("recent")
-        recent: list[list[float]] = []
+        old = state.recent
+        recent: list[tuple[float, float, float]] = []
         live: list[tuple[int, float]] = []
         up = -math.inf  # most replicas of a live entry whose nodes are up
         # Entries whose nodes are up differ only in a past ``ready_at``, which no later
@@ -360,14 +386,14 @@ class OraclePolicy:
         joined: set[tuple[float, float]] = set()
         remember = recent.append
         near_now = base - now <= keep  # a refreshed level's nodes outlast a provisioning
-        for t, held, ready_at in old if old is not None else [[now, float(desired), now]]:
+        for t, held, ready_at in old if old is not None else [(now, float(desired), now)]:
             if held <= desired:  # still held: refreshed to now
                 last = now
                 if ready_at <= now:
                     if held in held_now:
                         continue
                     held_now.add(held)
-                    remember([last, held, ready_at])
+                    remember((last, held, ready_at))
                     if held > up and near_now:
                         up = held
                     continue
@@ -377,7 +403,7 @@ class OraclePolicy:
                     if (last, held) in joined:
                         continue
                     joined.add((last, held))
-                    remember([last, held, ready_at])
+                    remember((last, held, ready_at))
                     if held > up and base - last <= keep:
                         up = held
                     continue
@@ -385,14 +411,14 @@ class OraclePolicy:
                 continue
             # Nodes still joining. Past ``base - last > keep`` they are gone within a
             # provisioning: a pod deferred past it asks for one.
-            remember([last, held, ready_at])
+            remember((last, held, ready_at))
             if base - last <= keep:
                 live.append((math.ceil(held / size) * size, ready_at - now))
         if up > -math.inf:
             live.append((math.ceil(up / size) * size, 0.0))
         return recent, live
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: OracleState) -> Decision[OracleState]:
         """Ask now for every replica whose own lead would make it late at the next decision.
 
         Slot ``j`` (the ``j``-th replica) is wanted when the plan over ``[now, now +
@@ -431,9 +457,7 @@ class OraclePolicy:
             reason += f"; {replicas} on nodes that hold {nominal - replicas} fewer"
         logger.info("%s: %d -> %d: %s", self.name, seen, replicas, reason)
         if recent and nominal > desired:
-            recent.append([now, float(nominal), now + self.node_lead_s])
+            recent.append((now, float(nominal), now + self.node_lead_s))
         pods = len(observation.target.pods)
-        out: dict[str, object] = {"created": created + max(0, replicas - pods), "at": now}
-        if recent:
-            out["recent"] = recent
+        out = OracleState(created + max(0, replicas - pods), now, tuple(recent) if recent else None)
         return Decision(replicas, reason, out)

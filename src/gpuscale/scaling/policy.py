@@ -1,9 +1,10 @@
 """The policy seam: ``decide(observation, state) -> Decision``.
 
 Policies are pure: no clock, no I/O, no hidden mutable state. Everything they
-remember between calls lives in ``State``, a JSON-serialisable mapping that the
-controller stores in an annotation and the simulator keeps in memory. That is
-what lets a policy proven in the simulator run unchanged in production.
+remember between calls lives in their state, a frozen dataclass of their own
+(``scaling.state``) with a JSON form, which the controller stores in an
+annotation and the simulator keeps in memory. That is what lets a policy proven
+in the simulator run unchanged in production.
 """
 
 from collections.abc import Mapping, Sequence
@@ -12,11 +13,9 @@ from types import MappingProxyType
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.state import PolicyState
 
-State = Mapping[str, Any]
-"""A policy's memory between decisions; must round-trip through JSON."""
-
-S = TypeVar("S")
+S = TypeVar("S", bound=PolicyState)
 """A policy's state type."""
 
 
@@ -224,12 +223,31 @@ class ScalingPolicy(Protocol[S]):
     signal_path: SignalPath
     reads_node_slots: bool
 
+    def initial_state(self) -> S:
+        """The state of a policy that has decided nothing yet.
+
+        Returns:
+            The state to pass to the first ``decide``.
+        """
+        ...
+
+    def load_state(self, data: Mapping[str, Any]) -> S:
+        """Read a state saved as ``state.to_json()`` (after a JSON round trip).
+
+        Returns:
+            The state, equal to the one saved.
+
+        Raises:
+            StateError: When ``data`` is not this policy's state.
+        """
+        ...
+
     def decide(self, observation: Observation, state: S) -> Decision[S]:
         """Decide the desired replicas.
 
         Args:
             observation: What the policy can see now.
-            state: What the policy returned last time (empty on the first call).
+            state: What the policy returned last time (``initial_state()`` at first).
 
         Returns:
             The decision and the state to pass next time.

@@ -31,7 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TypeVar
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
@@ -45,8 +45,8 @@ from gpuscale.scaling.policy import (
     Observation,
     PodStatus,
     Series,
-    State,
 )
+from gpuscale.scaling.state import JsonState, KeepsState
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +149,48 @@ class PredictiveConfig:
         return self.node_size > 1
 
 
+@dataclass(frozen=True, slots=True)
+class ColdStarts(JsonState):
+    """The workload's measured cold starts.
+
+    Attributes:
+        samples: ``created_at`` to ``ready_at`` of the newest pods seen starting,
+            seconds, oldest first (at most ``cold_starts_kept``).
+        seen: Live pods already counted, sorted.
+    """
+
+    samples: tuple[float, ...] = ()
+    seen: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PredictiveState(JsonState):
+    """What ``predictive`` (and ``hybrid``, which extends it) remembers.
+
+    Attributes:
+        forecast: The forecaster's buckets and fitted model.
+        cold: Measured cold starts and the pods seen.
+        recs: ``(time s, replicas)`` recommendations of the stabilisation window.
+        started_at: The first decision, seconds; None before it.
+        last_in: The last scale-in, seconds; None before the first.
+
+    ``essential()`` is ``to_json()``: the forecaster's open bucket changes at every
+    decision, so no field of it is mere time-keeping.
+    """
+
+    forecast: fc.ForecastState = field(default_factory=fc.ForecastState)
+    cold: ColdStarts = field(default_factory=ColdStarts)
+    recs: tuple[tuple[float, int], ...] = ()
+    started_at: float | None = None
+    last_in: float | None = None
+
+
+P = TypeVar("P", bound=PredictiveState)
+
+
 def cold_start_s(
-    pods: tuple[PodStatus, ...], state: Mapping[str, Any], cfg: PredictiveConfig
-) -> tuple[float, dict[str, Any]]:
+    pods: tuple[PodStatus, ...], state: ColdStarts, cfg: PredictiveConfig
+) -> tuple[float, ColdStarts]:
     """The workload's cold start: an upper quantile of its pods' measured start times.
 
     Args:
@@ -162,8 +201,8 @@ def cold_start_s(
     Returns:
         (cold start seconds, new cold-start state).
     """
-    samples = [float(s) for s in state.get("samples", [])]
-    seen = set(state.get("seen", []))
+    samples = list(state.samples)
+    seen = set(state.seen)
     for pod in pods:
         if pod.ready_at is not None and pod.name not in seen:
             seen.add(pod.name)
@@ -171,7 +210,7 @@ def cold_start_s(
                 samples.append(pod.ready_at - pod.created_at)
     samples = samples[-cfg.cold_starts_kept :]
     live = {p.name for p in pods}
-    new = {"samples": samples, "seen": sorted(seen & live)}
+    new = ColdStarts(tuple(samples), tuple(sorted(seen & live)))
     if not samples:
         return cfg.default_cold_start_s, new
     ordered = sorted(samples)
@@ -198,12 +237,12 @@ def horizon_s(cold_s: float, replicas: int, cfg: PredictiveConfig) -> float:
 def plan(
     observation: Observation,
     points: Series,
-    state: Mapping[str, Any],
+    state: PredictiveState,
     cfg: PredictiveConfig,
     *,
     unsaturated_since: float | None = None,
-    cold: tuple[float, dict[str, Any]] | None = None,
-) -> tuple[int, str, dict[str, Any]]:
+    cold: tuple[float, ColdStarts] | None = None,
+) -> tuple[int, str, fc.ForecastState, ColdStarts]:
     """Replicas for the forecast's upper bound one horizon ahead.
 
     Args:
@@ -218,15 +257,15 @@ def plan(
         cold: ``cold_start_s``'s answer where the caller has it already; None: read here.
 
     Returns:
-        (replicas before bounds, a reason, the new ``forecast`` and ``cold`` parts).
+        (replicas before bounds, a reason, the new ``forecast`` and ``cold`` states).
     """
     now = float(observation.now)
-    fstate = fc.update(state.get("forecast", {}), points, now, cfg.forecast)
+    fstate = fc.update(state.forecast, points, now, cfg.forecast)
     fcfg = cfg.forecast
     if unsaturated_since is not None:
         points = tuple(p for p in points if p[0] > unsaturated_since)
     if cold is None:
-        cold = cold_start_s(observation.target.pods, state.get("cold", {}), cfg)
+        cold = cold_start_s(observation.target.pods, state.cold, cfg)
     cold_s, cold_state = cold
     horizon = cold_s
     f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
@@ -240,19 +279,19 @@ def plan(
         f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
         f"at +{horizon:.0f} s -> {need}"
     )
-    return need, why, {"forecast": fstate, "cold": cold_state}
+    return need, why, fstate, cold_state
 
 
 def settle(
     now: float,
     current: int,
     proposal: int,
-    state: Mapping[str, Any],
+    state: PredictiveState,
     cfg: PredictiveConfig,
     *,
     hold_in: bool = False,
     slots: Sequence[int] = (),
-) -> tuple[int, str, list[list[float]]]:
+) -> tuple[int, str, tuple[tuple[float, int], ...]]:
     """Bounds, the scale-in stabilisation window and the step limits.
 
     Args:
@@ -270,12 +309,12 @@ def settle(
     Returns:
         (replicas, a note, the recommendations to keep).
     """
-    last_in = state.get("last_in")
-    cooling = last_in is not None and now - float(last_in) < cfg.scale_in_cooldown_s
+    last_in = state.last_in
+    cooling = last_in is not None and now - last_in < cfg.scale_in_cooldown_s
     proposal = clamp(proposal, cfg.min_replicas, cfg.max_replicas)
     cutoff = now - cfg.stabilization_window_s
-    recs = [[float(t), float(r)] for t, r in state.get("recs", []) if float(t) > cutoff]
-    recs.append([now, float(proposal)])
+    recs = [(t, r) for t, r in state.recs if t > cutoff]
+    recs.append((now, proposal))
     note = ""
     if proposal > current:
         step = max(cfg.scale_up_pods, math.ceil(current * cfg.scale_up_percent / 100))
@@ -284,7 +323,7 @@ def settle(
             note = f", step limit {replicas}"
         replicas, note = whole_nodes(current, replicas, cfg, note, slots)
     else:
-        stable = max(int(r) for _, r in recs)
+        stable = max(r for _, r in recs)
         replicas = min(current, stable)
         if replicas < current and cfg.fills_nodes:
             replicas, note = whole_nodes(current, replicas, cfg, note, slots)
@@ -297,7 +336,7 @@ def settle(
             replicas, note = current, ", scale-in cooling down"
         elif replicas > proposal:
             note += f", stabilised {replicas}"
-    return clamp(replicas, cfg.min_replicas, cfg.max_replicas), note, recs
+    return clamp(replicas, cfg.min_replicas, cfg.max_replicas), note, tuple(recs)
 
 
 def whole_nodes(
@@ -371,9 +410,7 @@ def agree(
     return proposal, up, ""
 
 
-def last_scale_in(
-    state: Mapping[str, Any], now: float, current: int, replicas: int
-) -> float | None:
+def last_scale_in(state: PredictiveState, now: float, current: int, replicas: int) -> float | None:
     """When the last scale-in happened: now if this decision scales in, else as before.
 
     Returns:
@@ -381,17 +418,16 @@ def last_scale_in(
     """
     if replicas < current:
         return now
-    last = state.get("last_in")
-    return None if last is None else float(last)
+    return state.last_in
 
 
 def demand_or_hold(
     name: str,
     observation: Observation,
     keys: tuple[str, ...],
-    state: State,
+    state: P,
     cfg: "PredictiveConfig",
-) -> Series | Decision:
+) -> Series | Decision[P]:
     """The summed demand series, or the hold decision (logged) when there is none.
 
     Missing or unhealthy data means hold, never scale in (DESIGN: fail safe).
@@ -408,14 +444,13 @@ def demand_or_hold(
     return decision
 
 
-class PredictivePolicy:
+class PredictivePolicy(KeepsState[PredictiveState]):
     """Forecast-driven scale-out, observation-confirmed scale-in, as a pure ``ScalingPolicy``.
 
-    State keys: ``forecast`` (``scaling.forecast``'s buckets and fitted model),
-    ``cold`` (measured cold starts and the pods seen), ``recs`` (recent
-    recommendations as ``[time_s, replicas]``), ``started_at`` (first decision, s),
-    ``last_in`` (last scale-in, s, or None).
+    Its state is a ``PredictiveState``.
     """
+
+    state_type = PredictiveState
 
     def __init__(self, config: PredictiveConfig | None = None, name: str = "predictive") -> None:
         self.config = config or PredictiveConfig()
@@ -432,14 +467,14 @@ class PredictivePolicy:
         self.max_replicas = self.config.max_replicas
         self.reads_node_slots = self.config.fills_nodes
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: PredictiveState) -> Decision[PredictiveState]:
         """Plan for the forecast one horizon ahead; scale in only when observed load agrees.
 
         Returns:
             The desired replicas, the reason with the forecast, and the new state.
         """
         cfg = self.config
-        observation = recent_view(observation, state, self.history_s)
+        observation = recent_view(observation, state.forecast, self.history_s)
         points = demand_or_hold(self.name, observation, self._keys, state, cfg)
         if isinstance(points, Decision):
             return points
@@ -447,13 +482,14 @@ class PredictivePolicy:
         # The forecast fits the samples (a trailing mean would lag a rise) and bounds
         # their mean over smoothing_s; the observed peak is smoothed.
         samples, points = points, smooth(points, cfg.smoothing_s)
-        need, why, parts = plan(observation, samples, state, cfg)
-        started = float(state.get("started_at", now))
+        need, why, forecast, cold = plan(observation, samples, state, cfg)
+        started = now if state.started_at is None else state.started_at
         proposal, up, agreed = agree(need, current, points, now, cfg, started, samples)
         slots = observation.target.node_slots
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up, slots=slots)
         reason = f"{why}{agreed}{note} -> {replicas}"
         logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
-        new_state = {**parts, "recs": recs, "started_at": started}
-        new_state["last_in"] = last_scale_in(state, now, current, replicas)
+        new_state = PredictiveState(
+            forecast, cold, recs, started, last_scale_in(state, now, current, replicas)
+        )
         return Decision(replicas, reason, new_state)

@@ -12,7 +12,8 @@ from types import MappingProxyType
 
 from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, State
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation
+from gpuscale.scaling.state import JsonState, KeepsState
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,12 @@ class StaticConfig:
     interval_s: float = field(default=60.0, metadata={"unit": "s"})
 
 
-class StaticPolicy:
+@dataclass(frozen=True, slots=True)
+class StaticState(JsonState):
+    """A static policy remembers nothing: its JSON form is ``{}``."""
+
+
+class StaticPolicy(KeepsState[StaticState]):
     """Always the same replica count.
 
     Args:
@@ -38,6 +44,8 @@ class StaticPolicy:
         name: Policy name in results.
         interval_s: How often the controller asks, seconds.
     """
+
+    state_type = StaticState
 
     def __init__(self, replicas: int, name: str = "static", interval_s: float = 60.0) -> None:
         require(
@@ -69,11 +77,11 @@ class StaticPolicy:
         """
         return cls(config.replicas, name=name, interval_s=config.interval_s)
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: StaticState) -> Decision[StaticState]:
         """Return the fixed count.
 
         Returns:
-            ``replicas`` every time, and an empty state.
+            ``replicas`` every time, and the state unchanged.
         """
         logger.info("%s: %d -> %d: static", self.name, observation.target.desired, self.replicas)
-        return Decision(self.replicas, f"static {self.replicas} replicas", {})
+        return Decision(self.replicas, f"static {self.replicas} replicas", state)

@@ -34,8 +34,9 @@ from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable, NewestByL
 from gpuscale.scaling import failsafe, remediate
 from gpuscale.scaling.observe import Observer
 from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, TargetStatus
+from gpuscale.scaling.state import PolicyState
 
-S = TypeVar("S")
+S = TypeVar("S", bound=PolicyState)
 
 Cause = Literal["replace", "remediate"]
 REPLACE: Cause = "replace"

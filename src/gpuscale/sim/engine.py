@@ -44,6 +44,7 @@ from gpuscale.scaling.failsafe import REASONS
 from gpuscale.scaling.policy import ScalingPolicy
 from gpuscale.scaling.remediate import SERIES as REMEDIATION_SERIES
 from gpuscale.scaling.remediate import XID_RECENT_S
+from gpuscale.scaling.state import PolicyState
 from gpuscale.scaling.step import REMEDIATE, DecisionStep, StepSettings
 from gpuscale.sim.alerting import SimAlerting, alert_window_s
 from gpuscale.sim.cluster import (
@@ -137,7 +138,7 @@ class _Run:
             slots=self.slots,
             speed=self.model_speed,
         )
-        self.state: Any = policy.initial_state()
+        self.state: PolicyState = policy.initial_state()
         self.workload = ClusterWorkload(self.cluster)
         self.holds = dict.fromkeys(REASONS, 0)
         self.replaced = self.remediated = 0

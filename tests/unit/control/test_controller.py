@@ -158,7 +158,7 @@ def test_a_restarted_controller_keeps_the_stabilisation_window(
     feed(store, kclock() - 1, UTIL, dict.fromkeys(pod_names(kapi), 10.0))
     restarted = make_controller(HPA)
     forgetful = make_controller(HPA, dry_run=True)  # dry run: it writes no annotation
-    forgetful._states[forgetful.targets[0].ref] = {}
+    forgetful._states[forgetful.targets[0].ref] = forgetful.targets[0].policy.initial_state()
     assert restarted.sync()[0].replicas == 4  # t0 + 30: still within the window
     assert forgetful.sync()[0].replicas == 4
     kclock.advance(45)  # t0 + 75

@@ -8,24 +8,25 @@ reporting the short node or the policy stops reading it.
 """
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from gpuscale.evaluate.runner import EvaluationRequest, build_policy
-from gpuscale.scaling.policy import Decision, Observation, ScalingPolicy, State
+from gpuscale.scaling.policy import Decision, Observation, ScalingPolicy
 from gpuscale.sim.engine import simulate
 
 
 class BlindToNodeSlots:
     """The wrapped policy, its observations stripped of ``node_slots``."""
 
-    def __init__(self, policy: ScalingPolicy) -> None:
+    def __init__(self, policy: ScalingPolicy[Any]) -> None:
         self._policy = policy
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._policy, name)
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: Any) -> Decision[Any]:
         target = dataclasses.replace(observation.target, node_slots=())
         return self._policy.decide(dataclasses.replace(observation, target=target), state)
 

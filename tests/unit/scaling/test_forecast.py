@@ -1,5 +1,6 @@
 """Demand forecasts: seasonal beats the fallback, intervals cover, refits keep their schedule."""
 
+import dataclasses
 import json
 import math
 
@@ -32,14 +33,14 @@ def replay(cfg, hours, horizon_s, score_from_s, seed=1):
     rng = np.random.default_rng(seed)
     ts = np.arange(0.0, hours * 3600.0, STEP_S)
     ys = [truth(t) + rng.normal(0.0, SIGMA) for t in ts]
-    state: dict = {}
+    state = fc.ForecastState()
     seasonal, fallback, hits, fits = [], [], [], []
     window = int(cfg.trend_window_s / STEP_S)
     for i, t in enumerate(ts.tolist()):
         lo = max(0, i - window)
         points = tuple(zip(ts[lo : i + 1].tolist(), ys[lo : i + 1], strict=True))
         state = fc.update(state, points, t, cfg)
-        fits.append(state.get("fits", 0))
+        fits.append(state.fits)
         if t >= score_from_s:
             s = fc.forecast(state, points, t, horizon_s, cfg)
             f = fc.trend_forecast(points, t, horizon_s, cfg)
@@ -97,22 +98,22 @@ def test_refits_follow_the_schedule_not_the_decisions():
     assert max(fits[:first]) == 0
     assert fits[first] == 1
     expected = math.floor((4 * 3600 - STEP_S - 7200) / HOURLY.refit_s) + 1
-    assert state["fits"] == expected == 4
+    assert state.fits == expected == 4
     assert len(fits) == 960  # 960 decisions, 4 fits
     # Between refits the stored model still advances one bucket at a time.
-    assert state["fit"]["k"] == math.floor((4 * 3600 - STEP_S) / HOURLY.bucket_s) - 1
-    assert state["fit"]["at"] == 12600.0
+    assert state.fit.k == math.floor((4 * 3600 - STEP_S) / HOURLY.bucket_s) - 1
+    assert state.fit.at == 12600.0
 
 
 def test_state_is_plain_json_and_bounded():
     state, _, _, _, _ = replay(HOURLY, 4, 60.0, score_from_s=math.inf)
-    assert json.loads(json.dumps(state)) == state
-    assert len(state["means"]) == HOURLY.period * HOURLY.seasons_kept
+    assert fc.ForecastState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert len(state.means) == HOURLY.period * HOURLY.seasons_kept
 
 
 def test_short_history_uses_the_fallback_line():
     points = tuple((STEP_S * j, 10.0 + 0.1 * STEP_S * j) for j in range(41))
-    state = fc.update({}, points, 600.0, fc.ForecastConfig())
+    state = fc.update(fc.ForecastState(), points, 600.0, fc.ForecastConfig())
     f = fc.forecast(state, points, 600.0, 60.0, fc.ForecastConfig())
     assert f.model == "trend"
     assert f.mean == pytest.approx(10.0 + 0.1 * 660.0)
@@ -120,15 +121,15 @@ def test_short_history_uses_the_fallback_line():
 
 
 def test_no_points_forecast_nothing():
-    f = fc.forecast({}, (), 0.0, 60.0, fc.ForecastConfig())
+    f = fc.forecast(fc.ForecastState(), (), 0.0, 60.0, fc.ForecastConfig())
     assert (f.mean, f.upper, f.model) == (0.0, 0.0, "none")
 
 
 def test_bucket_gaps_repeat_the_last_mean():
     cfg = fc.ForecastConfig(bucket_s=60.0, season_s=120.0)
-    state = fc.ingest({}, ((0.0, 4.0), (30.0, 6.0), (200.0, 1.0)), cfg)
-    assert state["means"] == [5.0, 5.0, 5.0]
-    assert state["cur"] == [3, 1.0, 1]
+    state = fc.ingest(fc.ForecastState(), ((0.0, 4.0), (30.0, 6.0), (200.0, 1.0)), cfg)
+    assert state.means == (5.0, 5.0, 5.0)
+    assert state.cur == (3, 1.0, 1)
 
 
 @pytest.mark.parametrize(
@@ -231,7 +232,7 @@ def test_seasonal_upper_bound_covers_its_quantile_at_the_trough_and_at_the_peak(
     def level(t: float) -> float:
         return 50.0 + 45.0 * math.sin(OMEGA * t)
 
-    state: dict = {}
+    state = fc.ForecastState()
     low, high = [], []
     for k in range(36 * 60):
         t = k * cfg.bucket_s
@@ -256,8 +257,8 @@ def test_seasonal_upper_bound_covers_its_quantile_at_the_trough_and_at_the_peak(
     shares = [sum(low) / len(low), sum(high) / len(high)]
     assert all(0.8 <= share <= 0.97 for share in shares)
     assert abs(shares[0] - shares[1]) <= 0.1
-    assert state["fits"] == 6
-    assert fc.error_variance(state["fit"]["err"])[1] > 0
+    assert state.fits == 6
+    assert fc.error_variance(state.fit.err)[1] > 0
 
 
 def test_a_refit_replays_the_fitted_model_to_statsmodels_final_components():
@@ -265,34 +266,35 @@ def test_a_refit_replays_the_fitted_model_to_statsmodels_final_components():
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
     m = HOURLY.period
-    fit = fc.refit(state, state["fit"]["at"] + HOURLY.refit_s, HOURLY)["fit"]
+    fit = fc.refit(state, state.fit.at + HOURLY.refit_s, HOURLY).fit
+    assert fit is not None
     res = ExponentialSmoothing(
-        state["means"],
+        state.means,
         trend="add",
         damped_trend=True,
         seasonal="add",
         seasonal_periods=m,
         initialization_method="heuristic",
     ).fit()
-    assert fit["level"] == pytest.approx(float(res.level[-1]), rel=1e-9, abs=1e-9)
-    assert fit["trend"] == pytest.approx(float(res.trend[-1]), rel=1e-9, abs=1e-9)
-    n, k0 = len(state["means"]), state["k0"]
+    assert fit.level == pytest.approx(float(res.level[-1]), rel=1e-9, abs=1e-9)
+    assert fit.trend == pytest.approx(float(res.trend[-1]), rel=1e-9, abs=1e-9)
+    n, k0 = len(state.means), state.k0
     for i in range(n - m, n):
-        assert fit["season"][(k0 + i) % m] == pytest.approx(float(res.season[i]), abs=1e-9)
+        assert fit.season[(k0 + i) % m] == pytest.approx(float(res.season[i]), abs=1e-9)
     # Every bucket after the first season was scored: weights 1, forget, forget^2, ...
     forget = 0.5 ** (1 / m)
-    assert fit["err"][0] == pytest.approx((1 - forget ** (n - m)) / (1 - forget))
+    assert fit.err[0] == pytest.approx((1 - forget ** (n - m)) / (1 - forget))
 
 
 def test_a_fit_stored_before_errors_were_scored_still_forecasts_with_its_deviation():
     state, _, _, _, _ = replay(HOURLY, 4, 60.0, score_from_s=math.inf)
-    old = dict(state, fit={k: v for k, v in state["fit"].items() if k not in ("err", "pending")})
-    now = state["last_t"]
+    old = dataclasses.replace(state, fit=dataclasses.replace(state.fit, err=None, pending=None))
+    now = state.last_t
     points = ((now, 50.0),)
     z = fc.NormalDist().inv_cdf(HOURLY.quantile)
     f = fc.forecast(old, points, now, HOURLY.bucket_s, HOURLY)
-    assert f.upper - f.mean == pytest.approx(z * max(old["fit"]["sigma"], 0.05 * f.mean))
+    assert f.upper - f.mean == pytest.approx(z * max(old.fit.sigma, 0.05 * f.mean))
     # And it advances without scoring until the next refit brings the sums.
     later = fc.ingest(old, ((now + 2 * HOURLY.bucket_s, 50.0),), HOURLY)
-    assert "err" not in later["fit"]
-    assert later["fit"]["k"] > old["fit"]["k"]
+    assert later.fit.err is None
+    assert later.fit.k > old.fit.k

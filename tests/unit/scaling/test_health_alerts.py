@@ -12,14 +12,16 @@ def _obs(alerts: dict[str, dict[str, float]]) -> Observation:
 
 def test_a_firing_fell_off_bus_alert_quarantines_its_pod():
     sick, state = health.assess(
-        _obs({"alert:GpuFellOffBus": {"p1": 1.0}}), {}, health.HealthConfig(quarantine_s=300.0)
+        _obs({"alert:GpuFellOffBus": {"p1": 1.0}}),
+        health.HealthState(),
+        health.HealthConfig(quarantine_s=300.0),
     )
     assert sick == {"p1": "alert GpuFellOffBus"}
-    assert state["pods"]["p1"]["until"] == 900.0
+    assert state.pods["p1"].until == 900.0
 
 
 def test_no_alert_no_verdict_and_other_alerts_do_not_count():
-    sick, _ = health.assess(_obs({}), {}, health.HealthConfig())
+    sick, _ = health.assess(_obs({}), health.HealthState(), health.HealthConfig())
     assert sick == {}
     # Only the catalogue's health alerts are signals; a temperature alert is not one.
     assert "alert:GpuTemperatureHigh" not in health.POD_SIGNALS

@@ -6,7 +6,6 @@ replicas. Metric levels there are milli-units (20000 = 20.0).
 """
 
 import dataclasses
-import json
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +25,8 @@ from gpuscale.scaling.hpa import (
     reconcile_legacy,
 )
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from gpuscale.scaling.recommendations import HpaState
+from tests.support.policystate import through_json
 
 METRIC = "DCGM_FI_DEV_GPU_UTIL"
 LEGACY = HpaConfig()
@@ -75,7 +76,7 @@ def test_every_config_field_states_its_unit():
 @pytest.mark.parametrize("util", [73.5, 66.5, 70.0])
 def test_no_change_inside_tolerance(util, config):
     # ratio 1.05, 0.95 and 1.0 are all within the default 10 % tolerance
-    decision = HpaPolicy(config).decide(uniform(0.0, 4, util), {})
+    decision = HpaPolicy(config).decide(uniform(0.0, 4, util), HpaPolicy(config).initial_state())
     assert decision.replicas == 4
 
 
@@ -90,7 +91,7 @@ def test_tolerance_table_case_tolerance_cm():
 
 def test_just_outside_tolerance_scales_up():
     # ratio 1.2 on 5 pods -> ceil(6.0) = 6
-    assert HpaPolicy().decide(uniform(0.0, 5, 84.0), {}).replicas == 6
+    assert HpaPolicy().decide(uniform(0.0, 5, 84.0), HpaPolicy().initial_state()).replicas == 6
 
 
 @pytest.mark.parametrize(
@@ -115,20 +116,23 @@ def test_one_sync_scale_up_limit_from_one_two_three_replicas(current, legacy, be
     # Default behavior (autoscaling/v2 defaults.go, docs "Default Behavior"):
     # max(current + 4, 2 x current).
     obs = uniform(0.0, current, 700.0)
-    assert HpaPolicy(LEGACY).decide(obs, {}).replicas == legacy
-    assert HpaPolicy(WITH_BEHAVIOR).decide(obs, {}).replicas == behavior
+    assert HpaPolicy(LEGACY).decide(obs, HpaPolicy(LEGACY).initial_state()).replicas == legacy
+    assert (
+        HpaPolicy(WITH_BEHAVIOR).decide(obs, HpaPolicy(WITH_BEHAVIOR).initial_state()).replicas
+        == behavior
+    )
 
 
 def test_legacy_limit_applies_per_sync_without_a_period_memory():
     policy = HpaPolicy(LEGACY)
-    state: dict = {}
+    state = policy.initial_state()
     replicas, seen = 1, []
     for t in (0.0, 15.0, 30.0, 45.0):
         decision = policy.decide(uniform(t, replicas, 7000.0), state)
-        state, replicas = dict(decision.state), decision.replicas
+        state, replicas = decision.state, decision.replicas
         seen.append(replicas)
     assert seen == [4, 8, 16, 32]
-    assert set(state) == {"recommendations"}  # no scale events on the legacy path
+    assert state.scale_up_events == state.scale_down_events == ()  # none on the legacy path
     assert "scale-up limit max(2 x current, 4)" in decision.reason
 
 
@@ -152,7 +156,7 @@ def test_legacy_bounds_table_convert_desired_replicas_with_rules(
         min_replicas=lo,
         max_replicas=hi,
         downscale_stabilization_s=300.0,
-        state={"recommendations": []},
+        state=HpaState(recommendations=()),
     )
     assert replicas == expected
 
@@ -174,13 +178,13 @@ def test_legacy_bounds_table_convert_desired_replicas_with_rules(
 def test_legacy_stabilisation_table_normalize_desired_replicas(name, log, expected):
     # TestNormalizeDesiredReplicas (legacy stabilizeRecommendation, 5 minute window),
     # proposal 3 at current 3 ("empty log" proposes 5 upstream; 3 here keeps one proposal).
-    state = {"recommendations": [[t, float(r)] for r, t in log]}
+    state = HpaState(tuple((t, r) for r, t in log))
     replicas, _, new_state = reconcile_legacy(
         0.0, 3, 3, min_replicas=1, max_replicas=100, downscale_stabilization_s=300.0, state=state
     )
     assert replicas == expected, name
-    assert all(t >= -300.0 for t, _ in new_state["recommendations"])
-    assert [0.0, 3.0] in new_state["recommendations"]
+    assert all(t >= -300.0 for t, _ in new_state.recommendations)
+    assert (0.0, 3) in new_state.recommendations
 
 
 @pytest.mark.parametrize(
@@ -192,13 +196,13 @@ def test_scale_down_held_for_300_s_of_stabilisation_then_applied(config, held_un
     # Legacy keeps a recommendation until it is *before* the cutoff (stabilizeRecommendation);
     # the behaviour path only while it is *after* it (stabilizeRecommendationWithBehaviors).
     policy = HpaPolicy(config)
-    state: dict = {}
+    state = policy.initial_state()
     replicas = 4
     seen = {}
     for t in range(0, 331, 15):
         util = 70.0 if t == 0 else 17.5  # ratio 0.25 -> recommendation 1
         decision = policy.decide(uniform(float(t), replicas, util), state)
-        state, replicas = dict(decision.state), decision.replicas
+        state, replicas = decision.state, decision.replicas
         seen[t] = replicas
     assert seen[0] == 4
     assert seen[held_until] == 4
@@ -209,7 +213,7 @@ def test_scale_down_held_for_300_s_of_stabilisation_then_applied(config, held_un
 def test_behavior_scale_up_from_two_pods_limited_to_four_more_per_period():
     policy = HpaPolicy(WITH_BEHAVIOR)
     # ratio 5.0 wants 10; the Pods policy allows +4 (2 -> 6), Percent 100 % only 4.
-    first = policy.decide(uniform(0.0, 2, 350.0), {})
+    first = policy.decide(uniform(0.0, 2, 350.0), policy.initial_state())
     assert first.replicas == 6
     # Still inside the same 15 s period: the period started at 2 replicas.
     second = policy.decide(uniform(10.0, 6, 350.0), first.state)
@@ -221,14 +225,24 @@ def test_behavior_scale_up_from_two_pods_limited_to_four_more_per_period():
 
 def test_behavior_scale_up_from_ten_pods_limited_to_one_hundred_percent():
     # ratio 3.0 wants 30; max(10 + 4, 10 x 2) = 20; legacy also allows 20.
-    assert HpaPolicy(WITH_BEHAVIOR).decide(uniform(0.0, 10, 210.0), {}).replicas == 20
-    assert HpaPolicy(LEGACY).decide(uniform(0.0, 10, 210.0), {}).replicas == 20
+    assert (
+        HpaPolicy(WITH_BEHAVIOR)
+        .decide(uniform(0.0, 10, 210.0), HpaPolicy(WITH_BEHAVIOR).initial_state())
+        .replicas
+        == 20
+    )
+    assert (
+        HpaPolicy(LEGACY)
+        .decide(uniform(0.0, 10, 210.0), HpaPolicy(LEGACY).initial_state())
+        .replicas
+        == 20
+    )
 
 
 def test_behavior_scale_down_without_stabilisation_is_immediate_but_rate_limited():
     down = ScalingRules((RatePolicy("Pods", 2, 60.0),), "Max", 0.0)
     policy = HpaPolicy(HpaConfig(behavior=HpaBehavior(scale_down=down)))
-    first = policy.decide(uniform(0.0, 8, 7.0, desired=8), {"recommendations": []})
+    first = policy.decide(uniform(0.0, 8, 7.0, desired=8), HpaState(recommendations=()))
     assert first.replicas == 6  # wants 1, at most 2 pods per 60 s
     second = policy.decide(uniform(30.0, 6, 7.0), first.state)
     assert second.replicas == 6  # the 60 s period still holds the first 2
@@ -238,7 +252,7 @@ def test_behavior_scale_down_without_stabilisation_is_immediate_but_rate_limited
 
 def test_legacy_downscale_window_is_the_controller_flag():
     policy = HpaPolicy(HpaConfig(downscale_stabilization_s=0.0))
-    decision = policy.decide(uniform(0.0, 8, 7.0), {"recommendations": []})
+    decision = policy.decide(uniform(0.0, 8, 7.0), HpaState(recommendations=()))
     assert decision.replicas == 1  # ratio 0.1 -> 1 at once: no window, no rate limit
 
 
@@ -249,7 +263,9 @@ def test_missing_pods_count_as_zero_on_scale_up():
     # ratio 2.0 -> c counts as 0 -> (140 + 140 + 0) / 3 / 70 = 1.333 -> ceil(4.0) = 4
     assert proposal is not None
     assert proposal.replicas == 4
-    assert HpaPolicy().decide(observe(0.0, 3, pods, utils), {}).replicas == 4
+    assert (
+        HpaPolicy().decide(observe(0.0, 3, pods, utils), HpaPolicy().initial_state()).replicas == 4
+    )
 
 
 def test_missing_pods_count_as_target_on_scale_down():
@@ -350,11 +366,21 @@ def test_missing_and_pending_pods_on_both_paths(config):
     pods = [ready("a"), ready("b"), ready("c"), starting("d")]
     utils = {"a": 140.0, "b": 140.0}  # c is missing, d is Pending
     # ratio 2.0 -> c and d count as 0 -> 280 / 4 / 70 = 1.0 -> within tolerance: stay at 4
-    assert HpaPolicy(config).decide(observe(0.0, 4, pods, utils), {}).replicas == 4
+    assert (
+        HpaPolicy(config)
+        .decide(observe(0.0, 4, pods, utils), HpaPolicy(config).initial_state())
+        .replicas
+        == 4
+    )
     utils = {"a": 21.0, "b": 21.0, "c": 21.0}  # d Pending is ignored on the way down
     # ratio 0.3 on 3 pods -> ceil(0.9) = 1, after stabilisation; without a window at once
-    assert HpaPolicy(config).decide(observe(0.0, 4, pods, utils), {}).replicas == 4
-    state = {"recommendations": []}
+    assert (
+        HpaPolicy(config)
+        .decide(observe(0.0, 4, pods, utils), HpaPolicy(config).initial_state())
+        .replicas
+        == 4
+    )
+    state = HpaState(recommendations=())
     assert HpaPolicy(config).decide(observe(0.0, 4, pods, utils), state).replicas == 1
 
 
@@ -382,18 +408,18 @@ def test_resource_readiness_rule_after_initialisation_keeps_pods_that_were_ready
 def test_clamps_to_max_and_min(behavior):
     config = HpaConfig(min_replicas=2, max_replicas=10, behavior=behavior)
     policy = HpaPolicy(config)
-    assert policy.decide(uniform(0.0, 8, 700.0), {}).replicas == 10
-    assert policy.decide(uniform(0.0, 12, 70.0), {}).replicas == 10  # above max
-    assert policy.decide(uniform(0.0, 1, 70.0), {}).replicas == 2  # below min
-    assert policy.decide(uniform(0.0, 5, 1.0), {"recommendations": []}).replicas == 2
+    assert policy.decide(uniform(0.0, 8, 700.0), policy.initial_state()).replicas == 10
+    assert policy.decide(uniform(0.0, 12, 70.0), policy.initial_state()).replicas == 10  # above max
+    assert policy.decide(uniform(0.0, 1, 70.0), policy.initial_state()).replicas == 2  # below min
+    assert policy.decide(uniform(0.0, 5, 1.0), HpaState(recommendations=())).replicas == 2
 
 
 def test_target_at_zero_replicas_is_restored_to_min():
-    assert HpaPolicy().decide(observe(0.0, 0, [], {}), {}).replicas == 1
+    assert HpaPolicy().decide(observe(0.0, 0, [], {}), HpaPolicy().initial_state()).replicas == 1
 
 
 def test_unhealthy_observation_holds_and_keeps_state():
-    state = {"recommendations": [[0.0, 9.0]], "scale_up_events": [], "scale_down_events": []}
+    state = HpaState(recommendations=((0.0, 9),))
     obs = observe(0.0, 5, [ready("a")], {"a": 1.0}, healthy=False)
     decision = HpaPolicy().decide(obs, state)
     assert decision.replicas == 5
@@ -404,7 +430,7 @@ def test_unhealthy_observation_holds_and_keeps_state():
 
 def test_no_sample_for_any_pod_holds():
     obs = observe(0.0, 5, [ready(f"p{i}") for i in range(5)], {})
-    decision = HpaPolicy().decide(obs, {})
+    decision = HpaPolicy().decide(obs, HpaPolicy().initial_state())
     assert decision.replicas == 5
     assert f"no {METRIC} sample" in decision.reason
 
@@ -449,14 +475,15 @@ def test_bad_config_raises_config_error_naming_the_key(field, value, key):
 def test_state_round_trips_through_json_with_identical_decisions(config):
     policy = HpaPolicy(config)
     utils = [70.0, 300.0, 300.0, 20.0, 20.0, 5.0, 90.0]
-    state: dict = {}
+    state = policy.initial_state()
     replicas = 3
     for i, util in enumerate(utils * 6):
         obs = uniform(15.0 * i, replicas, util)
         direct = policy.decide(obs, state)
-        via_json = policy.decide(obs, json.loads(json.dumps(state)))
+        assert through_json(policy, state) == state
+        via_json = policy.decide(obs, through_json(policy, state))
         assert via_json == direct
-        state, replicas = json.loads(json.dumps(direct.state)), direct.replicas
+        state, replicas = through_json(policy, direct.state), direct.replicas
     assert replicas >= 1
 
 
@@ -482,7 +509,7 @@ pod_strategy = st.tuples(st.booleans(), st.one_of(st.none(), st.floats(0.0, 1000
 def test_replicas_always_within_bounds(steps, lo, hi, readiness, behavior):
     config = HpaConfig(min_replicas=lo, max_replicas=hi, readiness=readiness, behavior=behavior)
     policy = HpaPolicy(config)
-    state: dict = {}
+    state = policy.initial_state()
     for i, (desired, pod_specs, healthy) in enumerate(steps):
         pods = [
             PodStatus(f"p{j}", is_ready, -100.0, -50.0 if is_ready else None)
@@ -491,7 +518,7 @@ def test_replicas_always_within_bounds(steps, lo, hi, readiness, behavior):
         utils = {f"p{j}": v for j, (_, v) in enumerate(pod_specs) if v is not None}
         decision = policy.decide(observe(15.0 * i, desired, pods, utils, healthy), state)
         assert lo <= decision.replicas <= hi
-        state = json.loads(json.dumps(decision.state))
+        state = through_json(policy, decision.state)
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,5 +1,6 @@
 """Hybrid scaling: the larger of plan and reactive need, on healthy Ready capacity only."""
 
+import dataclasses
 import json
 
 import pytest
@@ -9,13 +10,15 @@ from hypothesis import strategies as st
 from gpuscale.errors import ConfigError
 from gpuscale.scaling import health, hybrid
 from gpuscale.scaling.demand import rising
-from gpuscale.scaling.hybrid import TTFT, HybridConfig, HybridPolicy
+from gpuscale.scaling.health import HealthState
+from gpuscale.scaling.hybrid import TTFT, HybridConfig, HybridPolicy, HybridState
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import DEMAND_METRICS
+from tests.support.policystate import through_json
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
 STEP_S = 15.0
-LONG_AGO = {"started_at": 0.0}
+LONG_AGO = HybridState(started_at=0.0)
 """State of a policy whose first decision was long ago (past its start-up hold)."""
 FLAT = HybridConfig(per_replica=10.0, stabilization_window_s=0.0, scale_down_percent=100.0)
 """Demand of 10 per replica and no stabilisation, so one decision shows the need."""
@@ -171,7 +174,7 @@ def test_the_load_scale_in_agrees_with_leaves_out_a_drained_backlog(leave_out, m
     queue = tuple((t, 100.0 if v > 50.0 else 0.0) for t, v in busy)
     obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
     assert max(t for t, v in busy if v > 50.0) == 450.0
-    decision = policy.decide(obs, {**d1.state, "last_in": None})
+    decision = policy.decide(obs, dataclasses.replace(d1.state, last_in=None))
     # the plan: the forecast's q0.9 of 30 in flight at 10 per replica
     assert decision.replicas == (4 if leave_out else 10), decision.reason
 
@@ -218,7 +221,7 @@ def test_a_sick_gpu_is_not_capacity_and_is_replaced(override, why):
     else:
         m = metrics(4, sm=0.95, **override)
     d = HybridPolicy(FLAT).decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
-    assert d.state["sick"] == {"p1": why}
+    assert d.state.sick == {"p1": why}
     assert "SM 2.85 -> 4" in d.reason  # three healthy pods
     assert d.replicas == 5  # 4 needed + 1 to replace p1
 
@@ -230,8 +233,8 @@ def test_quarantine_outlasts_the_event_and_then_ends():
     d1 = policy.decide(observe(600.0, target, [5.0] * 41, m), LONG_AGO)
     d2 = policy.decide(observe(615.0, target, [5.0] * 41, m), d1.state)
     d3 = policy.decide(observe(915.0, target, [5.0] * 41, m), d2.state)
-    assert d1.state["sick"] == d2.state["sick"] == {"p2": "dbe"}
-    assert d3.state["sick"] == {}
+    assert d1.state.sick == d2.state.sick == {"p2": "dbe"}
+    assert d3.state.sick == {}
 
 
 def test_thermal_throttling_and_stragglers_are_judged_on_rates():
@@ -247,7 +250,7 @@ def test_thermal_throttling_and_stragglers_are_judged_on_rates():
         },
     )
     d2 = policy.decide(observe(615.0, target, [5.0] * 41, later), d1.state)
-    assert d2.state["sick"] == {"p0": "throttled", "p3": "straggler"}
+    assert d2.state.sick == {"p0": "throttled", "p3": "straggler"}
 
 
 @pytest.mark.parametrize(
@@ -266,8 +269,8 @@ def test_a_straggler_needs_a_count_improbable_at_the_median_rate(others, slow, s
     d2 = policy.decide(
         observe(615.0, target, [5.0] * 41, metrics(5, **{health.DONE: done})), d1.state
     )
-    assert (d2.state["sick"] == {"p3": "straggler"}) is straggles
-    assert d2.state["sick"] in ({}, {"p3": "straggler"})
+    assert (d2.state.sick == {"p3": "straggler"}) is straggles
+    assert d2.state.sick in ({}, {"p3": "straggler"})
 
 
 def test_a_pod_first_seen_without_gpu_series_is_judged_once_they_appear():
@@ -277,8 +280,8 @@ def test_a_pod_first_seen_without_gpu_series_is_judged_once_they_appear():
     d3 = policy.decide(
         observe(630.0, target, [5.0] * 41, metrics(3, **{health.DBE: {"p1": 2.0}})), d2.state
     )
-    assert d1.state["sick"] == d2.state["sick"] == {}
-    assert d3.state["sick"] == {"p1": "dbe"}
+    assert d1.state.sick == d2.state.sick == {}
+    assert d3.state.sick == {"p1": "dbe"}
 
 
 def test_config_checks_both_parts():
@@ -309,7 +312,7 @@ def paths(draw):
 
 def run(policy, demand, sm, queued, start):
     """Decisions along a path; each pod completes 5 requests per step (service time known)."""
-    state: dict = {}
+    state = policy.initial_state()
     current = start
     history, backlog = [demand[0]] * 40, [0.0] * 40
     for i, (v, s, q) in enumerate(zip(demand, sm, queued, strict=True)):
@@ -323,7 +326,7 @@ def run(policy, demand, sm, queued, start):
         obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
         d = policy.decide(obs, state)
         yield now, current, obs, d, state
-        state = json.loads(json.dumps(d.state))
+        state = through_json(policy, d.state)
         current = d.replicas
 
 
@@ -372,12 +375,13 @@ def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_
 def test_property_deterministic_and_state_round_trips(path, wait):
     cfg = HybridConfig(per_replica=10.0, queue_wait_s=wait)
     for _, _, obs, d, state in run(HybridPolicy(cfg), *path, start=2):
-        again = HybridPolicy(cfg).decide(obs, json.loads(json.dumps(state)))
+        policy = HybridPolicy(cfg)
+        again = policy.decide(obs, through_json(policy, state))
         assert (again.replicas, again.reason, again.state) == (d.replicas, d.reason, d.state)
-        assert json.loads(json.dumps(d.state)) == d.state
-        before = json.dumps(state, sort_keys=True)
-        HybridPolicy(cfg).decide(obs, state)
-        assert json.dumps(state, sort_keys=True) == before  # the input state is not mutated
+        assert through_json(policy, d.state) == d.state
+        before = json.dumps(state.to_json(), sort_keys=True)
+        policy.decide(obs, state)
+        assert json.dumps(state.to_json(), sort_keys=True) == before  # input not mutated
 
 
 @settings(max_examples=60, deadline=None)
@@ -395,7 +399,7 @@ def test_property_no_scale_in_while_requests_queue_or_within_the_cooldown(demand
         max_replicas=60,
         queue_wait_s=wait,
     )
-    policy, state, current, last_in = HybridPolicy(cfg), dict(LONG_AGO), 60, None
+    policy, state, current, last_in = HybridPolicy(cfg), LONG_AGO, 60, None
     history = [demand[0]] * 40
     for i, v in enumerate(demand):
         history = [*history[1:], v]
@@ -413,7 +417,7 @@ def test_property_no_scale_in_while_requests_queue_or_within_the_cooldown(demand
             assert d.replicas >= current, d.reason
         if d.replicas < current:
             last_in = now
-        state, current = json.loads(json.dumps(d.state)), d.replicas
+        state, current = through_json(policy, d.state), d.replicas
 
 
 def test_a_broken_gpus_pod_is_named_for_deletion_once():
@@ -423,7 +427,7 @@ def test_a_broken_gpus_pod_is_named_for_deletion_once():
     d2 = policy.decide(observe(615.0, target, [5.0] * 41, m), d1.state)
     assert d1.delete == ("p1",)
     assert d2.delete == ()  # asked once; the pod is terminating or already replaced
-    assert json.loads(json.dumps(d2.state)) == d2.state
+    assert through_json(policy, d2.state) == d2.state
 
 
 def test_a_throttled_pod_is_replaced_only_when_it_stays_throttled():
@@ -441,8 +445,10 @@ def test_a_throttled_pod_is_replaced_only_when_it_stays_throttled():
 def test_replacement_can_be_turned_off():
     cfg = HybridConfig(per_replica=10.0, replace_sick=False)
     m = metrics(4, **{health.XID: {"p1": 79.0}})
-    d = HybridPolicy(cfg).decide(observe(600.0, TargetStatus(4, ready_pods(4)), [5.0] * 41, m), {})
-    assert d.state["sick"] == {"p1": "xid 79"}
+    policy = HybridPolicy(cfg)
+    obs = observe(600.0, TargetStatus(4, ready_pods(4)), [5.0] * 41, m)
+    d = policy.decide(obs, policy.initial_state())
+    assert d.state.sick == {"p1": "xid 79"}
     assert d.delete == ()
 
 
@@ -487,7 +493,7 @@ def test_the_service_time_is_littles_law_over_enough_completions(window_s, compl
         service_completions=completions,
     )
     target, policy = TargetStatus(20, ready_pods(20)), HybridPolicy(cfg)
-    state, done = dict(LONG_AGO), {f"p{i}": 0.0 for i in range(20)}
+    state, done = LONG_AGO, {f"p{i}": 0.0 for i in range(20)}
     for k in range(11):
         now = 600.0 + STEP_S * k
         for i in range(13 if k % 2 else 2 if k else 0):
@@ -496,7 +502,7 @@ def test_the_service_time_is_littles_law_over_enough_completions(window_s, compl
         queue = tuple((t, 10.0) for t, _ in obs.series[IN_FLIGHT])
         obs = Observation(obs.now, obs.target, obs.pod_metrics, {**obs.series, QUEUE: queue})
         decision = policy.decide(obs, state)
-        state = json.loads(json.dumps(decision.state))
+        state = through_json(policy, decision.state)
     assert f"queue x{weight} + growth 0.0" in decision.reason
 
 
@@ -536,8 +542,10 @@ def test_the_service_time_waits_for_enough_sampled_requests_in_service(sampled, 
     # The newest interval completed 120 requests, but one sample of 20 in service says
     # their mean only within about a quarter: the interval before counts too. A sample
     # of 100 is enough alone. (No previous decision time: no interval is added.)
-    kept = [[570.0, 120.0, 900.0, 60.0], [585.0, 120.0, 300.0, sampled]]
+    kept = ((570.0, 120.0, 900.0, 60.0), (585.0, 120.0, 300.0, sampled))
     obs = observe(600.0, TargetStatus(10, ready_pods(10)), [20.0] * 41, metrics(10))
-    got, intervals = hybrid.service_time_s(obs, obs.series[IN_FLIGHT], {}, kept, 300.0, 100)
+    got, intervals = hybrid.service_time_s(
+        obs, obs.series[IN_FLIGHT], HealthState(), kept, 300.0, 100
+    )
     assert got == pytest.approx(service_s)
     assert intervals == kept

@@ -1,7 +1,6 @@
 """KEDA Prometheus-trigger baseline: activation, cooldown to zero, polling, and its HPA."""
 
 import dataclasses
-import json
 
 import pytest
 from hypothesis import given, settings
@@ -10,8 +9,9 @@ from hypothesis import strategies as st
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR
-from gpuscale.scaling.keda import KedaConfig, KedaPolicy
+from gpuscale.scaling.keda import KedaConfig, KedaPolicy, KedaState, due
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from tests.support.policystate import through_json
 
 IN_FLIGHT = "gpuscale_serving_requests_in_flight"
 QUEUE = "gpuscale_serving_queue_requests"
@@ -30,12 +30,12 @@ def observe(now, desired, ready_pods, in_flight, queue, healthy=True):
 
 def drive(policy, steps, replicas, state=None):
     """Run (time, in_flight, queue) steps, feeding each decision back as the target's count."""
-    state = {} if state is None else state
+    state = policy.initial_state() if state is None else state
     out = {}
     for t, in_flight, queue in steps:
         obs = observe(float(t), replicas, replicas, in_flight if replicas else None, queue)
         decision = policy.decide(obs, state)
-        state, replicas = json.loads(json.dumps(decision.state)), decision.replicas
+        state, replicas = through_json(policy, decision.state), decision.replicas
         out[t] = replicas
     return out, state
 
@@ -54,15 +54,15 @@ def test_defaults_match_keda():
 
 def test_activation_from_zero_to_one():
     policy = KedaPolicy(KedaConfig(threshold=4.0))
-    decision = policy.decide(observe(0.0, 0, 0, None, 3.0), {})
+    decision = policy.decide(observe(0.0, 0, 0, None, 3.0), policy.initial_state())
     assert decision.replicas == 1
     assert "activated" in decision.reason
 
 
 def test_no_activation_at_or_below_activation_threshold():
     policy = KedaPolicy(KedaConfig(threshold=4.0, activation_threshold=2.0))
-    assert policy.decide(observe(0.0, 0, 0, None, 2.0), {}).replicas == 0
-    assert policy.decide(observe(0.0, 0, 0, None, 2.5), {}).replicas == 1
+    assert policy.decide(observe(0.0, 0, 0, None, 2.0), policy.initial_state()).replicas == 0
+    assert policy.decide(observe(0.0, 0, 0, None, 2.5), policy.initial_state()).replicas == 1
 
 
 def test_activation_waits_for_the_30_s_poll():
@@ -108,19 +108,24 @@ def test_min_replicas_above_zero_never_scales_to_zero():
 def test_average_value_is_ceil_of_value_over_threshold():
     policy = KedaPolicy(KedaConfig(threshold=4.0))
     # 6 in flight + 4 queued = 10 -> ceil(10 / 4) = 3
-    decision = policy.decide(observe(0.0, 1, 1, 6.0, 4.0), {})
+    decision = policy.decide(observe(0.0, 1, 1, 6.0, 4.0), policy.initial_state())
     assert decision.replicas == 3
 
 
 def test_average_value_within_tolerance_holds():
     policy = KedaPolicy(KedaConfig(threshold=4.0))
     # 12.5 / (4 x 3) = 1.04 is within 10 %, although ceil(12.5 / 4) = 4
-    assert policy.decide(observe(0.0, 3, 3, 12.5, 0.0), {}).replicas == 3
+    assert policy.decide(observe(0.0, 3, 3, 12.5, 0.0), policy.initial_state()).replicas == 3
 
 
 def test_value_metric_type_scales_ready_pods_by_ratio():
     config = KedaConfig(threshold=10.0, metric_type="Value", behavior=DEFAULT_BEHAVIOR)
-    assert KedaPolicy(config).decide(observe(0.0, 2, 2, 30.0, 0.0), {}).replicas == 6
+    assert (
+        KedaPolicy(config)
+        .decide(observe(0.0, 2, 2, 30.0, 0.0), KedaPolicy(config).initial_state())
+        .replicas
+        == 6
+    )
 
 
 def test_without_behavior_keda_s_hpa_runs_the_legacy_path():
@@ -128,14 +133,14 @@ def test_without_behavior_keda_s_hpa_runs_the_legacy_path():
     # HPA without spec.behavior: at most max(2 x current, 4) per sync.
     assert KedaConfig(threshold=1.0).behavior is None
     policy = KedaPolicy(KedaConfig(threshold=1.0))
-    assert policy.decide(observe(0.0, 2, 2, 100.0, 0.0), {}).replicas == 4
-    assert policy.decide(observe(0.0, 3, 3, 100.0, 0.0), {}).replicas == 6
+    assert policy.decide(observe(0.0, 2, 2, 100.0, 0.0), policy.initial_state()).replicas == 4
+    assert policy.decide(observe(0.0, 3, 3, 100.0, 0.0), policy.initial_state()).replicas == 6
 
 
 def test_hpa_scale_up_rate_limit_applies_with_the_default_behavior():
     policy = KedaPolicy(KedaConfig(threshold=1.0, behavior=DEFAULT_BEHAVIOR))
     # value 100 wants 100; HPA allows max(2 + 4, 2 x 2) = 6
-    assert policy.decide(observe(0.0, 2, 2, 100.0, 0.0), {}).replicas == 6
+    assert policy.decide(observe(0.0, 2, 2, 100.0, 0.0), policy.initial_state()).replicas == 6
 
 
 def test_hpa_scale_down_stabilisation_applies_while_active():
@@ -152,29 +157,29 @@ def test_hpa_scale_down_stabilisation_applies_while_active():
 
 def test_hpa_runs_every_15_s_and_poll_every_30_s():
     policy = KedaPolicy(KedaConfig(threshold=4.0))
-    first = policy.decide(observe(0.0, 1, 1, 4.0, 0.0), {})
-    assert first.state["last_poll"] == 0.0
-    assert first.state["last_hpa"] == 0.0
+    first = policy.decide(observe(0.0, 1, 1, 4.0, 0.0), policy.initial_state())
+    assert first.state.last_poll == 0.0
+    assert first.state.last_hpa == 0.0
     second = policy.decide(observe(15.0, 1, 1, 4.0, 0.0), first.state)
-    assert second.state["last_poll"] == 0.0
-    assert second.state["last_hpa"] == 15.0
+    assert second.state.last_poll == 0.0
+    assert second.state.last_hpa == 15.0
     third = policy.decide(observe(30.0, 1, 1, 4.0, 0.0), second.state)
-    assert third.state["last_poll"] == 30.0
-    assert third.state["last_hpa"] == 30.0
+    assert third.state.last_poll == 30.0
+    assert third.state.last_hpa == 30.0
 
 
 def test_missing_query_result_holds():
     policy = KedaPolicy(KedaConfig(threshold=4.0))
-    decision = policy.decide(observe(0.0, 3, 3, None, None), {})
+    decision = policy.decide(observe(0.0, 3, 3, None, None), policy.initial_state())
     assert decision.replicas == 3
     assert "no data" in decision.reason
     # ready pods but no in-flight series: missing, not zero
-    assert policy.decide(observe(0.0, 3, 3, None, 0.0), {}).replicas == 3
+    assert policy.decide(observe(0.0, 3, 3, None, 0.0), policy.initial_state()).replicas == 3
 
 
 def test_unhealthy_holds_even_when_idle_past_cooldown():
     policy = KedaPolicy(KedaConfig(threshold=4.0))
-    state = {"created_at": 0.0, "last_poll": 0.0, "last_active": 0.0}
+    state = KedaState(created_at=0.0, last_poll=0.0, last_active=0.0)
     decision = policy.decide(observe(1000.0, 2, 2, 0.0, 0.0, healthy=False), state)
     assert decision.replicas == 2
     assert "unhealthy" in decision.reason
@@ -185,7 +190,7 @@ def test_single_signal_query_is_accepted():
     policy = KedaPolicy(config)
     assert list(policy.signals) == ["query_0"]
     obs = Observation(0.0, TargetStatus(1, ()), series={"query_0": ((0.0, 12.0),)})
-    assert policy.decide(obs, {}).replicas == 3
+    assert policy.decide(obs, policy.initial_state()).replicas == 3
 
 
 @pytest.mark.parametrize(
@@ -208,14 +213,15 @@ def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
 def test_state_round_trips_through_json_with_identical_decisions():
     policy = KedaPolicy(KedaConfig(threshold=4.0, cooldown_period_s=60))
     values = [0.0, 5.0, 30.0, 30.0, 8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 12.0]
-    state: dict = {}
+    state = policy.initial_state()
     replicas = 0
     seen = set()
     for i, value in enumerate(values * 4):
         obs = observe(15.0 * i, replicas, replicas, value if replicas else None, value / 2)
         direct = policy.decide(obs, state)
-        assert policy.decide(obs, json.loads(json.dumps(state))) == direct
-        state, replicas = json.loads(json.dumps(direct.state)), direct.replicas
+        assert through_json(policy, state) == state
+        assert policy.decide(obs, through_json(policy, state)) == direct
+        state, replicas = through_json(policy, direct.state), direct.replicas
         seen.add(replicas)
     assert 0 in seen
     assert max(seen) >= 3
@@ -239,12 +245,12 @@ def test_state_round_trips_through_json_with_identical_decisions():
 )
 def test_replicas_always_within_bounds(steps, lo, hi):
     policy = KedaPolicy(KedaConfig(threshold=3.0, min_replicas=lo, max_replicas=hi))
-    state: dict = {}
+    state = policy.initial_state()
     for i, (desired, ready_pods, in_flight, queue, healthy) in enumerate(steps):
         obs = observe(15.0 * i, desired, ready_pods, in_flight, queue, healthy)
         decision = policy.decide(obs, state)
         assert lo <= decision.replicas <= hi
-        state = json.loads(json.dumps(decision.state))
+        state = through_json(policy, decision.state)
 
 
 def test_config_errors_read_where_what_and_fix():
@@ -260,3 +266,43 @@ def test_every_numeric_setting_states_its_unit():
     units = {f.name: f.metadata["unit"] for f in numeric}
     assert units["threshold"] == "requests per replica"
     assert units["polling_interval_s"] == "s"
+
+
+JITTER_S = (1.7, -2.0, 0.4, 2.0, -1.3, -0.2, 1.1, -1.9, 0.8, -0.6)
+JITTER_S += (2.0, -2.0, 0.0, 1.5, -0.9, 0.3, -1.6, 1.9, -0.4, 0.6)
+"""Offsets of 20 live decisions from a 15 s grid, within +/- 2 s (the controller reads its
+clock after its API calls, so a sync lands a little early or late)."""
+
+
+def jittered(policy, replicas=2, value=8.0):
+    """Decide at each jittered time; return (decisions that polled, that ran the HPA)."""
+    state, polls, syncs = policy.initial_state(), 0, 0
+    for i, jitter in enumerate(JITTER_S):
+        now = 15.0 * (i + 1) + jitter
+        decision = policy.decide(observe(now, replicas, replicas, value, 0.0), state)
+        state = decision.state
+        polls += state.last_poll == now
+        syncs += state.last_hpa == now
+    return polls, syncs
+
+
+def test_a_jittered_clock_polls_and_syncs_at_every_call_when_both_periods_are_the_interval():
+    # Half of these calls come less than 15 s after the one before: with exact timing a
+    # loop due every 15 s would skip them and act every second call.
+    config = KedaConfig(threshold=4.0, polling_interval_s=15.0, hpa_sync_period_s=15.0)
+    policy = KedaPolicy(config)
+    assert policy.interval_s == 15.0
+    assert jittered(policy) == (20, 20)
+
+
+def test_a_jittered_clock_syncs_the_hpa_at_every_call_and_polls_at_every_second():
+    policy = KedaPolicy(KedaConfig(threshold=4.0))  # polling 30 s, HPA sync 15 s
+    assert jittered(policy) == (10, 20)
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "is_due"),
+    [(None, 0.0, True), (0.0, 7.5, True), (0.0, 7.4999, False), (0.0, 30.0, True)],
+)
+def test_a_loop_is_due_half_an_interval_before_its_period_ends(last, now, is_due):
+    assert due(last, 15.0, now, 15.0) is is_due

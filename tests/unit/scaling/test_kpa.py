@@ -8,28 +8,28 @@ window 5 min, grace period 60 s), same inputs and expected scale.
 """
 
 import dataclasses
-import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling.kpa import KpaConfig, KpaPolicy, window_average
+from gpuscale.scaling.kpa import KpaConfig, KpaPolicy, KpaState, window_average
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from tests.support.policystate import through_json
 
 
-def running(since: float = -1000.0, panic_time=None, max_panic=0, proxy_since=None) -> dict:
+def running(since: float = -1000.0, panic_time=None, max_panic=0, proxy_since=None) -> KpaState:
     """State of a decider created long ago for a revision that is active and serving."""
-    return {
-        "created_at": -1000.0,
-        "panic_time": panic_time,
-        "max_panic_pods": max_panic,
-        "active": "active",
-        "active_changed_at": since,
-        "initialised": True,
-        "proxy_since": proxy_since,
-    }
+    return KpaState(
+        created_at=-1000.0,
+        panic_time=panic_time,
+        max_panic_pods=max_panic,
+        active="active",
+        active_changed_at=since,
+        initialised=True,
+        proxy_since=proxy_since,
+    )
 
 
 LONG_AGO = running()
@@ -97,7 +97,7 @@ def test_partial_window_averages_what_exists():
 def test_stable_mode_uses_ceil_of_stable_over_target():
     decision = KpaPolicy().decide(observe(100.0, 2, 2, 150.0), LONG_AGO)
     assert decision.replicas == 3  # ceil(150 / 70)
-    assert decision.state["panic_time"] is None
+    assert decision.state.panic_time is None
 
 
 def test_queue_counts_as_concurrency():
@@ -109,7 +109,7 @@ def test_start_in_panic_holds_the_count_for_a_stable_window():
     # newAutoscaler: more than one Ready pod at creation -> panic from creation with
     # maxPanicPods = ready pods. The reported failure: 25 -> 1 in 20 s on empty windows.
     policy = KpaPolicy()
-    state: dict = {}
+    state = policy.initial_state()
     seen = {}
     replicas = 25
     for t in range(0, 71, 2):
@@ -120,28 +120,28 @@ def test_start_in_panic_holds_the_count_for_a_stable_window():
     assert seen[60] == (25, "panic")  # creation + 60 s is not before now: still panicking
     assert seen[62] == (12, "stable")  # then at most halve 25 ready pods per tick
     assert seen[64] == (6, "stable")
-    assert state["created_at"] == 0.0
+    assert state.created_at == 0.0
 
 
 def test_start_in_panic_sets_panic_at_creation_test_autoscaler_start_metrics():
     # TestAutoscalerStartMetrics: created with 2 ready pods -> panic gauge 1
-    decision = KpaPolicy().decide(observe(5.0, 2, 2, 0.0, 0.0), {})
-    assert decision.state["panic_time"] == 5.0
-    assert decision.state["max_panic_pods"] == 2
+    decision = KpaPolicy().decide(observe(5.0, 2, 2, 0.0, 0.0), KpaPolicy().initial_state())
+    assert decision.state.panic_time == 5.0
+    assert decision.state.max_panic_pods == 2
     assert decision.replicas == 2
 
 
 def test_one_ready_pod_at_creation_does_not_start_in_panic():
-    decision = KpaPolicy().decide(observe(5.0, 1, 1, 0.0, 0.0), {})
-    assert decision.state["panic_time"] is None
+    decision = KpaPolicy().decide(observe(5.0, 1, 1, 0.0, 0.0), KpaPolicy().initial_state())
+    assert decision.state.panic_time is None
     assert decision.reason.startswith("stable")
 
 
 def test_creation_is_recorded_even_when_the_first_observation_is_unhealthy():
     policy = KpaPolicy()
-    sick = policy.decide(observe(0.0, 8, 8, 0.0, healthy=False), {})
+    sick = policy.decide(observe(0.0, 8, 8, 0.0, healthy=False), policy.initial_state())
     assert sick.replicas == 8
-    assert sick.state["panic_time"] == 0.0
+    assert sick.state.panic_time == 0.0
     later = policy.decide(observe(30.0, 8, 8, 0.0, 0.0), sick.state)
     assert later.replicas == 8  # still within a stable window of creation
 
@@ -155,11 +155,11 @@ def test_autoscaler_unpanic_after_slow_increase():
     # TestAutoscalerUnpanicAfterSlowIncrease (target 1)
     policy = KpaPolicy(KpaConfig(target=1.0, **TEST_SPEC))
     first = policy.decide(observe(0.0, 10, 10, windows(11, 25)), CREATED)
-    assert (first.replicas, first.state["panic_time"]) == (25, 0.0)
+    assert (first.replicas, first.state.panic_time) == (25, 0.0)
     half = policy.decide(observe(30.0, 40, 40, windows(30, 41)), first.state)
-    assert (half.replicas, half.state["panic_time"]) == (41, 0.0)  # panic time did not move
+    assert (half.replicas, half.state.panic_time) == (41, 0.0)  # panic time did not move
     end = policy.decide(observe(62.0, 55, 55, windows(50, 56)), half.state)
-    assert (end.replicas, end.state["panic_time"]) == (50, None)  # no longer in panic
+    assert (end.replicas, end.state.panic_time) == (50, None)  # no longer in panic
 
 
 def test_autoscaler_extend_panic_window():
@@ -168,7 +168,7 @@ def test_autoscaler_extend_panic_window():
     first = policy.decide(observe(0.0, 10, 10, windows(11, 25)), CREATED)
     assert first.replicas == 25
     again = policy.decide(observe(30.0, 40, 40, windows(30, 80)), first.state)
-    assert (again.replicas, again.state["panic_time"]) == (80, 30.0)
+    assert (again.replicas, again.state.panic_time) == (80, 30.0)
 
 
 def test_autoscaler_stable_mode_decrease():
@@ -193,7 +193,7 @@ def test_autoscaler_panic_mode_exponential_track_and_stabilize():
         decision = policy.decide(observe(t, ready, ready, float(load)), state)
         assert decision.replicas == want, (t, ready)
         state = decision.state
-    assert state["panic_time"] == 2.0
+    assert state.panic_time == 2.0
 
 
 @pytest.mark.parametrize(("panic_load", "panics"), [(280.0, True), (210.0, False)])
@@ -201,7 +201,7 @@ def test_panic_entered_at_200_percent(panic_load, panics):
     # 2 ready pods; 280 -> ceil(4.0) = 4 pods = 200 % of ready; 210 -> 3 pods = 150 %
     series = [0.0] * 54 + [panic_load] * 6
     decision = KpaPolicy().decide(observe(100.0, 2, 2, series), LONG_AGO)
-    assert (decision.state["panic_time"] == 100.0) is panics
+    assert (decision.state.panic_time == 100.0) is panics
     assert decision.replicas == (4 if panics else 1)  # stable would be ceil(28 or 21 / 70) = 1
 
 
@@ -226,8 +226,8 @@ def test_panic_exits_one_stable_window_after_last_overload():
         out[t] = decision.replicas
     assert out[60] == 10  # 0 + 60 < 60 is false: still panicking
     assert out[62] == 5  # stable ceil(70/70) = 1, but at most halve 10 ready pods
-    assert state["panic_time"] is None
-    assert state["max_panic_pods"] == 0
+    assert state.panic_time is None
+    assert state.max_panic_pods == 0
 
 
 def test_scale_down_rate_halves_ready_pods_at_most():
@@ -243,8 +243,8 @@ def test_scale_up_rate_limit():
 SCALER_TEST = KpaConfig(stable_window_s=300.0, scale_to_zero_grace_s=60.0)
 
 
-def pa(active: str, since: float, proxy_since=None) -> dict:
-    return {**running(since=since, proxy_since=proxy_since), "active": active}
+def pa(active: str, since: float, proxy_since=None) -> KpaState:
+    return dataclasses.replace(running(since=since, proxy_since=proxy_since), active=active)
 
 
 @pytest.mark.parametrize(
@@ -317,20 +317,20 @@ def test_active_for_less_than_a_stable_window_scales_to_one_not_the_current_coun
     # handleScaleToZero returns (1, true): the old gate kept all 10
     decision = KpaPolicy().decide(observe(0.0, 10, 1, 0.0, 0.0), running(since=-20.0))
     assert decision.replicas == 1
-    assert decision.state["active"] == "active"
+    assert decision.state.active == "active"
 
 
 def test_active_for_a_stable_window_marks_inactive_and_keeps_the_count():
     decision = KpaPolicy().decide(observe(0.0, 3, 1, 0.0, 0.0), running(since=-60.0))
     assert decision.replicas == 3
-    assert (decision.state["active"], decision.state["active_changed_at"]) == ("inactive", 0.0)
+    assert (decision.state.active, decision.state.active_changed_at) == ("inactive", 0.0)
 
 
 def test_new_deployment_with_one_pod_reaches_zero_after_window_and_grace():
     # target-burst-capacity 0: the activator leaves the path while serving, so the
     # grace period runs from the moment the revision is marked inactive.
     policy = KpaPolicy(KpaConfig(target_burst_capacity=0.0))
-    state: dict = {}
+    state = policy.initial_state()
     out = {}
     replicas = 1
     for t in range(0, 96, 2):
@@ -342,13 +342,13 @@ def test_new_deployment_with_one_pod_reaches_zero_after_window_and_grace():
     assert out[60] == 1  # marked inactive now
     assert out[88] == 1
     assert out[90] == 0  # inactive for the 30 s grace period
-    assert state["active"] == "inactive"
+    assert state.active == "inactive"
 
 
 def test_activator_in_path_for_the_grace_period_scales_to_zero_right_after_inactive():
     # target-burst-capacity 211 (default) on one small pod: the SKS stays in proxy mode
     policy = KpaPolicy()
-    state: dict = {}
+    state = policy.initial_state()
     out = {}
     replicas = 1
     for t in range(0, 66, 2):
@@ -364,10 +364,10 @@ def test_traffic_during_grace_reactivates_and_restarts_the_window():
     inactive = pa("inactive", -10.0)
     busy = policy.decide(observe(0.0, 1, 1, [0.0] * 59 + [70.0], 0.0), inactive)
     assert busy.replicas == 1
-    assert (busy.state["active"], busy.state["active_changed_at"]) == ("active", 0.0)
+    assert (busy.state.active, busy.state.active_changed_at) == ("active", 0.0)
     idle = policy.decide(observe(40.0, 1, 1, 0.0, 0.0), busy.state)
     assert idle.replicas == 1
-    assert idle.state["active"] == "active"  # 40 s < a stable window since reactivation
+    assert idle.state.active == "active"  # 40 s < a stable window since reactivation
 
 
 def test_scale_to_zero_disabled_keeps_one():
@@ -379,16 +379,16 @@ def test_scale_from_zero_on_queued_requests():
     policy = KpaPolicy()
     decision = policy.decide(observe(100.0, 0, 0, None, [0.0] * 59 + [3.0]), pa("inactive", 0.0))
     assert decision.replicas == 1
-    assert decision.state["active"] == "activating"  # wanted > 0, no Ready pod yet
+    assert decision.state.active == "activating"  # wanted > 0, no Ready pod yet
 
 
 def test_initial_scale_holds_until_reached():
     policy = KpaPolicy(KpaConfig(initial_scale=3))
-    decision = policy.decide(observe(0.0, 3, 0, None, 0.0), {})
+    decision = policy.decide(observe(0.0, 3, 0, None, 0.0), policy.initial_state())
     assert decision.replicas == 3
-    assert not decision.state["initialised"]
+    assert not decision.state.initialised
     reached = policy.decide(observe(100.0, 3, 3, 0.0, 0.0), decision.state)
-    assert reached.state["initialised"] is True
+    assert reached.state.initialised is True
     assert reached.replicas == 3  # initialised only after this sync (scale reads the old status)
     later = policy.decide(observe(102.0, 3, 3, 0.0, 0.0), reached.state)
     assert later.replicas == 1  # no traffic: floor(3 ready / max-scale-down-rate 2)
@@ -433,14 +433,15 @@ def test_bad_config_raises_config_error_naming_the_key(kwargs, key):
 def test_state_round_trips_through_json_with_identical_decisions():
     policy = KpaPolicy()
     loads = [0.0, 50.0, 400.0, 900.0, 300.0, 0.0] + [0.0] * 40 + [100.0]
-    state: dict = {}
+    state = policy.initial_state()
     replicas = 1
     seen = set()
     for i, load in enumerate(loads):
         obs = observe(2.0 * i, replicas, replicas, load if replicas else None, 0.0)
         direct = policy.decide(obs, state)
-        assert policy.decide(obs, json.loads(json.dumps(state))) == direct
-        state, replicas = json.loads(json.dumps(direct.state)), direct.replicas
+        assert through_json(policy, state) == state
+        assert policy.decide(obs, through_json(policy, state)) == direct
+        state, replicas = through_json(policy, direct.state), direct.replicas
         seen.add(replicas)
     assert max(seen) >= 10
 
@@ -460,9 +461,9 @@ values = st.one_of(st.none(), st.lists(st.floats(0.0, 5000.0), min_size=1, max_s
 )
 def test_replicas_always_within_bounds(steps, lo, hi):
     policy = KpaPolicy(KpaConfig(min_replicas=lo, max_replicas=hi))
-    state: dict = {}
+    state = policy.initial_state()
     for i, (desired, ready_pods, concurrency, queue, healthy) in enumerate(steps):
         obs = observe(2.0 * i, desired, ready_pods, concurrency, queue, healthy)
         decision = policy.decide(obs, state)
         assert lo <= decision.replicas <= hi
-        state = json.loads(json.dumps(decision.state))
+        state = through_json(policy, decision.state)

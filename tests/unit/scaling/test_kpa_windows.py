@@ -63,8 +63,7 @@ def test_kpa_decides_the_same_from_the_ring_s_sums_as_from_its_series(pairs, nan
     policy = KpaPolicy(KpaConfig(target=10.0, max_replicas=50))
     ring = SecondTotals((policy.config.metric, policy.config.queue_metric), 64)
     target = TargetStatus(ready, tuple(PodStatus(f"p{i}", True, 0.0, 0.0) for i in range(ready)))
-    with_sums: dict = {}
-    without: dict = {}
+    with_sums = without = policy.initial_state()
     for t, (a, b) in enumerate(pairs):
         ring.record(t, (math.nan if t in nans else a, b))
         if t % 2:
@@ -78,7 +77,7 @@ def test_kpa_decides_the_same_from_the_ring_s_sums_as_from_its_series(pairs, nan
             assert [list(c) for c in fast] == [list(c) for c in slow]
         d1, d2 = policy.decide(obs, with_sums), policy.decide(bare, without)
         assert (d1.replicas, d1.reason, d1.state) == (d2.replicas, d2.reason, d2.state)
-        with_sums, without = dict(d1.state), dict(d2.state)
+        with_sums, without = d1.state, d2.state
 
 
 def test_sums_of_other_series_are_not_read():

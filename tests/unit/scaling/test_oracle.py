@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
+from gpuscale.scaling.oracle import OracleConfig, OraclePolicy, OracleState
 from gpuscale.scaling.policy import Decision, Observation, PodStatus, TargetStatus
 from gpuscale.scaling.rangemax import RangeMax
+from gpuscale.scaling.static import StaticState
 
 
 def at(now, desired=1, healthy=True):
@@ -20,7 +21,7 @@ def at(now, desired=1, healthy=True):
 
 def decisions(policy, until):
     times = [policy.interval_s * i for i in range(int(until / policy.interval_s) + 1)]
-    return {t: policy.decide(at(t), {}).replicas for t in times}
+    return {t: policy.decide(at(t), policy.initial_state()).replicas for t in times}
 
 
 def test_step_up_is_requested_exactly_lead_s_ahead():
@@ -56,16 +57,16 @@ def test_short_dip_is_bridged_when_the_need_returns_within_the_lead_window():
 
 def test_clamps_and_holds_last_value_past_the_trace():
     policy = OraclePolicy([0, 0, 9, 3], lead_s=1.0, min_replicas=1, max_replicas=5, interval_s=1.0)
-    assert policy.decide(at(0.0), {}).replicas == 1
-    assert policy.decide(at(1.0), {}).replicas == 5
-    assert policy.decide(at(100.0), {}).replicas == 3
+    assert policy.decide(at(0.0), policy.initial_state()).replicas == 1
+    assert policy.decide(at(1.0), policy.initial_state()).replicas == 5
+    assert policy.decide(at(100.0), policy.initial_state()).replicas == 3
 
 
 def test_reads_no_telemetry_and_keeps_only_its_pod_count():
     policy = OraclePolicy([2, 2, 2], lead_s=0.0)
-    decision = policy.decide(at(0.0, desired=7, healthy=False), {})
+    decision = policy.decide(at(0.0, desired=7, healthy=False), policy.initial_state())
     assert decision.replicas == 2
-    assert decision.state == {"created": 2, "at": 0.0}  # no pods listed: it made both
+    assert decision.state == OracleState(created=2, at=0.0)  # no pods listed: it made both
     assert dict(policy.signals) == {}
     assert dict(policy.pod_signals) == {}
     assert policy.max_replicas == 2
@@ -94,7 +95,7 @@ def test_bad_input_raises_config_error_naming_it(kwargs, key):
 )
 def test_never_short_over_the_lead_window_and_within_bounds(required, lead_s, now):
     policy = OraclePolicy(required, lead_s=lead_s, min_replicas=0, max_replicas=60)
-    replicas = policy.decide(at(now), {}).replicas
+    replicas = policy.decide(at(now), policy.initial_state()).replicas
     assert 0 <= replicas <= 60
     # every second from now until a replica requested at the next decision is Ready
     start = max(0, math.floor(now))
@@ -106,12 +107,12 @@ def test_dip_shorter_than_grace_plus_cold_start_keeps_replicas_longer_one_releas
     required = [5] * 100 + [1] * 60 + [5] * 100
     policy = OraclePolicy(required, lead_s=10.0, interval_s=5.0, hold_s=80.0)
     # At t=100 with 5 running, the need returns at t=160, within the 80 s break-even.
-    assert policy.decide(at(100.0, desired=5), {}).replicas == 5
+    assert policy.decide(at(100.0, desired=5), policy.initial_state()).replicas == 5
     long_dip = [5] * 100 + [1] * 200 + [5] * 100
     policy = OraclePolicy(long_dip, lead_s=10.0, interval_s=5.0, hold_s=80.0)
-    assert policy.decide(at(100.0, desired=5), {}).replicas == 1
+    assert policy.decide(at(100.0, desired=5), policy.initial_state()).replicas == 1
     # The hold never grows the fleet: from 1 it asks only for the short-horizon need.
-    assert policy.decide(at(100.0, desired=1), {}).replicas == 1
+    assert policy.decide(at(100.0, desired=1), policy.initial_state()).replicas == 1
 
 
 def test_replicas_beyond_standing_nodes_are_requested_a_node_provisioning_earlier():
@@ -120,7 +121,7 @@ def test_replicas_beyond_standing_nodes_are_requested_a_node_provisioning_earlie
         required, lead_s=20.0, interval_s=5.0, node_lead_s=180.0, fast_capacity=8,
         node_size=8, node_keep_s=600.0,
     )  # fmt: skip
-    state: dict = {}
+    state = policy.initial_state()
     first = None
     for t in range(0, 300, 5):
         decision = policy.decide(at(float(t), desired=4), state)
@@ -136,14 +137,16 @@ def test_a_node_still_up_needs_no_provisioning_lead():
         required, lead_s=20.0, interval_s=5.0, node_lead_s=180.0, fast_capacity=8,
         node_size=8, node_keep_s=600.0,
     )  # fmt: skip
-    state = policy.decide(at(0.0, desired=12), {}).state  # the second node is up
+    state = policy.decide(
+        at(0.0, desired=12), policy.initial_state()
+    ).state  # the second node is up
     # At t=150 the return to 12 at t=200 is 50 s away: beyond the cold-start lead but
     # the node is still there, so the oracle waits for the short lead.
     assert policy.decide(at(150.0, desired=4), state).replicas == 4
     assert policy.decide(at(175.0, desired=4), state).replicas == 4
     assert policy.decide(at(180.0, desired=4), state).replicas == 12  # [180, 205) has t=200
     # Without that memory it would have asked a node-provisioning earlier.
-    assert policy.decide(at(150.0, desired=4), {}).replicas == 12
+    assert policy.decide(at(150.0, desired=4), policy.initial_state()).replicas == 12
 
 
 def test_built_from_its_config_like_from_its_arguments():
@@ -169,35 +172,38 @@ def test_each_new_pod_is_requested_exactly_its_own_cold_start_ahead():
     # Pod 0 is the initial replica; the next two take 10 s and 50 s to start.
     required = [1] * 200 + [2] * 100 + [3] * 100
     policy = OraclePolicy(required, lead_s=99.0, interval_s=1.0, cold_starts_s=(0.0, 10.0, 50.0))
-    state: dict = {}
+    state = policy.initial_state()
     desired, asked = 1, {}
     for t in range(0, 320):
         obs = Observation(float(t), TargetStatus(desired, pods(desired)))
         decision = policy.decide(obs, state)
-        state = dict(decision.state)
+        state = decision.state
         if decision.replicas > desired:
             asked[decision.replicas] = t
         desired = decision.replicas
     assert asked == {2: 190, 3: 250}  # 200 - 1 - 10 + 1 and 300 - 1 - 50 + 1
-    assert state["created"] == 3
+    assert state.created == 3
 
 
 def test_a_pod_with_a_longer_cold_start_brings_the_ones_before_it_forward():
     # The third pod starts slowly; it is created after the second, so both go early.
     required = [1] * 200 + [3] * 100
     policy = OraclePolicy(required, lead_s=99.0, interval_s=1.0, cold_starts_s=(0.0, 5.0, 60.0))
-    decision = policy.decide(Observation(140.0, TargetStatus(1, pods(1))), {})
+    decision = policy.decide(Observation(140.0, TargetStatus(1, pods(1))), policy.initial_state())
     assert decision.replicas == 3
-    assert policy.decide(Observation(138.0, TargetStatus(1, pods(1))), {}).replicas == 1
+    assert (
+        policy.decide(Observation(138.0, TargetStatus(1, pods(1))), policy.initial_state()).replicas
+        == 1
+    )
 
 
 def test_pods_the_replicaset_made_without_it_shift_the_cold_starts_it_reads():
     policy = OraclePolicy([2] * 50, lead_s=1.0, interval_s=5.0)
-    first = policy.decide(Observation(0.0, TargetStatus(2, pods(2))), {})
-    assert first.state["created"] == 2
+    first = policy.decide(Observation(0.0, TargetStatus(2, pods(2))), policy.initial_state())
+    assert first.state.created == 2
     replaced = (PodStatus("p0", True, 0.0, 0.0), PodStatus("p9", False, 3.0))  # a GPU failed
     later = policy.decide(Observation(5.0, TargetStatus(2, replaced)), first.state)
-    assert later.state["created"] == 3
+    assert later.state.created == 3
 
 
 def test_margin_and_slack_raise_and_widen_the_plan():
@@ -221,11 +227,17 @@ class Recorder:
         self.replicas = replicas
         self.cold: dict[int, float] = {}
 
+    def initial_state(self):
+        return StaticState()
+
+    def load_state(self, data):
+        return StaticState.from_json(data)
+
     def decide(self, observation, state):
         for pod in observation.target.pods:
             if pod.ready_at is not None:
                 self.cold[int(pod.name.rsplit("-", 1)[1])] = pod.ready_at - pod.created_at
-        return Decision(self.replicas, "record", {})
+        return Decision(self.replicas, "record", state)
 
 
 def test_simulated_pods_take_exactly_the_cold_starts_the_oracle_reads():
@@ -248,10 +260,16 @@ def test_simulated_pods_take_exactly_the_cold_starts_the_oracle_reads():
 def test_nothing_is_released_within_hold_s_of_the_end_of_the_requirement():
     required = [6] * 200 + [1] * 100
     policy = OraclePolicy(required, lead_s=10.0, interval_s=5.0, hold_s=60.0)
-    assert policy.decide(at(200.0, desired=6), {}).replicas == 1  # 200 + 5 + 60 < 300
-    assert policy.decide(at(235.0, desired=6), {}).replicas == 6  # 235 + 5 + 60 >= 300: kept
+    assert (
+        policy.decide(at(200.0, desired=6), policy.initial_state()).replicas == 1
+    )  # 200 + 5 + 60 < 300
+    assert (
+        policy.decide(at(235.0, desired=6), policy.initial_state()).replicas == 6
+    )  # 235 + 5 + 60 >= 300: kept
     early = OraclePolicy([6] * 200 + [1] * 200, lead_s=10.0, interval_s=5.0, hold_s=60.0)
-    assert early.decide(at(235.0, desired=6), {}).replicas == 1  # far from the end: released
+    assert (
+        early.decide(at(235.0, desired=6), early.initial_state()).replicas == 1
+    )  # far from the end: released
 
 
 def test_fill_nodes_plans_whole_nodes_and_nothing_else_changes():
@@ -273,15 +291,17 @@ def test_a_plan_in_whole_nodes_asks_for_what_short_nodes_hold():
     # two whole nodes (nothing more is due).
     policy = OraclePolicy([8] * 60, 3.0, node_size=4, fill_nodes=True)
     short = Observation(10.0, TargetStatus(8, node_slots=(4, 3)))
-    d = policy.decide(short, {})
+    d = policy.decide(short, policy.initial_state())
     assert d.replicas == 7
     assert "7 on nodes that hold 1 fewer" in d.reason
     again = policy.decide(Observation(25.0, TargetStatus(7, node_slots=(4, 3))), d.state)
     assert again.replicas == 7
-    whole = policy.decide(Observation(10.0, TargetStatus(8, node_slots=(4, 4))), {})
+    whole = policy.decide(
+        Observation(10.0, TargetStatus(8, node_slots=(4, 4))), policy.initial_state()
+    )
     assert whole.replicas == 8
     unfilled = OraclePolicy([8] * 60, 3.0, node_size=4)  # plans replicas, not nodes
-    assert unfilled.decide(short, {}).replicas == 8
+    assert unfilled.decide(short, unfilled.initial_state()).replicas == 8
 
 
 def slot_waits(policy: OraclePolicy, live: list[tuple[int, float]]) -> list[float]:
@@ -358,20 +378,20 @@ def test_node_memory_refreshes_held_levels_keeps_one_per_level_and_forgets_idle_
         [4] * 10, lead_s=20.0, interval_s=5.0, node_lead_s=180.0, fast_capacity=8,
         node_size=8, node_keep_s=600.0,
     )  # fmt: skip
-    old = [
-        [0.0, 3.0, 0.0],  # held now (3 <= 5): refreshed to now
-        [0.0, 3.0, -5.0],  # the same level, nodes up: one of them is kept
-        [10.0, 9.0, 50.0],  # above desired, idle 90 s < 600 s: kept as it was
-        [5.0, 12.0, 0.0],
-        [90.0, 20.0, 200.0],  # its nodes join at 200 s: a wait of 100 s
-        [-1000.0, 15.0, 0.0],  # idle 1,100 s > 600 s: its nodes are gone
-    ]
-    recent, live = policy._walk(100.0, 5, {"recent": old})
+    old = (
+        (0.0, 3.0, 0.0),  # held now (3 <= 5): refreshed to now
+        (0.0, 3.0, -5.0),  # the same level, nodes up: one of them is kept
+        (10.0, 9.0, 50.0),  # above desired, idle 90 s < 600 s: kept as it was
+        (5.0, 12.0, 0.0),
+        (90.0, 20.0, 200.0),  # its nodes join at 200 s: a wait of 100 s
+        (-1000.0, 15.0, 0.0),  # idle 1,100 s > 600 s: its nodes are gone
+    )
+    recent, live = policy._walk(100.0, 5, OracleState(recent=old))
     assert recent == [
-        [100.0, 3.0, 0.0],
-        [10.0, 9.0, 50.0],
-        [5.0, 12.0, 0.0],
-        [90.0, 20.0, 200.0],
+        (100.0, 3.0, 0.0),
+        (10.0, 9.0, 50.0),
+        (5.0, 12.0, 0.0),
+        (90.0, 20.0, 200.0),
     ]
     # Nodes up cover up to the most replicas held (12, two nodes of 8); the joining
     # ones cover 20 replicas (three nodes) with their wait.

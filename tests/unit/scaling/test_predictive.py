@@ -15,15 +15,18 @@ from gpuscale.scaling.nodes import fewest_nodes, held_by, known_slots
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import (
     DEMAND_METRICS,
+    ColdStarts,
     PredictiveConfig,
     PredictivePolicy,
+    PredictiveState,
     cold_start_s,
     horizon_s,
 )
+from tests.support.policystate import through_json
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
 STEP_S = 15.0
-LONG_AGO = {"started_at": 0.0}
+LONG_AGO = PredictiveState(started_at=0.0)
 """State of a policy whose first decision was long ago (past its start-up hold)."""
 
 
@@ -43,22 +46,22 @@ def test_cold_start_is_the_quantile_of_the_pods_own_starts():
     cfg = PredictiveConfig(cold_start_quantile=0.9)
     starts = [20.0 + i for i in range(10)]  # 20..29 s
     live = tuple(PodStatus(f"p{i}", True, 100.0, 100.0 + s) for i, s in enumerate(starts))
-    cold, state = cold_start_s(live, {}, cfg)
+    cold, state = cold_start_s(live, ColdStarts(), cfg)
     assert cold == 28.0  # ceil(0.9 * 10) = 9th of 10 sorted
-    assert state["samples"] == starts
+    assert state.samples == tuple(starts)
     # A pod seen once is not counted again, even when its ready_at changes (a restart).
     moved = (PodStatus("p0", True, 100.0, 900.0), *live[1:])
     again, state2 = cold_start_s(moved, state, cfg)
     assert again == 28.0
-    assert state2["samples"] == starts
+    assert state2.samples == tuple(starts)
 
 
 def test_cold_start_defaults_until_a_pod_has_been_seen_starting():
     cfg = PredictiveConfig(default_cold_start_s=75.0)
     warm = (PodStatus("p0", True, 0.0, 0.0), PodStatus("p1", False, 5.0, None))
-    cold, state = cold_start_s(warm, {}, cfg)
+    cold, state = cold_start_s(warm, ColdStarts(), cfg)
     assert cold == 75.0
-    assert state == {"samples": [], "seen": ["p0"]}
+    assert state == ColdStarts(samples=(), seen=("p0",))
 
 
 def test_scales_out_ahead_of_a_rising_trend():
@@ -123,7 +126,7 @@ def test_scales_in_once_observed_load_agrees():
 def test_no_scale_in_before_a_whole_scale_in_window_is_seen():
     cfg = PredictiveConfig(per_replica=1.0, stabilization_window_s=0.0, scale_down_percent=100.0)
     policy = PredictivePolicy(cfg)
-    first = policy.decide(observe(600.0, 20, [5.0] * 41), {})
+    first = policy.decide(observe(600.0, 20, [5.0] * 41), policy.initial_state())
     early = policy.decide(observe(885.0, 20, [5.0] * 41), first.state)
     late = policy.decide(observe(900.0, 20, [5.0] * 41), early.state)
     assert (first.replicas, early.replicas) == (20, 20)
@@ -200,9 +203,9 @@ def test_a_filled_node_respects_max_replicas():
 def test_holds_without_data(healthy):
     policy = PredictivePolicy(PredictiveConfig(min_replicas=2))
     obs = Observation(600.0, TargetStatus(7, pods(7)), healthy=healthy)
-    d = policy.decide(obs, {"recs": [[1.0, 3.0]]})
+    d = policy.decide(obs, PredictiveState(recs=((1.0, 3),)))
     assert d.replicas == 7
-    assert d.state == {"recs": [[1.0, 3.0]]}
+    assert d.state == PredictiveState(recs=((1.0, 3),))
     assert ("unhealthy" if not healthy else "no demand data") in d.reason
 
 
@@ -224,7 +227,7 @@ demands = st.lists(st.floats(0.0, 200.0, allow_nan=False), min_size=1, max_size=
 
 def run(policy, values, start=1, window=40):
     """Decide every 15 s on a demand path; replicas follow the decisions. Yields each step."""
-    state: dict = {}
+    state = policy.initial_state()
     current = start
     history = [values[0]] * window
     for i, v in enumerate(values):
@@ -233,7 +236,7 @@ def run(policy, values, start=1, window=40):
         obs = observe(now, current, history)
         d = policy.decide(obs, state)
         yield now, current, obs, d, state
-        state = json.loads(json.dumps(d.state))
+        state = through_json(policy, d.state)
         current = d.replicas
 
 
@@ -276,15 +279,15 @@ def test_property_deterministic_and_state_round_trips(values):
     for _, _, obs, d, state in run(policy, values):
         again = policy.decide(obs, state)
         assert (again.replicas, again.reason, again.state) == (d.replicas, d.reason, d.state)
-        text = json.dumps(d.state)
-        before = json.dumps(state, sort_keys=True)
+        text = json.dumps(d.state.to_json())
+        before = json.dumps(state.to_json(), sort_keys=True)
         policy.decide(obs, state)
-        assert json.dumps(state, sort_keys=True) == before  # the input state is not mutated
-        assert json.loads(text) == d.state
+        assert json.dumps(state.to_json(), sort_keys=True) == before  # input not mutated
+        assert policy.load_state(json.loads(text)) == d.state
         restored = PredictivePolicy(PredictiveConfig(per_replica=2.0)).decide(
-            obs, json.loads(json.dumps(state))
+            obs, through_json(policy, state)
         )
-        assert restored.replicas == d.replicas
+        assert restored == d
 
 
 @settings(max_examples=100, deadline=None)
@@ -299,7 +302,7 @@ def test_property_no_scale_in_while_load_rises_whatever_the_current_count(data):
         per_replica=2.0, stabilization_window_s=0.0, scale_in_window_s=0.0, scale_down_percent=100.0
     )
     obs = observe(600.0, current, values)
-    d = PredictivePolicy(cfg).decide(obs, {})
+    d = PredictivePolicy(cfg).decide(obs, PredictivePolicy(cfg).initial_state())
     if rising(obs.series[IN_FLIGHT], 600.0, cfg.rise_window_s):
         assert d.replicas >= current, d.reason
     else:

@@ -12,9 +12,11 @@ from gpuscale.scaling.static import StaticConfig, StaticPolicy
 @given(st.integers(0, 1000), st.floats(0, 1e6), st.booleans())
 def test_always_the_same_count(desired, now, healthy):
     policy = StaticPolicy(7)
-    decision = policy.decide(Observation(now, TargetStatus(desired), healthy=healthy), {})
+    decision = policy.decide(
+        Observation(now, TargetStatus(desired), healthy=healthy), policy.initial_state()
+    )
     assert decision.replicas == 7
-    assert decision.state == {}
+    assert decision.state.to_json() == {}
 
 
 def test_bounds_are_the_count():

@@ -10,10 +10,11 @@ from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
 from gpuscale.telemetry.gpus import gpu_model
+from tests.support.policystate import Stateless
 
 
 @dataclass
-class Deleter:
+class Deleter(Stateless):
     """Keeps 2 replicas; at ``at`` asks once for the oldest Ready pod to be deleted."""
 
     at: float = 300.0
@@ -31,8 +32,8 @@ class Deleter:
         self.seen.append(observation)
         if observation.now >= self.at and self.victim is None:
             self.victim = next(p.name for p in observation.target.pods if p.ready)
-            return Decision(2, "replace", {}, delete=(self.victim,))
-        return Decision(2, "hold", {})
+            return Decision(2, "replace", state, delete=(self.victim,))
+        return Decision(2, "hold", state)
 
 
 def scenario(rate: float, seconds: int = 900) -> Scenario:

@@ -17,12 +17,13 @@ from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
 from gpuscale.telemetry.faults import Fault
 from gpuscale.telemetry.physics import FleetPhysics, gpu_model
+from tests.support.policystate import Stateless
 
 PER_POD = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_XID_ERRORS")
 
 
 @dataclass
-class Watcher:
+class Watcher(Stateless):
     """A fake policy holding a fixed count and recording what it sees per pod."""
 
     replicas: int = 4

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import Decision, Observation, State
-from gpuscale.scaling.static import StaticPolicy
+from gpuscale.scaling.policy import Decision, Observation
+from gpuscale.scaling.static import StaticPolicy, StaticState
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.fixed import serve_fixed
@@ -25,6 +25,7 @@ from gpuscale.sim.serving import (
     required_replicas,
 )
 from gpuscale.sim.workload import RequestProfile, Workload
+from tests.support.policystate import Stateless
 
 
 def poisson(rate: np.ndarray | float, seconds: int, service_s: float, seed: int = 0) -> Workload:
@@ -301,7 +302,7 @@ def test_the_llm_requirement_is_not_the_end_to_end_latency_plan():
 # GPUs per replica ------------------------------------------------------------------------------
 
 
-class GpuProbe:
+class GpuProbe(Stateless):
     """A static policy that records how many GPU series there are, and each pod's spread."""
 
     def __init__(self, replicas: int) -> None:
@@ -317,7 +318,7 @@ class GpuProbe:
         self.min_replicas = self.max_replicas = replicas
         self.seen: list[Observation] = []
 
-    def decide(self, observation: Observation, state: State) -> Decision:
+    def decide(self, observation: Observation, state: StaticState) -> Decision[StaticState]:
         self.seen.append(observation)
         return Decision(self.max_replicas, "probe", state)
 

@@ -24,12 +24,13 @@ from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.serving import ServingConfig
 from gpuscale.sim.workload import Workload
 from gpuscale.telemetry.activity import kernel_busy_share
+from tests.support.policystate import Stateless
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 
 
-class Probe:
+class Probe(Stateless):
     """Reads what a real policy reads, on its declared path, and never scales."""
 
     def __init__(self, policy, replicas: int = 2) -> None:
