@@ -23,7 +23,7 @@ from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.evaluate import RuleEvaluator
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.metrics.store import MetricStore
-from gpuscale.scaling.policy import Decision
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision
 from gpuscale.scaling.static import StaticState
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario, simulate
@@ -74,6 +74,7 @@ class _Hold:
     signals: dict = {}  # noqa: RUF012 - a policy's declared signals
     pod_signals: dict = {}  # noqa: RUF012
     min_replicas, max_replicas = 0, 8
+    signal_path, reads_node_slots = PROMETHEUS_QUERY, False
 
     def initial_state(self):
         return StaticState()

@@ -149,7 +149,7 @@ class Recording:
         self.signals, self.pod_signals = inner.signals, inner.pod_signals
         self.history_s = inner.history_s
         self.min_replicas, self.max_replicas = inner.min_replicas, inner.max_replicas
-        self.signal_path = getattr(inner, "signal_path", None)
+        self.signal_path, self.reads_node_slots = inner.signal_path, inner.reads_node_slots
 
     def initial_state(self) -> Any:
         return self.inner.initial_state()

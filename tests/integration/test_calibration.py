@@ -60,7 +60,7 @@ import pandas as pd
 import pytest
 
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import Decision, Observation
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation
 from gpuscale.scaling.static import StaticState
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import Scenario, simulate
@@ -100,6 +100,7 @@ class UtilisationProbe(Stateless):
         self.signals: dict[str, Signal] = {}
         self.pod_signals = {"util": Signal("DCGM_FI_DEV_GPU_UTIL")}
         self.min_replicas = self.max_replicas = replicas
+        self.signal_path = PROMETHEUS_QUERY  # read at decision time
         self.samples: list[tuple[float, list[float]]] = []
 
     def decide(self, observation: Observation, state: StaticState) -> Decision[StaticState]:
@@ -229,7 +230,6 @@ def _simulate(scale: float, replicas: int) -> list[tuple[float, list[float]]]:
         seed=0,
         initial_replicas=replicas,
         scrape_interval_s=STEP_S,
-        rule_delay_s=0.0,
     )
     probe = UtilisationProbe(replicas)
     simulate(scenario, probe)

@@ -3,6 +3,7 @@
 import json
 from typing import Any
 
+from gpuscale.scaling.policy import RECORDING_RULE, SignalPath
 from gpuscale.scaling.state import KeepsState
 from gpuscale.scaling.static import StaticState
 
@@ -17,6 +18,12 @@ def through_json(policy: Any, state: Any) -> Any:
 
 
 class Stateless(KeepsState[StaticState]):
-    """Base of test policies that remember nothing: ``StaticState`` is their state."""
+    """Base of test policies that remember nothing: ``StaticState`` is their state.
+
+    They read Prometheus through a recording rule (15 s late) unless they say otherwise,
+    and never read the nodes' room.
+    """
 
     state_type = StaticState
+    signal_path: SignalPath = RECORDING_RULE
+    reads_node_slots = False

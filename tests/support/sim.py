@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.policy import Decision, Observation
+from gpuscale.scaling.policy import RECORDING_RULE, Decision, Observation, SignalPath
 from gpuscale.scaling.state import JsonState
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario
@@ -35,6 +35,8 @@ class Recorder:
     min_replicas: int = 0
     max_replicas: int = 16
     seen: list[Observation] = field(default_factory=list)
+    signal_path: SignalPath = RECORDING_RULE
+    reads_node_slots: bool = False
 
     def initial_state(self) -> CallCount:
         return CallCount()
@@ -90,6 +92,8 @@ class Script:
     pod_signals: dict = field(default_factory=dict)
     min_replicas: int = 0
     max_replicas: int = 16
+    signal_path: SignalPath = RECORDING_RULE
+    reads_node_slots: bool = False
 
     def initial_state(self) -> CallCount:
         return CallCount()

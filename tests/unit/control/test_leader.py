@@ -51,11 +51,17 @@ def test_only_the_lease_holder_acts_and_a_standby_takes_over(
     assert b.leader is False
     assert b.metrics.leader._value.get() == 0
     assert replicas(kapi) == 1
+    # 10 s after its last renewal a's lease is past its renew deadline: it must not write
+    # until it renews (its renewal thread would have; here the test renews by hand).
+    [held_back] = a.sync()
+    assert held_back.error == "not_leader"
+    assert replicas(kapi) == 1
+    assert a.check_leader() is True
     a.sync()
     assert replicas(kapi) == 3
     run_for(b, kclock, 30.0)  # a is silent (not renewing): its lease expires, b takes it
-    assert b.leader is True
     assert replicas(kapi) == 7
+    assert b.leader is False  # it gave the lease up when its loop ended
     lease = kapi.get("coordination.k8s.io/v1", "leases", "gpuscale", "default")
     assert lease["spec"]["holderIdentity"] == ""  # b released it when its loop ended
     act_a.close()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.scaling.oracle import OracleConfig, OraclePolicy, OracleState
-from gpuscale.scaling.policy import Decision, Observation, PodStatus, TargetStatus
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, PodStatus, TargetStatus
 from gpuscale.scaling.rangemax import RangeMax
 from gpuscale.scaling.static import StaticState
 
@@ -224,6 +224,7 @@ class Recorder:
         self.signals: dict = {}
         self.pod_signals: dict = {}
         self.min_replicas, self.max_replicas = 0, replicas
+        self.signal_path, self.reads_node_slots = PROMETHEUS_QUERY, False
         self.replicas = replicas
         self.cold: dict[int, float] = {}
 

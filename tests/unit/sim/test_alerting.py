@@ -79,7 +79,7 @@ def test_firing_alerts_are_in_the_store_as_alerts_for_the_policies():
     }
     assert seen
     assert timing.detect_s is not None
-    # The policy reads the store rule_delay_s (15 s) in the past, so it sees the alert
+    # The policy reads the store through a 15 s recording rule, so it sees the alert
     # from the first decision at least 15 s after it fired.
     assert min(seen) >= 300.0 + timing.detect_s + 15.0
     assert {pod for pods in seen.values() for pod in pods} == {timing.pod}

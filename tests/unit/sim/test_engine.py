@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.policy import PROMETHEUS_QUERY
 from gpuscale.sim.cluster import ClusterConfig
 from gpuscale.sim.engine import simulate
 from gpuscale.sim.workload import Workload
@@ -33,8 +34,8 @@ def test_policy_sees_gpu_util_through_the_store_after_scrape_and_rule_delay():
 def test_without_rule_delay_the_lag_is_one_scrape():
     rate = np.zeros(1200)
     rate[600:] = 1.6
-    policy = Recorder(replicas=2)
-    simulate(scenario(smooth(rate), rule_delay_s=0.0), policy)
+    policy = Recorder(replicas=2, signal_path=PROMETHEUS_QUERY)
+    simulate(scenario(smooth(rate)), policy)
     seen = {o.now: np.mean(list(o.pod_metrics["util"].values())) for o in policy.seen if o.healthy}
     assert seen[610.0] < 5.0
     assert seen[615.0] > 50.0

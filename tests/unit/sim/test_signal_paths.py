@@ -18,7 +18,7 @@ from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR, HpaConfig, HpaPolicy
 from gpuscale.scaling.keda import KedaConfig, KedaPolicy
 from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
-from gpuscale.scaling.policy import QUEUE_PROXY, Decision, SignalPath
+from gpuscale.scaling.policy import QUEUE_PROXY, RECORDING_RULE, Decision, SignalPath
 from gpuscale.sim.cluster import ClusterConfig, ColdStart
 from gpuscale.sim.engine import Scenario, simulate
 from gpuscale.sim.serving import ServingConfig
@@ -39,9 +39,7 @@ class Probe(Stateless):
         self.history_s = policy.history_s
         self.signals = dict(policy.signals)
         self.pod_signals = dict(policy.pod_signals)
-        path = getattr(policy, "signal_path", None)
-        if path is not None:
-            self.signal_path = path
+        self.signal_path = policy.signal_path
         self.min_replicas = self.max_replicas = replicas
         self.seen = []
 
@@ -137,11 +135,11 @@ def test_kpa_sees_concurrency_within_a_tick(step):
     assert times == [float(t) for t in range(int(later.now) - 60, int(later.now) + 1)]
 
 
-def test_an_undeclared_path_reads_prometheus_at_the_scenario_rule_delay():
+def test_a_recording_rule_path_reads_prometheus_its_delay_late():
     probe = Probe(HpaPolicy(HpaConfig()))
-    del probe.signal_path
+    probe.signal_path = RECORDING_RULE
     simulate(scenario(step_load(608)), probe)
-    assert first_seen(probe, pod_mean(GPU_UTIL)) == 645.0 + 15.0  # rule_delay_s 15
+    assert first_seen(probe, pod_mean(GPU_UTIL)) == 645.0 + 15.0  # the rule's 15 s
 
 
 def test_signal_path_rejects_nonsense():
