@@ -238,8 +238,8 @@ def service_time_s(
         observation: The pods and their completion counters now.
         in_service: The requests in service as sampled.
         health_state: The previous decision's counters and time (``health.assess``).
-        kept: The window's earlier intervals, ``[end, completed, busy seconds, sampled
-            in service]``.
+        kept: The window's earlier intervals, ``(end, completed, busy seconds, sampled
+            in service)``.
         window_s: How far back intervals count.
         min_completions: Completions, and sampled requests in service, that make the
             estimate (``service_completions``).

@@ -299,7 +299,7 @@ def settle(
         current: Desired replicas now.
         proposal: Replicas wanted (the observed peak already applied); recorded as
             this decision's recommendation.
-        state: The policy state (``recs``: ``[time_s, replicas]`` recommendations;
+        state: The policy state (``recs``: ``(time s, replicas)`` recommendations;
             ``last_in``: time of the last scale-in, seconds).
         cfg: Windows, steps and bounds.
         hold_in: No scale-in this time (the observed load rises). The hold is not

@@ -36,9 +36,10 @@ class HpaState(JsonState):
 
     ``essential()`` leaves out the newest recommendation's time: a steady
     recommendation moves it to every sync's time and nothing else. After a restart
-    it may lag by the caller's write interval, which shortens by as much the window
-    that newest recommendation holds, and only while the next recommendations are
-    lower; every older entry's time is essential, written when a newer one arrived.
+    that time may lag by the caller's write interval, and the newest recommendation
+    then leaves the stabilisation window that much sooner; that matters only when
+    the recommendations after the restart are lower. Every older entry's time is
+    essential: it was written when a newer recommendation arrived.
     """
 
     recommendations: Stamped | None = None

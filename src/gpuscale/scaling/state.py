@@ -95,7 +95,7 @@ class JsonState:
     def essential(self) -> dict[str, Any]:
         """``to_json()`` with each ``CLOCK`` field reduced to whether it is set.
 
-        Nested states contribute their own ``essential()``.
+        A field that holds a nested state contributes that state's ``essential()``.
 
         Returns:
             JSON data.
