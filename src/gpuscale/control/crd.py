@@ -91,8 +91,15 @@ TARGET_RULES = (
         "rule": "self.policy.name != 'hpa' || !has(self.minReplicas) || self.minReplicas >= 1",
         "message": "hpa: minReplicas must be 1 or more (KEDA scales to zero)",
     },
+    {
+        "rule": "self.policy.name != 'kpa' || (has(self.metrics) && "
+        "has(self.metrics.scrapeIntervalSeconds) && self.metrics.scrapeIntervalSeconds <= 1)",
+        "message": "kpa reads concurrency every second: set metrics.scrapeIntervalSeconds: 1 "
+        "and scrape the pods' serving metrics that often",
+    },
 )
-"""CEL rules on each target: bounds in order, and the HPA's floor of one replica."""
+"""CEL rules on each target: bounds in order, the HPA's floor of one replica, and kpa's
+one-second signal path (the controller refuses a kpa target Prometheus scrapes slower)."""
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:  # noqa: ANN401 - JSON

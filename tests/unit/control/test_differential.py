@@ -13,6 +13,7 @@ decision.
 """
 
 import contextlib
+import dataclasses
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ POLICIES = {
 
 
 def gpuscaler(policy: str, *, remediate: bool, kpa: bool) -> str:
-    scrape = "\n        scrapeIntervalSeconds: 1" if kpa else ""
+    scrape = ", scrapeIntervalSeconds: 1" if kpa else ""
     return textwrap.dedent(
         f"""\
         apiVersion: gpuscale.io/v1alpha1
@@ -65,8 +66,7 @@ def gpuscaler(policy: str, *, remediate: bool, kpa: bool) -> str:
             minReplicas: 1
             maxReplicas: 12
             remediate: {str(remediate).lower()}
-            metrics:
-              staleAfterSeconds: 60{scrape}
+            metrics: {{staleAfterSeconds: 60{scrape}}}
             policy: {policy}
         """
     )
@@ -163,6 +163,20 @@ class PlainView:
         return self.inner.newest(signal, at)
 
 
+class DeploymentTotals(PlainView):
+    """The ring of one deployment's per-second totals, read as Prometheus would answer the
+    controller's scoped query (``sum(metric{namespace="default"})``): the same numbers."""
+
+    def instant(self, signal, at):
+        return self.inner.instant(dataclasses.replace(signal, matchers={}), at)
+
+    def range(self, signal, start, end, step):
+        return self.inner.range(dataclasses.replace(signal, matchers={}), start, end, step)
+
+    def newest(self, signal, at):
+        return self.inner.newest(dataclasses.replace(signal, matchers={}), at)
+
+
 class PlainViewByPod(PlainView):
     def newest_by(self, signal, at, label):
         return self.inner.newest_by(signal, at, label)
@@ -181,7 +195,12 @@ def lockstep(api: KubeApiDouble, clock, make_controller, trail: Trail) -> Iterat
     class Lockstep:
         def __init__(self, policy, source, settings, path, *, health_source=None):
             self.real = real(policy, source, settings, path, health_source=health_source)
-            plain = PlainViewByPod if isinstance(source, NewestByLabel) else PlainView
+            if path.source == "direct":
+                plain = DeploymentTotals
+            elif isinstance(source, NewestByLabel):
+                plain = PlainViewByPod
+            else:
+                plain = PlainView
             self.controller: Controller = make_controller(plain(source))
 
         def run(self, workload, clock_fn, state):

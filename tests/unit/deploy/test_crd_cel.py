@@ -122,7 +122,15 @@ REFUSED = [
         with_policy({"name": "keda", "threshold": 5, "tolerance": -0.1}),
         "tolerance must be in [0, 1)",
     ),
-    (with_policy({"name": "kpa", "target": -1}), "kpa: target must be > 0"),
+    (
+        with_policy({"name": "kpa", "target": -1}, metrics={"scrapeIntervalSeconds": 1}),
+        "kpa: target must be > 0",
+    ),
+    (
+        with_policy({"name": "kpa", "target": 1}),
+        "kpa reads concurrency every second: set metrics.scrapeIntervalSeconds: 1 "
+        "and scrape the pods' serving metrics that often",
+    ),
     (
         with_policy({"name": "predictive", "perReplica": 0, "forecast": {}}),
         "perReplica must be > 0",
@@ -139,7 +147,7 @@ ACCEPTED = [
     hpa(policy={"targetAverageValue": 0.001, "tolerance": 0}),
     with_policy({"name": "static", "replicas": 0}, minReplicas=0),
     with_policy({"name": "keda", "threshold": 0.5}, minReplicas=0),
-    with_policy({"name": "kpa", "target": 1}),
+    with_policy({"name": "kpa", "target": 1}, metrics={"scrapeIntervalSeconds": 1}),
 ]
 
 
