@@ -20,17 +20,23 @@ from gpuscale.control.lease import LeaseElector
 from gpuscale.control.seams import Settings
 from tests.support.kubeapi import KubeApiDouble
 
+TARGETS = [f"web-{i}" for i in range(4)]
+"""Several targets: a slow sync is long, so a lease may lapse in the middle of one."""
 STATIC = """\
 apiVersion: gpuscale.io/v1alpha1
 kind: GPUScaler
 metadata: {{name: test, namespace: default}}
 spec:
   targets:
-  - scaleTargetRef: {{name: web}}
+""" + "".join(
+    f"""\
+  - scaleTargetRef: {{{{name: {name}}}}}
     minReplicas: 1
     maxReplicas: 10
-    policy: {{name: static, replicas: {want}, intervalSeconds: 0.05}}
+    policy: {{{{name: static, replicas: {{want}}, intervalSeconds: 0.05}}}}
 """
+    for name in TARGETS
+)
 TIMEOUT_S = 0.4
 LEASE = {"lease_duration_s": 3.0, "renew_deadline_s": 2.0, "retry_period_s": 0.25}
 
@@ -63,7 +69,8 @@ def start(api, tmp_path, identity: str, want: int, stop: threading.Event):
 
 def test_no_write_lands_from_a_replica_without_the_lease(tmp_path):
     with KubeApiDouble() as api:
-        api.create_deployment("web", replicas=1)
+        for name in TARGETS:
+            api.create_deployment(name, replicas=1)
         stop_a, stop_b, stop_chaos = threading.Event(), threading.Event(), threading.Event()
         a, act_a, thread_a = start(api, tmp_path, "a", 4, stop_a)
         deadline = time.monotonic() + 5
@@ -74,15 +81,16 @@ def test_no_write_lands_from_a_replica_without_the_lease(tmp_path):
 
         def chaos() -> None:  # another client: every sync of the leader has a write to make
             while not stop_chaos.wait(0.1):
-                api.patch_object(
-                    "apps/v1", "deployments", "web", "default", {"spec": {"replicas": 2}}
-                )
+                for name in TARGETS:
+                    two = {"spec": {"replicas": 2}}
+                    api.patch_object("apps/v1", "deployments", name, "default", two)
 
         mover = threading.Thread(target=chaos, daemon=True)
         mover.start()
         time.sleep(1.5)
-        # The API turns slow for a alone: renewals time out, other calls just make it.
-        api.agent_stalls["controller-a"] = [("/leases/", 0.6), ("", TIMEOUT_S * 0.9)]
+        # The API turns slow for a alone: renewals time out (the elector waits 1 s for a
+        # Lease request), its other calls just make their 0.4 s timeout.
+        api.agent_stalls["controller-a"] = [("/leases/", 1.5), ("", TIMEOUT_S * 0.9)]
         deadline = time.monotonic() + 12
         while not b.leader and time.monotonic() < deadline:
             time.sleep(0.05)

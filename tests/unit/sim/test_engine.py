@@ -42,13 +42,16 @@ def test_without_rule_delay_the_lag_is_one_scrape():
     assert seen[690.0] == pytest.approx(80.0, abs=2.0)
 
 
-def test_policy_is_unhealthy_until_data_exists_and_sees_the_deployment_status():
+def test_the_step_holds_until_data_exists_then_the_policy_sees_the_deployment_status():
     policy = Recorder(replicas=3)
-    simulate(scenario(workload(np.full(300, 1.0))), policy)
-    first, later = policy.seen[0], policy.seen[10]
-    assert first.now == 0.0
-    assert not first.healthy
-    assert first.pod_metrics["util"] == {}
+    result = simulate(scenario(workload(np.full(300, 1.0))), policy)
+    # Through a 15 s recording rule nothing is there before 15 s: the decision step holds
+    # (the fail-safe's "missing"), as the controller would, and the policy is not asked.
+    assert dict(result.holds)["missing"] == 3  # at 0, 5 and 10 s
+    first, later = policy.seen[0], policy.seen[7]
+    assert first.now == 15.0
+    assert first.healthy
+    assert later.now == 50.0
     assert later.healthy
     assert later.target.desired == 3
     assert later.target.ready == 2  # the third pod is still cold-starting (60 s)
@@ -113,7 +116,7 @@ def test_run_result_totals_and_timeline_are_consistent():
 
 
 def test_scale_up_becomes_capacity_only_after_cold_start():
-    policy = Recorder(replicas=4)
+    policy = Recorder(replicas=4, signal_path=PROMETHEUS_QUERY)
     res = simulate(scenario(workload(np.full(300, 0.5)), record_interval_s=1.0), policy)
     tl = res.timeline
     assert tl.desired_replicas[1] == 4
@@ -126,6 +129,7 @@ def test_scale_up_becomes_capacity_only_after_cold_start():
 
 def test_decisions_are_clamped_to_the_policy_bounds():
     policy = Recorder(replicas=[100, -5], min_replicas=1, max_replicas=6)
+    policy.signal_path = PROMETHEUS_QUERY  # data from the first decision on: no hold
     res = simulate(scenario(workload(np.full(120, 0.5)), record_interval_s=5.0), policy)
     desired = set(res.timeline.desired_replicas.tolist())
     assert desired <= {1.0, 6.0}
@@ -167,7 +171,7 @@ def test_progress_is_reported_up_to_one():
 
 
 def test_state_is_kept_between_decisions():
-    policy = Recorder()
+    policy = Recorder(signal_path=PROMETHEUS_QUERY)
     simulate(scenario(workload(np.full(100, 1.0))), policy)
     assert len(policy.seen) == 20
 
