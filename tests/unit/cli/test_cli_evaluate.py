@@ -19,7 +19,8 @@ from gpuscale.cli import evaluate as evaluate_cli
 from gpuscale.errors import ConfigError
 from gpuscale.evaluate import policies
 from gpuscale.evaluate.runner import EvaluationRequest
-from gpuscale.scaling.static import StaticConfig, StaticPolicy
+from gpuscale.scaling.catalogue import KINDS
+from gpuscale.scaling.static import StaticConfig
 
 
 @pytest.fixture
@@ -287,10 +288,7 @@ def extra_policy():
     def fair(f):
         return StaticConfig(replicas=f.max_replicas)
 
-    def build(config, required, name):
-        return StaticPolicy.from_config(config, name)
-
-    spec = policies.PolicySpec("ceiling", StaticConfig, fair, build, ("replicas",))
+    spec = policies.PolicySpec("ceiling", KINDS["static"], fair, ("replicas",))
     policies.register(spec)
     yield spec
     policies.unregister("ceiling")
@@ -333,13 +331,10 @@ def test_registering_a_policy_checks_its_parameters_have_units():
     def fair(f):
         return StaticConfig(replicas=1)
 
-    def build(config, required, name):
-        return StaticPolicy.from_config(config, name)
-
     with pytest.raises(ValueError, match="fair field 'nope' is unknown or has no unit"):
-        policies.register(policies.PolicySpec("broken", StaticConfig, fair, build, ("nope",)))
+        policies.register(policies.PolicySpec("broken", KINDS["static"], fair, ("nope",)))
     with pytest.raises(ValueError, match="registered twice"):
-        policies.register(policies.PolicySpec("static", StaticConfig, fair, build, ()))
+        policies.register(policies.PolicySpec("static", KINDS["static"], fair, ()))
     for name in policies.names():
         spec = policies.get(name)
         assert all(spec.fair_units().values()), name
