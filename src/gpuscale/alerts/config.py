@@ -191,7 +191,8 @@ def parse_config(text: str, path: Path) -> AlertConfig:
         data = yaml.safe_load(text)
     except yaml.reader.ReaderError as exc:
         at = text.count("\n", 0, exc.position) + 1
-        problem = f"holds a character YAML does not allow (U+{ord(str(exc.character)):04X})"
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character))
+        problem = f"holds a character YAML does not allow (U+{code:04X})"
         raise config_error(f"{path}:{at}", problem, "remove it") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -11,6 +11,7 @@ one-line ``ConfigError`` with file, line and key.
 """
 
 import json
+import math
 import re
 import warnings
 
@@ -128,6 +129,7 @@ def check_template_free(text: str) -> str:
 
 # Escapes both Python's re and Go's regexp (RE2 syntax) read the same way.
 _SHARED_ESCAPES = frozenset("dDsSwWbBAaftnrv")
+_CLASS_ESCAPES = frozenset("dDsSwWaftnrv")
 _GROUP_FLAGS = re.compile(r"\(\?[ims]*(?:-[ims]+)?[:)]")
 _REPEAT = re.compile(r"\{(\d*)(?:,(\d*))?\}")
 _RE2_MAX_REPEAT = 1000
@@ -135,6 +137,11 @@ _RE2_MAX_REPEAT = 1000
 
 def _re2_problem(pattern: str) -> str | None:
     """The first construct of ``pattern`` that Go's RE2 regexp rejects or reads otherwise."""
+    # RE2 limits a repeat count, and nested counts multiplied, to 1000; counting every
+    # count in the pattern, nested or not, refuses a little more than it must.
+    counts = [int(n) for m in _REPEAT.finditer(pattern) for n in m.groups() if n]
+    if math.prod(max(n, 1) for n in counts) > _RE2_MAX_REPEAT:
+        return f"repeat counts over {_RE2_MAX_REPEAT} (nested counts multiply)"
     i, in_class = 0, False
     while i < len(pattern):
         c = pattern[i]
@@ -142,7 +149,9 @@ def _re2_problem(pattern: str) -> str | None:
             nxt = pattern[i + 1 : i + 2]
             if nxt.isdigit():
                 return "a backreference or octal escape (\\1 ...)"
-            if nxt == "x" or nxt in _SHARED_ESCAPES or (nxt.isascii() and not nxt.isalnum()):
+            # Go reads no assertion (\b, \B, \A) inside a class; Python reads \b as backspace.
+            shared = _CLASS_ESCAPES if in_class else _SHARED_ESCAPES
+            if nxt == "x" or nxt in shared or (nxt.isascii() and not nxt.isalnum()):
                 i += 2
                 continue
             return f"the escape \\{nxt}" if nxt.isascii() else "a non-ASCII escape"
@@ -163,10 +172,6 @@ def _re2_problem(pattern: str) -> str | None:
                 return "a (?...) group other than (?:...), (?P<name>...) or the flags i, m, s"
         elif c in "*+?}" and pattern[i + 1 : i + 2] == "+":
             return "a possessive quantifier (*+, ++, ?+)"
-        elif c == "{":
-            repeat = _REPEAT.match(pattern, i)
-            if repeat is not None and any(n and int(n) > _RE2_MAX_REPEAT for n in repeat.groups()):
-                return f"a repeat count over {_RE2_MAX_REPEAT}"
         i += 1
     return None
 
@@ -197,14 +202,21 @@ def check_regex(pattern: str) -> str:
     return pattern
 
 
+_MATCH_OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
 def check_selector(text: str) -> str:
     """A PromQL vector selector such as ``http_requests_total{code!~"5.."}``, nothing more.
 
     The SLO settings are pasted into ``rate(<selector>[window])``, so an
-    expression, an ``offset`` or an ``@`` would change the rule's meaning.
+    expression, an ``offset`` or an ``@`` would change the rule's meaning. The
+    selector is written anew from its parsed parts (names checked, values
+    quoted by ``promql_string``), so quoting that another PromQL dialect reads
+    differently never reaches Prometheus.
 
     Returns:
-        The selector.
+        The selector as the rules write it.
 
     Raises:
         ValueError: It does not parse, or is more than one selector.
@@ -223,10 +235,17 @@ def check_selector(text: str) -> str:
     if node.matchers.or_matchers:
         msg = "must not use or inside the braces (Prometheus 2 does not read it)"
         raise ValueError(msg)
+    if node.name is not None and not _METRIC_NAME.fullmatch(node.name):
+        msg = "names a metric outside Prometheus's grammar"
+        raise ValueError(msg)
+    matchers = []
     for matcher in node.matchers.matchers:
         if not LABEL_NAME.fullmatch(matcher.name):
             msg = "names a label outside Prometheus's grammar"
             raise ValueError(msg)
-        if str(matcher.op).endswith("Re"):
+        op = _MATCH_OPS[str(matcher.op).rpartition(".")[2]]
+        if op in ("=~", "!~"):
             check_regex(matcher.value)
-    return text
+        matchers.append(f"{matcher.name}{op}{promql_string(matcher.value)}")
+    braces = f"{{{', '.join(matchers)}}}" if matchers else ""
+    return f"{node.name or ''}{braces}"

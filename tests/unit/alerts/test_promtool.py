@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuscale.alerts.catalogue import build_catalogue
-from gpuscale.alerts.config import parse_config
-from gpuscale.alerts.model import alert_names
+from gpuscale.alerts.catalogue import build_catalogue, health_rules
+from gpuscale.alerts.config import AlertConfig, parse_config
+from gpuscale.alerts.model import Builder, alert_names
 from gpuscale.alerts.render import render
 
 DATA = Path(__file__).parents[2] / "data" / "alerts"
@@ -95,3 +95,25 @@ def test_promtool_unit_tests_pass_and_cover_every_alert(promtool, tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == len(tests)
+
+
+def _default_counters() -> set[str]:
+    """The series dcgm-exporter serves with its default counters file (uncommented rows)."""
+    csv = DATA.parent / "dcgm-exporter" / "default-counters.csv"
+    rows = (line.strip() for line in csv.read_text().splitlines())
+    return {row.split(",")[0].strip() for row in rows if row and not row.startswith("#")}
+
+
+def test_stock_cases_read_only_default_counters_and_cover_every_health_alert():
+    doc = yaml.safe_load((DATA / "stock.test.yml").read_text())
+    names = {s["series"].split("{")[0] for group in doc["tests"] for s in group["input_series"]}
+    assert "DCGM_FI_DEV_XID_ERRORS" in names
+    assert names <= _default_counters() | {"up"}
+    fired, silent = set(), set()
+    for group in doc["tests"]:
+        for case in group["alert_rule_test"]:
+            (fired if case["exp_alerts"] else silent).add(case["alertname"])
+    # GpuPowerCapped's only source, DCGM_FI_DEV_POWER_VIOLATION, is off by default.
+    health = {a.alert for a in health_rules(Builder(AlertConfig()))} - {"GpuPowerCapped"}
+    assert fired == health
+    assert silent == health
