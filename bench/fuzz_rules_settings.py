@@ -63,7 +63,9 @@ def main() -> None:
                 return
             if outcome.rendered is None:
                 counts["refused"] += 1
-                counts["refused_multiline"] += "\n" in (outcome.refused or "")
+                if "\n" in (outcome.refused or ""):
+                    counts["refused_multiline"] += 1
+                    failures.append(f"{mapping!r}: {outcome.refused!r}")
             else:
                 rendered[outcome.rendered] = mapping
 

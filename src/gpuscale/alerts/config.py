@@ -170,7 +170,9 @@ def _where(path: Path, lines: dict[str, int], key: str) -> str:
         (lines[k] for k in (".".join(parts[:n]) for n in range(len(parts), 0, -1)) if k in lines),
         None,
     )
-    return f"{path}{'' if line is None else f':{line}'}{' ' if key else ''}{key}"
+    # A key of the file may hold a newline or tab; the message stays one line.
+    shown = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in key)
+    return f"{path}{'' if line is None else f':{line}'}{' ' if key else ''}{shown}"
 
 
 def parse_config(text: str, path: Path) -> AlertConfig:

@@ -67,6 +67,7 @@ def _error(content: str | bytes, tmp_path: Path) -> str:
         ("labels:\n  team: gpu\x00\n", ":2: holds a character YAML does not allow (U+0000)"),
         ('labels: {team: "\\ud800"}\n', "unpaired surrogate"),
         ("labels: &a [*a]\n", "labels"),
+        ('labels: {"a\\nb": x}\n', ":1 labels.a\\u000ab"),
     ],
 )
 def test_a_setting_prometheus_would_refuse_is_one_line(tmp_path, text, expected):
