@@ -96,11 +96,14 @@ def _xid_errors(b: Builder) -> list[AlertRule]:
         f"The GPU reported XID {{{{ $labels.xid }}}} in the last {s.window}: "
         f"{xid.meaning_template()}.{HELD_BY}"
     )
+    split = (
+        (("critical", f'xid=~"{critical}"'), (s.severity, f'xid!~"{excluded}|{critical}"'))
+        if s.severity != "critical"
+        # Every code critical: one rule, as two with the same labels are duplicates.
+        else (("critical", f'xid!~"{excluded}"'),)
+    )
     rules = []
-    for severity, matcher in (
-        ("critical", f'xid=~"{critical}"'),
-        (s.severity, f'xid!~"{excluded}|{critical}"'),
-    ):
+    for severity, matcher in split:
         # The exporter's count by code when it is switched on; the last XID otherwise.
         # A GPU and code both report is one alert.
         counts = f'DCGM_EXP_XID_ERRORS_COUNT{{{matcher}, xid!~"{excluded}"}} > 0'

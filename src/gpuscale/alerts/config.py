@@ -60,6 +60,27 @@ class Slo(Settings):
     by: tuple[LabelName, ...] = ()
 
 
+def _unique_names(slos: tuple[Slo, ...]) -> tuple[Slo, ...]:
+    names = [s.name for s in slos]
+    if len(set(names)) < len(names):
+        msg = "names an SLO twice; its records and alerts would collide"
+        raise ValueError(msg)
+    return slos
+
+
+def _distinct_alerts(windows: tuple[BurnWindow, ...]) -> tuple[BurnWindow, ...]:
+    # An alert's identity is its labels: long_window and severity (and the SLO).
+    keys = [(duration_seconds(w.long), w.severity) for w in windows]
+    if len(set(keys)) < len(keys):
+        msg = "holds two windows with the same long window and severity (the same alert)"
+        raise ValueError(msg)
+    return windows
+
+
+Slos = Annotated[tuple[Slo, ...], AfterValidator(_unique_names)]
+BurnWindows = Annotated[tuple[BurnWindow, ...], AfterValidator(_distinct_alerts)]
+
+
 # Google SRE workbook, chapter "Alerting on SLOs", multiwindow multi-burn-rate table:
 # 2 % of a 30-day budget in 1 h is a burn rate of 14.4, 5 % in 6 h is 6.
 DEFAULT_BURN_WINDOWS = (
@@ -136,8 +157,8 @@ class AlertConfig(Settings):
     labels: AlertLabels = Field(default_factory=dict)
     interval: Duration | None = None
     alerts: Alerts = Alerts()
-    slos: tuple[Slo, ...] = DEFAULT_SLOS
-    burn_windows: tuple[BurnWindow, ...] = DEFAULT_BURN_WINDOWS
+    slos: Slos = DEFAULT_SLOS
+    burn_windows: BurnWindows = DEFAULT_BURN_WINDOWS
     prometheus_rule: ResourceMetadata = ResourceMetadata()
 
 

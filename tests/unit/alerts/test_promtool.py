@@ -10,7 +10,7 @@ import yaml
 
 from gpuscale.alerts.catalogue import build_catalogue, health_rules
 from gpuscale.alerts.config import AlertConfig, parse_config
-from gpuscale.alerts.model import Builder, alert_names
+from gpuscale.alerts.model import Builder, RuleGroup, alert_names, alerts_of
 from gpuscale.alerts.render import render
 
 DATA = Path(__file__).parents[2] / "data" / "alerts"
@@ -50,6 +50,17 @@ def test_operator_format_embeds_a_spec_that_passes_promtool_check(promtool, tmp_
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _settings_checked(promtool: str, tmp_path: Path, settings: str) -> list[RuleGroup]:
+    """Render ``settings`` and assert that promtool accepts the file, lint included."""
+    groups = list(build_catalogue(parse_config(settings, tmp_path / "s.yml")))
+    path = tmp_path / "rules.yml"
+    path.write_text(render(groups))
+    result = _check(promtool, path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout, result.stderr  # a lint failure (duplicates) exits 0
+    return groups
+
+
 def test_tuned_settings_render_to_a_file_promtool_accepts(promtool, tmp_path):
     settings = (
         "interval: 15s\nlabels: {team: gpu}\n"
@@ -57,13 +68,9 @@ def test_tuned_settings_render_to_a_file_promtool_accepts(promtool, tmp_path):
         "  GpuStraggler: {enabled: false}\n"
         "slos:\n  - {name: avail, objective: 0.999, good: 'ok_total', total: 'all_total'}\n"
     )
-    groups = build_catalogue(parse_config(settings, tmp_path / "s.yml"))
-    path = tmp_path / "rules.yml"
-    path.write_text(render(groups))
-    result = _check(promtool, path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    groups = _settings_checked(promtool, tmp_path, settings)
     assert "GpuStraggler" not in alert_names(groups)
-    doc = yaml.safe_load(path.read_text())
+    doc = yaml.safe_load((tmp_path / "rules.yml").read_text())
     assert {g["interval"] for g in doc["groups"]} == {"15s"}
     high = next(
         r for g in doc["groups"] for r in g["rules"] if r.get("alert") == "GpuTemperatureHigh"
@@ -117,3 +124,21 @@ def test_stock_cases_read_only_default_counters_and_cover_every_health_alert():
     health = {a.alert for a in health_rules(Builder(AlertConfig()))} - {"GpuPowerCapped"}
     assert fired == health
     assert silent == health
+
+
+def test_several_slos_render_to_a_file_promtool_accepts(promtool, tmp_path):
+    # Each SLO's burn-rate alerts carry its name, so two SLOs are not duplicate rules.
+    settings = (
+        "slos:\n  - {name: ttft, objective: 0.99, good: a, total: b}\n"
+        "  - {name: avail, objective: 0.999, good: c, total: d}\n"
+    )
+    groups = _settings_checked(promtool, tmp_path, settings)
+    burns = [a for a in alerts_of(groups) if a.alert == "SloErrorBudgetBurn"]
+    assert sorted(dict(a.labels)["slo"] for a in burns) == ["avail", "avail", "ttft", "ttft"]
+
+
+def test_every_xid_critical_is_one_rule_promtool_accepts(promtool, tmp_path):
+    # Two rules both critical would be duplicates, which promtool's lint refuses.
+    groups = _settings_checked(promtool, tmp_path, "alerts:\n  GpuXidError: {severity: critical}\n")
+    xid_rules = [a for a in alerts_of(groups) if a.alert == "GpuXidError"]
+    assert [a.severity for a in xid_rules] == ["critical"]

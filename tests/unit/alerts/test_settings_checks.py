@@ -16,6 +16,8 @@ from gpuscale.alerts.promql_text import check_regex, duration_seconds, promql_st
 from gpuscale.alerts.render import render
 from gpuscale.errors import ConfigError
 
+_SLO = "  - {name: a, objective: 0.9, good: x, total: y}\n"
+
 
 def _error(content: str | bytes, tmp_path: Path) -> str:
     path = tmp_path / "alerts.yml"
@@ -67,6 +69,11 @@ def _error(content: str | bytes, tmp_path: Path) -> str:
         ("labels:\n  team: gpu\x00\n", ":2: holds a character YAML does not allow (U+0000)"),
         ('labels: {team: "\\ud800"}\n', "unpaired surrogate"),
         ("labels: &a [*a]\n", "labels"),
+        ("slos:\n" + _SLO + _SLO, ":1 slos: the value names an SLO twice"),
+        (
+            "burn_windows: [{long: 1h, short: 5m, factor: 2}, {long: 60m, short: 1m, factor: 3}]\n",
+            "same long window",
+        ),
         ('labels: {"a\\nb": x}\n', ":1 labels.a\\u000ab"),
     ],
 )
@@ -106,6 +113,7 @@ def test_a_quote_in_the_job_pattern_stays_inside_the_string(tmp_path):
         [promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS" in check.stdout, check.stderr
 
 
 def test_slo_selectors_are_written_anew_in_the_quoting_prometheus_2_reads(tmp_path):
