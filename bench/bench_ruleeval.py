@@ -2,7 +2,7 @@
 
 Two measurements, each the median of ``--repeats`` runs on this (shared) machine:
 
-- one evaluation of the whole default catalogue (32 rules today) over a store holding
+- one evaluation of the whole default catalogue (34 rules today) over a store holding
   an hour of 15 s scrapes of N simulated GPUs (the ``sim`` telemetry source,
   every DCGM field), for N in 4, 16 and 64: milliseconds per evaluation;
 - one simulated hour (``simulate``, 4 replicas on one 4-GPU node, a

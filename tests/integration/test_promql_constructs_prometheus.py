@@ -57,6 +57,10 @@ EXPRS = (
     "stdvar by (host) (g)",
     "quantile(0.25, g)",
     "quantile by (host) (0.9, g)",
+    'count_values("v", round_g)',
+    'count_values by (host) ("v", round_g)',
+    'count_values without () ("v", round_g)',
+    'count_values without (gpu) ("v", g)',
     # operators
     "g + g",
     "g - on (gpu, host) g",
@@ -124,6 +128,11 @@ def _history() -> dict[str, dict[tuple[tuple[str, str], ...], np.ndarray]]:
             (("gpu", "2"),): late,
         },
         "g": g,
+        # Few distinct values, so count_values groups several series under one value.
+        "round_g": {
+            key: np.array([[0.0, 119.0, 2.5, 1e-7][int(j) % 4] for j in i + n])
+            for n, key in enumerate(g)
+        },
         "info": {
             (("host", "a"), ("model", "H100")): np.ones(STEPS),
             (("host", "b"), ("model", "A100")): np.ones(STEPS),

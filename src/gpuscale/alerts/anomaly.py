@@ -24,9 +24,17 @@ windows they read: over an outage Prometheus holds the last sample for its
 5-minute lookback, and a mean over that is no sign of the GPU's state.
 """
 
-from gpuscale.alerts.config import duration_seconds
-from gpuscale.alerts.model import HELD_BY, THE_GPU, Builder, RecordingRule, Rule, per_gpu
+from gpuscale.alerts.model import (
+    HELD_BY,
+    THE_GPU,
+    Builder,
+    RecordingRule,
+    Rule,
+    exporter_jobs,
+    per_gpu,
+)
 from gpuscale.alerts.neutral import TEMPERATURE, UTILIZATION
+from gpuscale.alerts.promql_text import duration_seconds
 
 PEER_RATIO = "gpuscale:gpu_sm_clock:peer_ratio"
 ZSCORE = "gpuscale:gpu_temperature:zscore"
@@ -58,9 +66,9 @@ def anomaly_rules(b: Builder) -> list[Rule]:
     # Only while the GPU's exporter was scraped through the whole recent window: the
     # samples from before an outage (held for the lookback once it starts) are no
     # sign of the GPU's state, and a mean over them moves for no reason on the GPU.
-    job = b.config.exporter_job
-    z_up = f'min_over_time(up{{job=~"{job}"}}[{z.recent}]) == 1'
-    fast_up = f'min_over_time(up{{job=~"{job}"}}[{2 * w}s]) == 1'
+    up = f"up{exporter_jobs(b.config)}"
+    z_up = f"min_over_time({up}[{z.recent}]) == 1"
+    fast_up = f"min_over_time({up}[{2 * w}s]) == 1"
     rules: list[Rule] = [
         RecordingRule(
             PEER_RATIO,

@@ -13,6 +13,7 @@ from gpuscale.alerts import xid
 from gpuscale.alerts.anomaly import anomaly_rules
 from gpuscale.alerts.config import AlertConfig
 from gpuscale.alerts.model import (
+    GPU,
     HELD_BY,
     THE_GPU,
     AlertRule,
@@ -20,15 +21,45 @@ from gpuscale.alerts.model import (
     RecordingRule,
     RuleGroup,
     any_of,
+    by,
+    exporter_jobs,
     from_amd,
     per_gpu,
 )
 from gpuscale.alerts.neutral import MEMORY_USED, TEMPERATURE, UTILIZATION, neutral_rules
 from gpuscale.alerts.slo import slo_rules
 
+XID_RECENT = "gpuscale:gpu_xid_recent:info"
+"""1 per GPU and XID code (label ``xid``) while a new last XID is within ``GpuXidError.window``."""
+
+_LAST_XID = "DCGM_FI_DEV_XID_ERRORS"
+
+
+def _recent_xid(b: Builder) -> str:
+    """The last XID (``DCGM_FI_DEV_XID_ERRORS``, in dcgm-exporter's default counters) as a label.
+
+    The gauge holds the last XID a GPU reported, 0 when none, and dcgm-exporter
+    labels it with the code (``err_code``, ``err_msg``): a new XID is a new series.
+    A GPU's value is new when it differs from the one ``window`` ago, or changed
+    within one series (an exporter without those labels); a GPU with no value
+    ``window`` ago (a new node, an exporter back after a long outage) has nothing
+    to compare and stays quiet. ``count_values`` turns the code into the ``xid`` label.
+    """
+    w = b.config.alerts.GpuXidError.window
+    now = f"max without (err_code, err_msg) ({_LAST_XID} != 0)"
+    before = f"max by ({by(GPU)}) ({_LAST_XID} offset {w})"
+    moved = f"max without (err_code, err_msg) ({_LAST_XID} != 0 and changes({_LAST_XID}[{w}]) > 0)"
+    return (
+        f'count_values without () ("xid", ({now} != on ({by(GPU)}) group_left () {before}) '
+        f"or {moved})"
+    )
+
 
 def _xid(code: int) -> str:
-    return per_gpu(f'DCGM_EXP_XID_ERRORS_COUNT{{xid="{code}"}} > 0')
+    return any_of(
+        per_gpu(f'DCGM_EXP_XID_ERRORS_COUNT{{xid="{code}"}} > 0'),
+        per_gpu(f'{XID_RECENT}{{xid="{code}"}}'),
+    )
 
 
 def _fell_off_bus(b: Builder) -> AlertRule:
@@ -62,16 +93,24 @@ def _xid_errors(b: Builder) -> list[AlertRule]:
     critical = "|".join(str(c) for c in s.critical_codes if c not in s.exclude_codes) or "none"
     summary = f"XID {{{{ $labels.xid }}}} on {THE_GPU}"
     description = (
-        "{{ $value }} XID {{ $labels.xid }} event(s) in the exporter's window: "
+        f"The GPU reported XID {{{{ $labels.xid }}}} in the last {s.window}: "
         f"{xid.meaning_template()}.{HELD_BY}"
     )
+    split = (
+        (("critical", f'xid=~"{critical}"'), (s.severity, f'xid!~"{excluded}|{critical}"'))
+        if s.severity != "critical"
+        # Every code critical: one rule, as two with the same labels are duplicates.
+        else (("critical", f'xid!~"{excluded}"'),)
+    )
     rules = []
-    for severity, matcher in (
-        ("critical", f'xid=~"{critical}"'),
-        (s.severity, f'xid!~"{excluded}|{critical}"'),
-    ):
+    for severity, matcher in split:
+        # The exporter's count by code when it is switched on; the last XID otherwise.
+        # A GPU and code both report is one alert.
         counts = f'DCGM_EXP_XID_ERRORS_COUNT{{{matcher}, xid!~"{excluded}"}} > 0'
-        expr = per_gpu(counts, ("xid",))
+        last = f'{XID_RECENT}{{{matcher}, xid!~"{excluded}"}}'
+        expr = (
+            f"({per_gpu(counts, ('xid',))}) or on ({by((*GPU, 'xid'))}) ({per_gpu(last, ('xid',))})"
+        )
         rules.append(b.alert("GpuXidError", s, expr, summary, description, severity))
     return rules
 
@@ -122,26 +161,45 @@ def _held_share(b: Builder, counter: str, window: str) -> str:
 
 
 def health_records(b: Builder) -> list[RecordingRule]:
-    """Records the health alerts read: the power-capped share, which ``GpuPowerCapped`` spans.
+    """Records the health alerts read: the recent last XID, and the power-capped share.
 
     Returns:
         The recording rules, to be evaluated before the alerts.
     """
     window = b.config.alerts.GpuPowerCapped.window
-    return [RecordingRule(POWER_CAPPED, _held_share(b, "DCGM_FI_DEV_POWER_VIOLATION", window))]
+    return [
+        RecordingRule(XID_RECENT, _recent_xid(b)),
+        RecordingRule(POWER_CAPPED, _held_share(b, "DCGM_FI_DEV_POWER_VIOLATION", window)),
+    ]
 
 
-def _violation(b: Builder, name: str, counter: str, what: str, action: str) -> AlertRule:
-    s = getattr(b.config.alerts, name)
-    expr = per_gpu(f"{_held_share(b, counter, s.window)} > {s.threshold}")
-    return b.alert(
-        name,
+def _thermal(b: Builder) -> list[AlertRule]:
+    s = b.config.alerts.GpuThermalThrottling
+    counter = "DCGM_FI_DEV_THERMAL_VIOLATION"
+    action = "Check fans, inlet air and neighbouring cards; the GPU serves slower until it cools."
+    held = b.alert(
+        "GpuThermalThrottling",
         s,
-        expr,
-        f"{THE_GPU} is {what}",
+        per_gpu(f"{_held_share(b, counter, s.window)} > {s.threshold}"),
+        f"{THE_GPU} is thermally throttled",
         f"Clocks were held down {{{{ $value | humanizePercentage }}}} of the last {s.window} "
         f"({counter}).{HELD_BY} {action}",
+        labels=(("signal", counter),),
     )
+    # dcgm-exporter's default counters leave the violation counter off; a GPU without
+    # it is judged by its die temperature against the slowdown temperature instead.
+    hot = f"DCGM_FI_DEV_GPU_TEMP >= {s.slowdown_c} unless on ({by(GPU)}) {counter}"
+    at_slowdown = b.alert(
+        "GpuThermalThrottling",
+        s,
+        per_gpu(hot),
+        f"{THE_GPU} is at its slowdown temperature",
+        f"The die is at {{{{ $value }}}} C, at or above {s.slowdown_c:g} C, where NVIDIA "
+        f"data-centre GPUs slow their clocks ({counter}, which measures the slowdown, is not "
+        f"exported).{HELD_BY} {action}",
+        labels=(("signal", "DCGM_FI_DEV_GPU_TEMP"),),
+    )
+    return [held, at_slowdown]
 
 
 def _power_capped(b: Builder) -> AlertRule:
@@ -195,8 +253,14 @@ def _gauges(b: Builder) -> list[AlertRule]:
 
 
 def _exporter(b: Builder) -> list[AlertRule]:
-    a, job = b.config.alerts, b.config.exporter_job
+    a = b.config.alerts
     down, stale = a.GpuExporterDown, a.GpuMetricsStale
+    up = f"up{exporter_jobs(b.config)}"
+    # A target whose scrape fails; one scraped within the window that has no up series
+    # now (its pod or node went away, and with it the target); no target at all for the
+    # whole window (the last form stays once the window has passed).
+    gone = f"last_over_time({up}[{down.vanished_window}])"
+    expr = f"({up} == 0) or ({gone} unless on (instance, job) {up}) or absent({gone})"
     frozen = (
         f"changes(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[{stale.window}]) == 0 "
         # Two samples at least: a window shorter than the scrape interval holds one,
@@ -214,16 +278,18 @@ def _exporter(b: Builder) -> list[AlertRule]:
         b.alert(
             "GpuExporterDown",
             down,
-            f'up{{job=~"{job}"}} == 0',
-            "GPU exporter {{ $labels.instance }} is down",
-            "Prometheus cannot scrape the GPU exporter, so no GPU alert on that node can "
-            "fire. Check the exporter pod and the node.",
+            expr,
+            "{{ if $labels.instance }}GPU exporter {{ $labels.instance }} is down or gone"
+            "{{ else }}No GPU exporter is scraped{{ end }}",
+            "Prometheus cannot scrape the GPU exporter, its target vanished within the last "
+            f"{down.vanished_window}, or no target of the GPU exporters' jobs was seen in "
+            f"that time; no GPU alert on that node can fire. Check the exporter pod and the node.",
         ),
         b.alert(
             "GpuMetricsStale",
             stale,
-            f'(gpuscale_exporter_snapshot_age_seconds{{job=~"{job}"}} > {stale.threshold}) '
-            f"or ({per_gpu(frozen)})",
+            f"(gpuscale_exporter_snapshot_age_seconds{exporter_jobs(b.config)} "
+            f"> {stale.threshold}) or ({per_gpu(frozen)})",
             f"{{{{ if $labels.gpu }}}}Telemetry of {THE_GPU}{{{{ else }}}}Telemetry from "
             "{{ $labels.instance }}{{ end }} is stale",
             f"The exporter serves values over {stale.threshold:g} s old, or a GPU's energy "
@@ -244,13 +310,7 @@ def health_rules(b: Builder) -> list[AlertRule]:
         *_xid_errors(b),
         _ecc(b),
         _row_remap(b),
-        _violation(
-            b,
-            "GpuThermalThrottling",
-            "DCGM_FI_DEV_THERMAL_VIOLATION",
-            "thermally throttled",
-            "Check fans, inlet air and neighbouring cards; the GPU serves slower until it cools.",
-        ),
+        *_thermal(b),
         _power_capped(b),
         *_gauges(b),
         *_exporter(b),

@@ -11,215 +11,43 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
+from gpuscale.alerts.alert_settings import (
+    Alerts,
+    AlertSettings,
+    Duration,
+    Settings,
+    Severity,
+    Window,
+)
+from gpuscale.alerts.promql_text import (
+    check_label_name,
+    check_regex,
+    check_selector,
+    check_template_free,
+    duration_seconds,
+)
+from gpuscale.alerts.resource import ResourceMetadata
 from gpuscale.errors import ConfigError, config_error, require
 
-Severity = Literal["critical", "warning", "info"]
+LabelName = Annotated[str, AfterValidator(check_label_name)]
+LabelValue = Annotated[str, AfterValidator(check_template_free)]
+Regex = Annotated[str, AfterValidator(check_regex)]
+Selector = Annotated[str, AfterValidator(check_selector)]
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_UNITS_S = (86_400, 3_600, 60, 1)
 
-
-def duration_seconds(text: str) -> int:
-    """Seconds in a Prometheus duration such as ``5m`` or ``1h30m``.
-
-    Returns:
-        Whole seconds, 0 for ``0s``.
-
-    Raises:
-        ValueError: ``text`` is not a duration in d, h, m and s.
-    """
-    match = _DURATION.fullmatch(text)
-    if not text or match is None:
-        msg = f"{text!r} is not a duration such as 30s, 5m, 1h or 1h30m"
-        raise ValueError(msg)
-    return sum(int(part or 0) * unit for part, unit in zip(match.groups(), _UNITS_S, strict=True))
-
-
-def _check_duration(text: str) -> str:
-    duration_seconds(text)
-    return text
-
-
-Duration = Annotated[str, AfterValidator(_check_duration)]
-"""A Prometheus duration, kept as text so the rendered file shows what the user wrote."""
-Share = Annotated[float, Field(ge=0.0, le=1.0)]
-
-
-class _Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class AlertSettings(_Settings):
-    """What every alert takes: on or off, how long it must hold, and how loud it is."""
-
-    enabled: bool = True
-    for_: Duration = Field(default="0s", alias="for")
-    severity: Severity = "warning"
-
-
-class FellOffBus(AlertSettings):
-    """``GpuFellOffBus``: ``vanished_window`` is how long a vanished GPU's series is remembered."""
-
-    for_: Duration = Field(default="0s", alias="for")
-    severity: Severity = "critical"
-    vanished_window: Duration = "1h"
-
-
-class XidError(AlertSettings):
-    """``GpuXidError``: codes with an alert of their own are excluded; some are critical."""
-
-    exclude_codes: tuple[int, ...] = (48, 64, 79)
-    critical_codes: tuple[int, ...] = (61, 62, 74, 95, 119, 120)
-
-
-class Counted(AlertSettings):
-    """An alert on any increase of an error counter over ``window``."""
-
-    severity: Severity = "critical"
-    window: Duration = "10m"
-
-
-class ShareOfTime(AlertSettings):
-    """An alert on the share of time (0 to 1) a clock limit held the GPU down over ``window``."""
-
-    threshold: Share = 0.05
-    window: Duration = "5m"
-
-
-class TemperatureHigh(AlertSettings):
-    """``GpuTemperatureHigh``: die temperature above ``threshold`` Celsius for ``for``."""
-
-    for_: Duration = Field(default="1m", alias="for")
-    threshold: float = 85.0
-
-
-class MemoryNearFull(AlertSettings):
-    """``GpuMemoryNearFull``: framebuffer use above ``threshold`` (0 to 1)."""
-
-    for_: Duration = Field(default="10m", alias="for")
-    threshold: Share = 0.95
-
-
-class ThermalThrottling(ShareOfTime):
-    """``GpuThermalThrottling``: clocks held down by temperature over ``threshold`` of the time."""
-
-    for_: Duration = Field(default="2m", alias="for")
-
-
-class PowerCapped(ShareOfTime):
-    """``GpuPowerCapped``: held at the power limit over ``threshold`` of a ``window``.
-
-    Any such ``window`` in the last ``dip_window`` counts, so a load lull does not restart ``for``.
-    """
-
-    for_: Duration = Field(default="15m", alias="for")
-    severity: Severity = "info"
-    threshold: Share = 0.5
-    window: Duration = "1m"
-    dip_window: Duration = "5m"
-
-
-class RowRemapFailure(AlertSettings):
-    """``GpuRowRemapFailure``: a failed row remap (the GPU needs service)."""
-
-    severity: Severity = "critical"
-
-
-class Idle(AlertSettings):
-    """``GpuIdleWhileAllocated``: utilization at or below ``threshold`` (0 to 1) for ``for``."""
-
-    for_: Duration = Field(default="1h", alias="for")
-    severity: Severity = "info"
-    threshold: Share = 0.01
-
-
-class Straggler(AlertSettings):
-    """``GpuStraggler``: SM clock below ``threshold`` of its model's median while busy.
-
-    Busy is ``min_utilization`` or more; the last busy comparison stands for ``dip_window``.
-    """
-
-    for_: Duration = Field(default="5m", alias="for")
-    threshold: Share = 0.75
-    min_utilization: Share = 0.3
-    dip_window: Duration = "5m"
-
-
-class ZScore(AlertSettings):
-    """Mean temperature over ``recent`` against its own ``window`` of history ending ``gap`` ago.
-
-    Fires above ``threshold`` standard deviations and ``min_rise_c`` Celsius.
-    """
-
-    for_: Duration = Field(default="1m", alias="for")
-    threshold: float = Field(default=2.0, gt=0)
-    min_rise_c: float = Field(default=10.0, ge=0)
-    recent: Duration = "30s"
-    window: Duration = "1h"
-    gap: Duration = "10m"
-
-
-class RisingFast(AlertSettings):
-    """The mean temperature over ``window`` against the one before, in Celsius per second.
-
-    ``window`` should span several periods of the load's swing, so the means cancel it.
-    """
-
-    for_: Duration = Field(default="0s", alias="for")
-    threshold: float = Field(default=0.01, gt=0)
-    window: Duration = "10m"
-
-
-class ExporterDown(AlertSettings):
-    """``GpuExporterDown``: the scrape of a GPU exporter fails."""
-
-    for_: Duration = Field(default="2m", alias="for")
-    severity: Severity = "critical"
-
-
-class Stale(AlertSettings):
-    """``GpuMetricsStale``: values older than ``threshold`` seconds, or frozen over ``window``.
-
-    ``window`` must exceed the exporter's update interval (dcgm-exporter: 30 s) plus a scrape.
-    """
-
-    for_: Duration = Field(default="2m", alias="for")
-    threshold: float = Field(default=60.0, gt=0)
-    window: Duration = "45s"
-
-
-class Alerts(_Settings):
-    """Settings per alert, under the alert's name."""
-
-    GpuFellOffBus: FellOffBus = FellOffBus()
-    GpuXidError: XidError = XidError()
-    GpuEccDoubleBitError: Counted = Counted()
-    GpuRowRemapFailure: RowRemapFailure = RowRemapFailure()
-    GpuThermalThrottling: ThermalThrottling = ThermalThrottling()
-    GpuPowerCapped: PowerCapped = PowerCapped()
-    GpuTemperatureHigh: TemperatureHigh = TemperatureHigh()
-    GpuMemoryNearFull: MemoryNearFull = MemoryNearFull()
-    GpuIdleWhileAllocated: Idle = Idle()
-    GpuStraggler: Straggler = Straggler()
-    GpuTemperatureAnomaly: ZScore = ZScore()
-    GpuTemperatureRisingFast: RisingFast = RisingFast()
-    GpuExporterDown: ExporterDown = ExporterDown()
-    GpuMetricsStale: Stale = Stale()
-
-
-class BurnWindow(_Settings):
+class BurnWindow(Settings):
     """One multi-window burn-rate alert: both windows burn faster than ``factor``."""
 
-    long: Duration
-    short: Duration
+    long: Window
+    short: Window
     factor: float = Field(gt=0)
     severity: Severity = "critical"
     for_: Duration = Field(default="2m", alias="for")
 
 
-class Slo(_Settings):
+class Slo(Settings):
     """A request SLI of a scaled workload: ``good`` and ``total`` are counter selectors.
 
     The error ratio over a window is ``1 - rate(good) / rate(total)``, summed by ``by``.
@@ -227,9 +55,30 @@ class Slo(_Settings):
 
     name: Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")]
     objective: float = Field(gt=0.0, lt=1.0)
-    good: str
-    total: str
-    by: tuple[str, ...] = ()
+    good: Selector
+    total: Selector
+    by: tuple[LabelName, ...] = ()
+
+
+def _unique_names(slos: tuple[Slo, ...]) -> tuple[Slo, ...]:
+    names = [s.name for s in slos]
+    if len(set(names)) < len(names):
+        msg = "names an SLO twice; its records and alerts would collide"
+        raise ValueError(msg)
+    return slos
+
+
+def _distinct_alerts(windows: tuple[BurnWindow, ...]) -> tuple[BurnWindow, ...]:
+    # An alert's identity is its labels: long_window and severity (and the SLO).
+    keys = [(duration_seconds(w.long), w.severity) for w in windows]
+    if len(set(keys)) < len(keys):
+        msg = "holds two windows with the same long window and severity (the same alert)"
+        raise ValueError(msg)
+    return windows
+
+
+Slos = Annotated[tuple[Slo, ...], AfterValidator(_unique_names)]
+BurnWindows = Annotated[tuple[BurnWindow, ...], AfterValidator(_distinct_alerts)]
 
 
 # Google SRE workbook, chapter "Alerting on SLOs", multiwindow multi-burn-rate table:
@@ -250,7 +99,41 @@ DEFAULT_SLOS = (
 )
 
 
-class AlertConfig(_Settings):
+EXPORTER_JOBS = "gpuscale-exporter|dcgm-exporter|nvidia-dcgm-exporter|.+-dcgm-exporter"
+"""Scrape jobs of GPU exporters: gpuscale's; dcgm-exporter's manifest and Helm chart (its
+Service, ``<release>-dcgm-exporter`` unless the release name holds ``dcgm-exporter``); the GPU
+Operator's ``nvidia-dcgm-exporter``."""
+
+RESERVED_LABELS = frozenset(
+    {"alertname", "severity", "xid", "signal", "slo", "long_window", "vendor", "instance", "job"}
+    | {"Hostname", "gpu", "UUID", "modelName", "namespace", "pod", "container"}
+)
+"""Labels the catalogue's alerts carry themselves; a label of the settings would override them."""
+
+
+def _check_runbook_url(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("http", "https") or not rest or any(c.isspace() for c in url):
+        msg = "is not an http:// or https:// address without spaces"
+        raise ValueError(msg)
+    return check_template_free(url)
+
+
+RunbookUrl = Annotated[str, AfterValidator(_check_runbook_url)]
+
+
+def _check_unreserved(labels: dict[str, str]) -> dict[str, str]:
+    taken = sorted(set(labels) & RESERVED_LABELS)
+    if taken:
+        msg = f"sets {', '.join(taken)}, which the catalogue's alerts carry themselves"
+        raise ValueError(msg)
+    return labels
+
+
+AlertLabels = Annotated[dict[LabelName, LabelValue], AfterValidator(_check_unreserved)]
+
+
+class AlertConfig(Settings):
     """The whole settings file; every key is optional.
 
     Attributes:
@@ -258,30 +141,37 @@ class AlertConfig(_Settings):
         violation_unit: What one count of DCGM's ``*_VIOLATION`` counters is: ``ns``
             (what DCGM reports and dcgm-exporter 4.x and gpuscale's exporter serve) or
             ``us`` (for exporters that scaled the counters to microseconds).
-        runbook_url: Base URL of the runbooks; each alert links ``URL#alertname`` in lower case.
+        runbook_url: Base URL of the runbooks (where docs/alerts.md is served); each alert
+            links ``URL#alertname`` in lower case. None leaves the link out.
         labels: Extra labels put on every alert (a team, a route).
+        prometheus_rule: Metadata of the rendered ``PrometheusRule`` (name, namespace, labels).
         interval: Evaluation interval of every group; None keeps Prometheus's global one.
         alerts: Settings per alert.
         slos: SLIs of the scaled workloads, each with burn-rate alerts.
         burn_windows: The window pairs and burn factors of those alerts.
     """
 
-    exporter_job: str = "dcgm-exporter|gpuscale-exporter"
+    exporter_job: Regex = EXPORTER_JOBS
     violation_unit: Literal["us", "ns"] = "ns"
-    runbook_url: str = "https://github.com/gpuscale/gpuscale/blob/main/docs/alerts.md"
-    labels: dict[str, str] = {}
+    runbook_url: RunbookUrl | None = None
+    labels: AlertLabels = Field(default_factory=dict)
     interval: Duration | None = None
     alerts: Alerts = Alerts()
-    slos: tuple[Slo, ...] = DEFAULT_SLOS
-    burn_windows: tuple[BurnWindow, ...] = DEFAULT_BURN_WINDOWS
+    slos: Slos = DEFAULT_SLOS
+    burn_windows: BurnWindows = DEFAULT_BURN_WINDOWS
+    prometheus_rule: ResourceMetadata = ResourceMetadata()
 
 
 def _lines(node: yaml.Node) -> dict[str, int]:
     """Each dotted key path (list items by index) to its 1-based line."""
     lines: dict[str, int] = {}
     pending: list[tuple[str, yaml.Node]] = [("", node)]
+    seen: set[int] = set()
     while pending:
         prefix, current = pending.pop()
+        if id(current) in seen:  # an alias: its lines are those of its anchor
+            continue
+        seen.add(id(current))
         if isinstance(current, yaml.MappingNode):
             for key, value in current.value:
                 dotted = f"{prefix}{key.value}"
@@ -301,7 +191,9 @@ def _where(path: Path, lines: dict[str, int], key: str) -> str:
         (lines[k] for k in (".".join(parts[:n]) for n in range(len(parts), 0, -1)) if k in lines),
         None,
     )
-    return f"{path}{'' if line is None else f':{line}'}{' ' if key else ''}{key}"
+    # A key of the file may hold a newline or tab; the message stays one line.
+    shown = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in key)
+    return f"{path}{'' if line is None else f':{line}'}{' ' if key else ''}{shown}"
 
 
 def parse_config(text: str, path: Path) -> AlertConfig:
@@ -320,13 +212,19 @@ def parse_config(text: str, path: Path) -> AlertConfig:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
+    except yaml.reader.ReaderError as exc:
+        at = text.count("\n", 0, exc.position) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character))
+        problem = f"holds a character YAML does not allow (U+{code:04X})"
+        raise config_error(f"{path}:{at}", problem, "remove it") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = "" if mark is None else f":{mark.line + 1}"
-        problem = " ".join(str(exc.problem).split())
         raise config_error(
-            f"{path}{line}", f"YAML syntax error: {problem}", "fix the YAML"
+            f"{path}{line}", f"YAML syntax error: {_yaml_problem(exc)}", "fix the YAML"
         ) from None
+    except RecursionError:
+        raise config_error(str(path), "nests too deep", "flatten the YAML") from None
     lines = {} if node is None else _lines(node)
     require(
         data is None or isinstance(data, dict),
@@ -334,6 +232,13 @@ def parse_config(text: str, path: Path) -> AlertConfig:
         "is not a mapping",
         "write `key: value` lines at the top level",
     )
+    bad = _control_character(data)
+    if bad is not None:
+        raise config_error(
+            _where(path, lines, bad),
+            "holds a control character or an unpaired surrogate (an escape such as \\0)",
+            "remove it",
+        )
     try:
         return AlertConfig.model_validate(data or {})
     except ValidationError as exc:
@@ -342,10 +247,52 @@ def parse_config(text: str, path: Path) -> AlertConfig:
         if err["type"] == "extra_forbidden":
             return _unknown(path, lines, key)
         problem = " ".join(str(err["msg"]).split()).removeprefix("Value error, ")
+        problem = problem[:1].lower() + problem[1:]
+        if problem.split(" ", 1)[0] in _VERBS:  # the checks' own messages: "is not a ..."
+            problem = f"the value {problem}"
         fix = "see docs/alerts.md for the keys and their defaults"
-        raise config_error(
-            _where(path, lines, key), problem[:1].lower() + problem[1:], fix
-        ) from None
+        raise config_error(_where(path, lines, key), problem, fix) from None
+
+
+_VERBS = frozenset({"is", "holds", "must", "sets", "starts", "names"})
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's description of a syntax error, without the file's text it quotes."""
+    problem = " ".join(str(exc.problem).split())
+    # Token kinds ('<block end>') stay; quoted text from the file goes.
+    return _QUOTED.sub(lambda m: m.group(0) if m.group(0).startswith("'<") else "", problem)
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _control_character(data: object, key: str = "") -> str | None:
+    """The key path of the first string (key or value) holding a character no setting may hold.
+
+    Control characters other than tab and newline reach the file only through
+    escapes, and an unpaired surrogate cannot be written as UTF-8 at all.
+    """
+    pending: list[tuple[str, object]] = [(key, data)]
+    seen: set[int] = set()
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, str):
+            if any(_forbidden(c) for c in value):
+                return where
+        elif isinstance(value, dict | list) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in items:
+                here = f"{where}.{k}" if where else str(k)
+                if isinstance(k, str) and any(_forbidden(c) for c in k):
+                    return where or "(a key)"
+                pending.append((here, v))
+    return None
+
+
+def _forbidden(c: str) -> bool:
+    return (c < " " and c not in "\t\n") or c == "\x7f" or "\ud800" <= c <= "\udfff"
 
 
 def _unknown(path: Path, lines: dict[str, int], key: str) -> AlertConfig:
@@ -377,16 +324,29 @@ def load_config(path: Path | None) -> AlertConfig:
     if path is None:
         return AlertConfig()
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or " ".join(str(exc).split())
+        raw = path.read_bytes()
+    except OSError as exc:
         raise config_error(
-            str(path), f"cannot be read ({why})", "check the --config path"
+            str(path), f"cannot be read ({exc.strerror})", "check the --config path"
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise config_error(
+            f"{path}:{line}", "is not UTF-8 text", "save the file as UTF-8"
         ) from None
     return parse_config(text, path)
 
 
-__all__ = ["AlertConfig", "AlertSettings", "ConfigError", "Severity", "load_config"]
+__all__ = [
+    "AlertConfig",
+    "AlertSettings",
+    "ConfigError",
+    "Severity",
+    "duration_seconds",
+    "load_config",
+]
 
 
 def default_settings_yaml() -> str:

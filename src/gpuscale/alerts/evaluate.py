@@ -194,7 +194,7 @@ class RuleEvaluator:
     def _due(self, gi: int, group: RuleGroup, t: float) -> bool:
         if group.interval is None or self._last[gi] is None:
             return True
-        from gpuscale.alerts.config import duration_seconds
+        from gpuscale.alerts.promql_text import duration_seconds
 
         last = self._last[gi]
         assert last is not None  # noqa: S101 - checked above
@@ -250,8 +250,9 @@ class RuleEvaluator:
             annotations = {
                 "summary": expand(rule.summary, base, v),
                 "description": expand(rule.description, base, v),
-                "runbook_url": expand(rule.runbook_url, base, v),
             }
+            if rule.runbook_url is not None:
+                annotations["runbook_url"] = expand(rule.runbook_url, base, v)
             current[key] = (v, annotations)
         active = status.alerts
         for key, (v, annotations) in current.items():

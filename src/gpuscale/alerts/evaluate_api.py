@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from gpuscale.alerts.config import duration_seconds
 from gpuscale.alerts.evaluate import Alert, RuleEvaluator, RuleStatus
 from gpuscale.alerts.evaluate_notify import rfc3339
 from gpuscale.alerts.model import AlertRule, RecordingRule
+from gpuscale.alerts.promql_text import duration_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -163,7 +163,23 @@ RANGE_FUNCTIONS: dict[str, RangeFunction] = {
 }
 """Functions of one range vector argument, by name (PromQL's ``*_over_time`` and rates)."""
 
-AGGREGATIONS = ("sum", "avg", "max", "min", "count", "group", "stddev", "stdvar", "quantile")
+AGGREGATIONS = (
+    *("sum", "avg", "max", "min", "count", "group", "stddev", "stdvar", "quantile"),
+    "count_values",
+)
+
+
+def go_float_text(value: float) -> str:
+    """``strconv.FormatFloat(value, 'f', -1, 64)``: the shortest exact decimal, never an exponent.
+
+    Returns:
+        The text Prometheus writes into ``count_values``' label (``119``, ``0.5``, ``+Inf``).
+    """
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return str(np.format_float_positional(value, unique=True, trim="-"))
 
 
 def quantile(q: float, values: Sequence[float]) -> float:
@@ -209,8 +225,15 @@ def aggregate(
         One sample per group, in the order groups first appear (as Prometheus).
 
     Raises:
-        ValueError: ``quantile`` without a scalar parameter.
+        ValueError: ``quantile`` without a scalar parameter, or ``count_values`` without a label.
     """
+    if op == "count_values":
+        # Each sample's value becomes the label ``param``, which joins the grouping.
+        if not isinstance(param, str):
+            raise ValueError("count_values needs a label name")
+        vec = [(tuple(sorted({**dict(lab), param: go_float_text(v)}.items())), v) for lab, v in vec]
+        grouping = grouping if without else (*grouping, param)
+        op = "count"
     groups: dict[Labels, list[float]] = {}
     for lab, v in vec:
         groups.setdefault(_group_labels(lab, grouping, without), []).append(v)

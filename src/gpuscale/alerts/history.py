@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuscale.alerts.config import AlertConfig, duration_seconds
+from gpuscale.alerts.config import AlertConfig
+from gpuscale.alerts.promql_text import duration_seconds
 from gpuscale.errors import TransientError
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.telemetry.base import Snapshot

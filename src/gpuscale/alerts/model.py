@@ -8,7 +8,9 @@ read its names, all from the same ``RuleGroup`` values.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuscale.alerts.config import AlertConfig, AlertSettings, BurnWindow, duration_seconds
+from gpuscale.alerts.alert_settings import AlertSettings
+from gpuscale.alerts.config import AlertConfig, BurnWindow
+from gpuscale.alerts.promql_text import duration_seconds, promql_string
 
 GPU = ("Hostname", "gpu")
 """Labels that name one physical GPU: dcgm-exporter's host name and GPU index."""
@@ -44,7 +46,7 @@ class AlertRule:
         severity: ``critical``, ``warning`` or ``info``.
         summary: One-line annotation (a Go template over ``$labels`` and ``$value``).
         description: Longer annotation: what it means and what to do first.
-        runbook_url: Link to the alert's runbook paragraph.
+        runbook_url: Link to the alert's runbook paragraph; None when no base is set.
         labels: Labels added besides ``severity``.
     """
 
@@ -54,7 +56,7 @@ class AlertRule:
     severity: str
     summary: str
     description: str
-    runbook_url: str
+    runbook_url: str | None
     labels: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -109,6 +111,15 @@ def from_amd(expr: str) -> str:
     return f"max without ({dropped}) ({renamed})"
 
 
+def exporter_jobs(config: AlertConfig) -> str:
+    """The braces selecting the GPU exporters' scrape jobs: ``{job=~"<exporter_job>"}``.
+
+    The pattern is a quoted PromQL string, so a quote or backslash in the
+    setting stays inside it.
+    """
+    return f"{{job=~{promql_string(config.exporter_job)}}}"
+
+
 def alerts_of(groups: Sequence[RuleGroup]) -> list[AlertRule]:
     """Every alerting rule in ``groups``, in order."""
     return [r for g in groups for r in g.rules if isinstance(r, AlertRule)]
@@ -144,8 +155,10 @@ class Builder:
         """One alerting rule named ``name`` with ``settings``' ``for:`` and severity.
 
         Returns:
-            The rule, its runbook URL ``<runbook_url>#<name in lower case>``.
+            The rule, its runbook URL ``<runbook_url>#<name in lower case>`` (None
+            when the settings have no ``runbook_url``).
         """
+        base = self.config.runbook_url
         return AlertRule(
             alert=name,
             expr=expr,
@@ -153,6 +166,6 @@ class Builder:
             severity=severity or settings.severity,
             summary=summary,
             description=description,
-            runbook_url=f"{self.config.runbook_url}#{name.lower()}",
+            runbook_url=None if base is None else f"{base}#{name.lower()}",
             labels=(*sorted(self.config.labels.items()), *labels),
         )

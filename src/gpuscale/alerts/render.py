@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 
 from gpuscale.alerts.model import AlertRule, RuleGroup
+from gpuscale.alerts.resource import ResourceMetadata
 
 Format = Literal["prometheus", "prometheus-operator"]
 FORMATS: tuple[Format, ...] = ("prometheus", "prometheus-operator")
@@ -24,11 +25,9 @@ def _rule(rule: AlertRule | Any) -> dict[str, Any]:  # noqa: ANN401 - a Recordin
         if rule.for_s:
             out["for"] = rule.for_
         out["labels"] = {"severity": rule.severity, **dict(rule.labels)}
-        out["annotations"] = {
-            "summary": rule.summary,
-            "description": rule.description,
-            "runbook_url": rule.runbook_url,
-        }
+        out["annotations"] = {"summary": rule.summary, "description": rule.description}
+        if rule.runbook_url is not None:
+            out["annotations"]["runbook_url"] = rule.runbook_url
         return out
     out = {"record": rule.record, "expr": rule.expr}
     if rule.labels:
@@ -53,16 +52,25 @@ def rule_file(groups: Sequence[RuleGroup]) -> dict[str, Any]:
 
 
 def prometheus_rule(
-    groups: Sequence[RuleGroup], name: str = "gpuscale", namespace: str | None = None
+    groups: Sequence[RuleGroup], meta: ResourceMetadata | None = None
 ) -> dict[str, Any]:
     """A Prometheus Operator ``PrometheusRule`` holding ``groups``.
+
+    Args:
+        groups: The rule groups.
+        meta: The object's name, namespace, labels and annotations (defaults when None).
 
     Returns:
         The resource; its ``spec`` equals ``rule_file(groups)``.
     """
-    metadata: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": "gpuscale"}}
-    if namespace:
-        metadata["namespace"] = namespace
+    meta = meta or ResourceMetadata()
+    metadata: dict[str, Any] = {"name": meta.name}
+    if meta.namespace:
+        metadata["namespace"] = meta.namespace
+    if meta.labels:
+        metadata["labels"] = dict(meta.labels)
+    if meta.annotations:
+        metadata["annotations"] = dict(meta.annotations)
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -71,12 +79,21 @@ def prometheus_rule(
     }
 
 
-def render(groups: Sequence[RuleGroup], fmt: Format = "prometheus") -> str:
+def render(
+    groups: Sequence[RuleGroup],
+    fmt: Format = "prometheus",
+    meta: ResourceMetadata | None = None,
+) -> str:
     """YAML text of ``groups`` in ``fmt``.
+
+    Args:
+        groups: The rule groups.
+        fmt: A rules file, or a ``PrometheusRule``.
+        meta: The ``PrometheusRule``'s metadata (``prometheus-operator`` only).
 
     Returns:
         The document, with a header saying it is generated.
     """
-    doc = rule_file(groups) if fmt == "prometheus" else prometheus_rule(groups)
+    doc = rule_file(groups) if fmt == "prometheus" else prometheus_rule(groups, meta)
     body = yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True)
     return HEADER + body

@@ -221,7 +221,7 @@ def parse_sweep(text: str) -> Sweep:
     Raises:
         ConfigError: The text is not of that form.
     """
-    from gpuscale.alerts.config import duration_seconds
+    from gpuscale.alerts.promql_text import duration_seconds
 
     where, fix = f"--sweep {text!r}", "write ALERT.KEY=V1,V2,... e.g. GpuTemperatureHigh.for=0s,2m"
     name, eq, values = text.partition("=")

@@ -56,7 +56,7 @@ def slo_rules(b: Builder) -> list[Rule]:
                     f"SLI ({_number(100 * slo.objective)} % objective); at this rate the 30-day "
                     f"error budget is gone in {30 / bw.factor:.3g} days. Check the "
                     "workload's replicas, its GPUs and the autoscaler.",
-                    labels=(("long_window", bw.long),),
+                    labels=(("slo", slo.name), ("long_window", bw.long)),
                 )
             )
     return records + alerts

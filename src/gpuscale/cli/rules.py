@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import ValidationError
 
 from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.config import default_settings_yaml, load_config
 from gpuscale.alerts.model import alert_names
 from gpuscale.alerts.render import render as render_rules
+from gpuscale.alerts.resource import ResourceMetadata
 from gpuscale.errors import config_error
 
 if TYPE_CHECKING:
@@ -68,10 +70,34 @@ def render(
         ),
     ] = RuleFormat.prometheus,
     config: ConfigOption = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="PrometheusRule name (prometheus-operator); overrides prometheus_rule.name "
+            "of the settings (default gpuscale).",
+            envvar="GPUSCALE_RULES_NAME",
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="PrometheusRule namespace (prometheus-operator); overrides "
+            "prometheus_rule.namespace of the settings (default: none, kubectl's).",
+            envvar="GPUSCALE_RULES_NAMESPACE",
+        ),
+    ] = None,
 ) -> None:
     """Write the alert catalogue as a Prometheus rules file or a PrometheusRule resource."""
-    groups = build_catalogue(load_config(config))
-    text = render_rules(groups, fmt.value)
+    settings = load_config(config)
+    if fmt is not RuleFormat.prometheus_operator and (name or namespace):
+        raise config_error(
+            "--name/--namespace",
+            "apply only to a PrometheusRule",
+            "add --format prometheus-operator",
+        )
+    meta = _metadata(settings, name, namespace)
+    groups = build_catalogue(settings)
+    text = render_rules(groups, fmt.value, meta)
     if str(out) == "-":
         sys.stdout.write(text)
         return
@@ -83,6 +109,20 @@ def render(
         ) from None
     rules = sum(len(g.rules) for g in groups)
     typer.echo(f"wrote {out}: {rules} rules, alerts {', '.join(alert_names(groups))}", err=True)
+
+
+def _metadata(settings: "AlertConfig", name: str | None, namespace: str | None) -> ResourceMetadata:
+    """The settings' PrometheusRule metadata with --name and --namespace applied."""
+    meta = settings.prometheus_rule
+    for flag, key, value in (("--name", "name", name), ("--namespace", "namespace", namespace)):
+        if value is None:
+            continue
+        try:
+            meta = ResourceMetadata.model_validate(meta.model_dump() | {key: value})
+        except ValidationError as exc:
+            problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise config_error(flag, problem, "pass a valid Kubernetes name") from None
+    return meta
 
 
 @rules_app.command("backtest")
@@ -289,7 +329,7 @@ def _live(
 
 
 def _seconds(flag: str, text: str) -> float:
-    from gpuscale.alerts.config import duration_seconds
+    from gpuscale.alerts.promql_text import duration_seconds
 
     try:
         value = duration_seconds(text)

@@ -53,7 +53,7 @@ def test_no_file_gives_the_defaults_and_a_partial_section_keeps_the_other_defaul
         ),
         (
             "alerts:\n  GpuStraggler:\n    for: 5 minutes\n",
-            ":3 alerts.GpuStraggler.for: '5 minutes' is not a duration",
+            ":3 alerts.GpuStraggler.for: the value is not a duration such as 30s",
         ),
         ("alerts:\n  GpuOnFire: {}\n", ":2 alerts.GpuOnFire: unknown key"),
         (
