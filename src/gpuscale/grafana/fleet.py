@@ -11,7 +11,16 @@ and AMD series into one schema, so an AMD fleet shows there too.
 from gpuscale.alerts.catalogue import POWER_CAPPED
 from gpuscale.alerts.neutral import MEMORY_USED, POWER, TEMPERATURE, UTILIZATION
 from gpuscale.exporter.dcgm import CLOCK_EVENTS, CLOCK_EVENTS_COUNT, XID_COUNT, XID_FIELD
-from gpuscale.grafana.model import BARS, JSON, LabelVariable, Panel, Query, Row, dashboard
+from gpuscale.grafana.model import (
+    BARS,
+    HEATMAP_COLOURS,
+    JSON,
+    LabelVariable,
+    Panel,
+    Query,
+    Row,
+    dashboard,
+)
 
 UID = "gpuscale-fleet"
 GPU = 'Hostname=~"$Hostname", gpu=~"$gpu"'
@@ -101,6 +110,13 @@ def _nvidia() -> list[Panel | Row]:
             unit="percent",
             width=24,
             height=10,
+            options={
+                "color": {
+                    **HEATMAP_COLOURS,
+                    "min": 0,
+                    "max": 100,
+                }
+            },
         ),
         Panel(
             "Power per GPU",

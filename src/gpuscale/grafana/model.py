@@ -22,6 +22,7 @@ GRID_COLUMNS = 24
 BARS: JSON = {"drawStyle": "bars", "fillOpacity": 60}
 """Time-series drawing for counts per interval (events, decisions, holds)."""
 STACKED_BARS: JSON = {**BARS, "stacking": {"mode": "normal"}}
+HEATMAP_COLOURS: JSON = {"mode": "scheme", "scheme": "Oranges", "steps": 64, "reverse": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +115,14 @@ _DEFAULT_OPTIONS: dict[str, JSON] = {
         # The series are already one row per GPU: show them, do not bucket them again.
         "calculate": False,
         "cellGap": 1,
-        "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64, "reverse": False},
+        "color": HEATMAP_COLOURS,
+        # An idle GPU (0) is a cell too: hide nothing (Grafana hides <= 1e-9 by default).
+        "filterValues": {"le": -1},
         "yAxis": {"axisPlacement": "left"},
         "rowsFrame": {"layout": "auto"},
         "legend": {"show": True},
-        "tooltip": {"mode": "single", "yHistogram": False},
+        # "show" is Grafana 10's switch, "mode" Grafana 11's.
+        "tooltip": {"show": True, "mode": "single", "yHistogram": False},
         "showValue": "never",
     },
     "table": {"showHeader": True, "cellHeight": "sm"},
