@@ -90,6 +90,15 @@ def _scaling() -> list[Panel | Row]:
             custom=STACKED_BARS,
         ),
         Panel(
+            "Errors by reason",
+            "timeseries",
+            (_increase("errors_total", "reason"),),
+            "Reconciles that failed, by reason: forbidden (RBAC), kube_unavailable (the "
+            "API server did not answer or the target is missing), metrics_unavailable, "
+            "internal; event: an Event could not be recorded (the decision stands).",
+            custom=STACKED_BARS,
+        ),
+        Panel(
             "Metrics healthy",
             "timeseries",
             (Query(f"{_metric('metrics_healthy')}{{{TARGET}}}", "{{target}}"),),
