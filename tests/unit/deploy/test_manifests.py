@@ -228,7 +228,9 @@ def test_plain_prometheus_config_passes_promtool(rendered, tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 32 rules found" in result.stdout
+    count = sum(len(g["rules"]) for g in yaml.safe_load(data["gpuscale-rules.yml"])["groups"])
+    assert count > 0
+    assert f"SUCCESS: {count} rules found" in result.stdout
 
 
 def test_plain_prometheus_scrapes_the_annotated_port():
