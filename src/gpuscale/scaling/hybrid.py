@@ -42,6 +42,7 @@ from gpuscale.errors import require
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import health
 from gpuscale.scaling.demand import recent_view, smooth
+from gpuscale.scaling.forecast import require_seasonal_model
 from gpuscale.scaling.health import HealthConfig
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series, State
 from gpuscale.scaling.predictive import (
@@ -413,6 +414,7 @@ class HybridPolicy:
     def __init__(self, config: HybridConfig | None = None, name: str = "hybrid") -> None:
         self.config = config or HybridConfig()
         self.name = name
+        require_seasonal_model(name)
         self.interval_s = self.config.interval_s
         self.history_s = self.config.history_s
         self.signal_path = PROMETHEUS_QUERY

@@ -420,6 +420,7 @@ class PredictivePolicy:
     def __init__(self, config: PredictiveConfig | None = None, name: str = "predictive") -> None:
         self.config = config or PredictiveConfig()
         self.name = name
+        fc.require_seasonal_model(name)
         self.interval_s = self.config.interval_s
         self.history_s = self.config.history_s
         self.signal_path = PROMETHEUS_QUERY
