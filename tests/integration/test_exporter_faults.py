@@ -218,6 +218,27 @@ def test_missing_gpu_driver_exits_1_with_one_line_and_a_hint(source, message):
     assert not _listening(port)
 
 
+def test_the_default_source_on_a_machine_without_gpus_exits_1_and_serves_nothing():
+    from gpuscale.errors import SourceUnavailableError
+    from gpuscale.telemetry.amd import AmdSource
+    from gpuscale.telemetry.nvml import NvmlSource
+
+    for backend in (NvmlSource, AmdSource):
+        try:
+            backend().close()
+        except SourceUnavailableError:
+            continue
+        pytest.skip(f"this machine has a working {backend.__name__}")
+    port = free_port()
+    result = _run_cli("exporter", "--address", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gpuscale: error: --source auto: no GPUs found (nvml: ")
+    assert line.endswith("or serve simulated GPUs with --source sim")
+    assert result.stdout == ""
+    assert not _listening(port)
+
+
 def test_sim_only_options_with_a_real_source_exit_2_even_at_their_default_values():
     result = _run_cli("exporter", "--source", "nvml", "--gpus", "8", "--fault", "xid:79:gpu=0")
     assert result.returncode == 2

@@ -158,7 +158,9 @@ def test_range_error_says_what_the_range_is(capsys):
 
 
 def test_config_errors_from_a_command_stay_one_line_with_exit_2(capsys):
-    code, out, err = run_main(capsys, "exporter", "--address", "127.0.0.1:0", "--fault", "x@1")
+    code, out, err = run_main(
+        capsys, "exporter", "--source", "sim", "--address", "127.0.0.1:0", "--fault", "x@1"
+    )
     assert code == 2
     assert out == ""
     assert err.splitlines() == [

@@ -6,8 +6,6 @@ may load numpy (their device physics is vectorised); nothing else may.
 """
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 from typer.core import TyperCommand
 
 from gpuscale.cli.commands import SUBCOMMANDS, load_subcommand
+from tests.support.fresh import run_fresh
 from tests.support.servers import free_port
 
 SCIENTIFIC = {"numpy", "scipy", "numba", "llvmlite", "pandas", "statsmodels", "matplotlib"}
@@ -31,9 +30,7 @@ def modules_after(code: str) -> set[str]:
         _os._exit(0)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = run_fresh(script)
     line = next((x for x in done.stdout.splitlines() if x.startswith("MODULES=")), None)
     assert line is not None, done.stderr[-2000:]
     return set(json.loads(line.removeprefix("MODULES=")))
@@ -134,13 +131,7 @@ def test_a_command_without_its_extra_names_the_extra_in_one_line():
         from gpuscale.cli.app import main
         main(["evaluate", "--help"])
     """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_fresh(code)
     assert done.returncode == 1
     assert done.stdout == ""
     lines = done.stderr.splitlines()
