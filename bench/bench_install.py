@@ -48,7 +48,7 @@ def distribution_bytes(site: Path) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for info in site.glob("*.dist-info"):
         record = info / "RECORD"
-        name = info.name.rsplit("-", 1)[0]
+        name = info.name.removesuffix(".dist-info").rsplit("-", 1)[0]  # NAME-VERSION
         total = 0
         if record.exists():
             for row in csv.reader(record.read_text().splitlines()):
@@ -98,10 +98,12 @@ def main() -> None:
         subprocess.run([args.python, "-m", "venv", str(env_dir)], check=True)
         py = env_dir / "bin" / "python"
         started = time.monotonic()
-        subprocess.run(
+        pip = subprocess.run(
             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", target],
-            check=True,
-        )
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if pip.returncode != 0:
+            sys.exit(f"pip install {target} failed:\n{pip.stderr[-3000:]}")
         install_s = time.monotonic() - started
         site = Path(
             subprocess.run(
