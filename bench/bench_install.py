@@ -3,7 +3,8 @@
 A fresh virtual environment is made with ``--python`` (default: Debian's own
 ``/usr/bin/python3``), the project is installed into it without extras, and then:
 ``gpuscale exporter --source sim`` must answer ``/metrics`` with GPU series and
-``gpuscale autoscale --help`` must succeed. The size is ``site-packages`` as
+``gpuscale autoscale --help`` must succeed (``gpuscale evaluate --help``'s answer, one
+line naming the ``sim`` extra, is recorded too). The size is ``site-packages`` as
 installed (bytecode included, as pip compiles it), less pip and setuptools, which
 every environment has; the breakdown sums each distribution's files from its
 ``RECORD``. ``--extra sim`` (repeatable) measures an install with extras instead.
@@ -120,6 +121,10 @@ def main() -> None:
             [str(env_dir / "bin" / "gpuscale"), "autoscale", "--help"],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
+        evaluate = subprocess.run(
+            [str(env_dir / "bin" / "gpuscale"), "evaluate", "--help"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
         python_version = subprocess.run(
             [str(py), "--version"], capture_output=True, text=True, check=True
         ).stdout.strip()
@@ -133,6 +138,7 @@ def main() -> None:
     print(f"{python_version}, pip install {what}")
     print(f"site-packages less pip and setuptools: {mb:.1f} MB (target {TARGET_MB:g} MB)")
     print(f"exporter --source sim served {gpus} GPUs; autoscale --help exit {autoscale.returncode}")
+    print(f"evaluate --help exit {evaluate.returncode}: {evaluate.stderr.strip()}")
     for name, size in breakdown.items():
         print(f"  {name:32} {size:7.1f} MB")
     if args.no_write:
@@ -148,6 +154,8 @@ def main() -> None:
         "install_s": round(install_s, 1),
         "exporter_sim_gpus_served": gpus,
         "autoscale_help_exit": autoscale.returncode,
+        "evaluate_help_exit": evaluate.returncode,
+        "evaluate_help_stderr": evaluate.stderr.strip(),
         "distributions_mb": breakdown,
     }
     RESULTS.write_text(json.dumps(existing, indent=2) + "\n")

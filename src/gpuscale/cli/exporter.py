@@ -24,7 +24,7 @@ from gpuscale.cli import dcgm_unsupported as u
 from gpuscale.cli import exporter_options as o
 from gpuscale.cli.dcgm_flags import DcgmCommand, given, split_list
 from gpuscale.cli.logs import configure_logging
-from gpuscale.cli.sources import open_source
+from gpuscale.cli.sources import SimFleet, open_source
 from gpuscale.errors import ConfigError
 from gpuscale.exporter.collector import PodLookup, SnapshotFamilies
 from gpuscale.exporter.dcgm import LabelStyle
@@ -152,11 +152,7 @@ def exporter(
     hostname = os.environ.get("NODE_NAME") or socket.gethostname()
     gpu_source, source_name = open_source(
         source,
-        gpus,
-        gpu_models,
-        load,
-        seed,
-        fault or [],
+        SimFleet(gpus, gpu_models, load, seed, tuple(fault or [])),
         hostname,
         amd_metrics_config,
         enable_slurm_scl,

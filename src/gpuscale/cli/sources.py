@@ -9,6 +9,7 @@ only under ``--source sim``, and every exporter says which it serves
 """
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscale.cli import amd_options as amd
@@ -19,13 +20,28 @@ from gpuscale.telemetry.base import GpuSource
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class SimFleet:
+    """The simulated fleet ``--source sim`` serves.
+
+    Attributes:
+        gpus: How many GPUs.
+        models: Comma-separated models, cycled over the GPUs.
+        load: Load spec (``constant:0.7``, ``sine[...]``, ``trace:FILE``).
+        seed: Seed of the fleet.
+        faults: Fault specs (``KIND@SECONDS:gpu=N...``).
+    """
+
+    gpus: int = 8
+    models: str = "H100"
+    load: str = "sine"
+    seed: int = 0
+    faults: tuple[str, ...] = ()
+
+
 def open_source(
     source: SourceName,
-    gpus: int,
-    models: str,
-    load: str,
-    seed: int,
-    faults: list[str],
+    fleet: SimFleet,
     hostname: str,
     amd_config: Path | None = None,
     slurm: bool = True,
@@ -34,11 +50,7 @@ def open_source(
 
     Args:
         source: ``auto``, ``nvml``, ``amd`` or ``sim``.
-        gpus: Simulated GPUs (sim only).
-        models: Comma-separated simulated models (sim only).
-        load: Simulated load spec (sim only).
-        seed: Seed of the simulated fleet.
-        faults: Fault specs for simulated GPUs.
+        fleet: What to simulate (sim only).
         hostname: The host label's value.
         amd_config: AMD device-metrics-exporter config.json, for AMD GPUs.
         slurm: Label AMD series with Slurm jobs.
@@ -51,7 +63,7 @@ def open_source(
         SourceUnavailableError: The named backend cannot start, or ``auto`` found no GPUs.
     """
     if source is SourceName.sim:
-        return _open_sim(gpus, models, load, seed, faults, hostname, amd_config, slurm), source
+        return _open_sim(fleet, hostname, amd_config, slurm), source
     if source is SourceName.nvml:
         return _open_nvml(hostname, amd_config, slurm), source
     if source is SourceName.amd:
@@ -99,30 +111,21 @@ def _open_real(hostname: str, amd_config: Path | None, slurm: bool) -> tuple[Gpu
     )
 
 
-def _open_sim(
-    gpus: int,
-    models: str,
-    load: str,
-    seed: int,
-    faults: list[str],
-    hostname: str,
-    amd_config: Path | None,
-    slurm: bool,
-) -> GpuSource:
+def _open_sim(fleet: SimFleet, hostname: str, amd_config: Path | None, slurm: bool) -> GpuSource:
     """Simulated GPUs; AMD models are served under device-metrics-exporter's names."""
     from gpuscale.telemetry.faults import parse_fault
     from gpuscale.telemetry.loads import parse_load_spec
     from gpuscale.telemetry.physics import gpu_model
     from gpuscale.telemetry.sim import SimSource
 
-    names = tuple(m.strip() for m in models.split(",") if m.strip())
+    names = tuple(m.strip() for m in fleet.models.split(",") if m.strip())
     for name in names:
         gpu_model(name)  # validates before anything starts
-    fault_specs = [parse_fault(f, "exporter") for f in faults]
+    fault_specs = [parse_fault(f, "exporter") for f in fleet.faults]
     vendors = {gpu_model(name).vendor for name in names}
     if len(vendors) > 1:
         raise ConfigError(
-            f"--gpu-models {models!r}: mixes NVIDIA and AMD models, which a node does not;"
+            f"--gpu-models {fleet.models!r}: mixes NVIDIA and AMD models, which a node does not;"
             " simulate one vendor per exporter"
         )
     config = None
@@ -131,10 +134,10 @@ def _open_sim(
     else:
         amd.refuse_for_nvidia(amd_config, not slurm)
     sim = SimSource(
-        gpus,
+        fleet.gpus,
         names,
-        load=parse_load_spec(load, seed),
-        seed=seed,
+        load=parse_load_spec(fleet.load, fleet.seed),
+        seed=fleet.seed,
         faults=fault_specs,
         hostname=hostname,
     )

@@ -139,7 +139,7 @@ def up(
     ] = None,
 ) -> None:
     """Run the exporter, evaluate the alert rules in process and serve their alerts."""
-    from gpuscale.cli.sources import open_source
+    from gpuscale.cli.sources import SimFleet, open_source
 
     if source is not o.SourceName.sim and fault:
         raise ConfigError("--fault only applies to --source sim: remove it")
@@ -152,9 +152,8 @@ def up(
         raise ConfigError(str(exc).replace("--address", "--api-address", 1)) from None
     groups = build_catalogue(load_config(config))
     hostname = socket.gethostname()
-    gpu_source, source_name = open_source(
-        source, gpus, gpu_models, load, seed, fault or [], hostname
-    )
+    fleet = SimFleet(gpus, gpu_models, load, seed, tuple(fault or []))
+    gpu_source, source_name = open_source(source, fleet, hostname)
     sampler = Sampler(
         gpu_source,
         SnapshotFamilies(_counters(groups)),

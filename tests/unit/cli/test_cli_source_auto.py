@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpuscale.cli.exporter_options import SourceName
-from gpuscale.cli.sources import open_source
+from gpuscale.cli.sources import SimFleet, open_source
 from gpuscale.errors import ConfigError, SourceUnavailableError
 from tests.support.fresh import run_fresh
 from tests.support.nvml import fake_amdsmi, fake_pynvml
@@ -22,7 +22,7 @@ def no_host_slurm(monkeypatch, tmp_path):
 
 
 def open_auto(amd_config=None):
-    return open_source(SourceName.auto, 8, "H100", "sine", 0, [], "node-1", amd_config)
+    return open_source(SourceName.auto, SimFleet(), "node-1", amd_config)
 
 
 def nvidia(monkeypatch, gpus, init_error=None):
