@@ -2,7 +2,9 @@
 
 ``gpuscale exporter --source sim --gpus 8`` is started as its own process; the time
 from ``Popen`` to the first 200 answer of ``/metrics`` is measured, and the process's
-resident memory (``VmRSS`` in ``/proc/PID/status``) is read right after that answer.
+resident memory (``VmRSS`` in ``/proc/PID/status``) and the CPU seconds it has used
+(``/proc/PID/stat``: on a shared machine the wall time stretches, the CPU time much
+less) are read right after that answer.
 The baseline, measured in the same run and interleaved with it, is the smallest
 exporter there is: a bare ``prometheus_client.start_http_server`` process serving its
 default registry. ``gpuscale --help`` is timed in CPU seconds (user + system of the
@@ -29,6 +31,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results.json"
+TICKS = os.sysconf("SC_CLK_TCK")
 TARGET_RSS_MB = 60.0
 TARGET_FIRST_SCRAPE_S = 1.0
 BASELINE_SERVER = (
@@ -51,6 +54,11 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def _env(src: str | None) -> dict[str, str]:
@@ -81,6 +89,7 @@ def start_once(kind: str, src: str | None) -> dict[str, float]:
                     return {
                         "first_scrape_s": time.perf_counter() - started,
                         "rss_mb": _rss_mb(proc.pid),
+                        "cpu_s": _cpu_s(proc.pid),
                     }
             except httpx.HTTPError:
                 pass
@@ -141,6 +150,7 @@ def main() -> None:
         name: {
             "first_scrape_s_median": _median(samples, "first_scrape_s"),
             "rss_mb_median": _median(samples, "rss_mb"),
+            "cpu_to_first_scrape_s_median": _median(samples, "cpu_s"),
             "samples": samples,
         }
         for name, samples in starts.items()
@@ -162,9 +172,14 @@ def main() -> None:
     }
 
     print(f"1-minute load average: {load['before']:.2f} before, {load['after']:.2f} after")
-    print(f"{'exporter --source sim --gpus 8':34} {'first /metrics s':>16} {'RSS MB':>8}")
+    print(
+        f"{'exporter --source sim --gpus 8':34} {'first /metrics s':>16} {'RSS MB':>8} {'CPU s':>7}"
+    )
     for name, r in start_results.items():
-        print(f"{name:34} {r['first_scrape_s_median']:16.3f} {r['rss_mb_median']:8.1f}")
+        print(
+            f"{name:34} {r['first_scrape_s_median']:16.3f} {r['rss_mb_median']:8.1f}"
+            f" {r['cpu_to_first_scrape_s_median']:7.2f}"
+        )
     for name, r in help_results.items():
         print(f"{name:34} CPU {r['cpu_s_median']:.3f} s")
     print(
