@@ -7,6 +7,8 @@ a command that reaches one of those without its extra ends with one line saying
 which extra to install, never a traceback.
 """
 
+import importlib.util
+
 from gpuscale.errors import PermanentError
 
 EXTRA_OF_LIBRARY = {
@@ -46,3 +48,22 @@ def missing_extra(exc: ModuleNotFoundError, needed_by: str) -> MissingExtraError
         f"{needed_by} needs {library}, which is not installed:"
         f" install the {extra!r} extra with pip install 'gpuscale[{extra}]'"
     )
+
+
+def require_library(library: str, needed_by: str) -> None:
+    """Fail now, with the one-line error, when ``library`` of an extra is not installed.
+
+    For what imports its library only when it first uses it (a forecasting policy
+    fits its seasonal model after hours of history): checked when it is built.
+
+    Args:
+        library: A top-level import name of ``EXTRA_OF_LIBRARY``.
+        needed_by: What needs it, e.g. ``the predictive policy``.
+
+    Raises:
+        MissingExtraError: It is not installed.
+    """
+    if importlib.util.find_spec(library) is None:
+        error = missing_extra(ModuleNotFoundError(name=library), needed_by)
+        if error is not None:
+            raise error

@@ -35,7 +35,6 @@ upper bound is the ``quantile`` of a normal error with the deviation of
 those scored errors at the forecast level, widened with the horizon.
 """
 
-import importlib.util
 import logging
 import math
 import warnings
@@ -45,7 +44,6 @@ from statistics import NormalDist
 from typing import Any, Literal
 
 from gpuscale.errors import require
-from gpuscale.extras import missing_extra
 from gpuscale.scaling.linefit import fit_line
 from gpuscale.scaling.policy import Series
 
@@ -245,24 +243,6 @@ def refit_due(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> bool
         return False
     fit = state.get("fit")
     return not fit or now - float(fit["at"]) >= cfg.refit_s
-
-
-def require_seasonal_model(policy: str) -> None:
-    """Fail when the policy is built, not at its first refit, if statsmodels is missing.
-
-    The seasonal model is fitted with statsmodels, which the ``forecast`` extra
-    installs; a policy that forecasts checks for it before its first decision.
-
-    Args:
-        policy: The policy's name, for the message.
-
-    Raises:
-        MissingExtraError: statsmodels is not installed.
-    """
-    if importlib.util.find_spec("statsmodels") is None:
-        error = missing_extra(ModuleNotFoundError(name="statsmodels"), f"the {policy} policy")
-        if error is not None:
-            raise error
 
 
 def refit(state: Mapping[str, Any], now: float, cfg: ForecastConfig) -> dict[str, Any]:

@@ -39,10 +39,10 @@ from types import MappingProxyType
 from typing import Any
 
 from gpuscale.errors import require
+from gpuscale.extras import require_library
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import health
 from gpuscale.scaling.demand import recent_view, smooth
-from gpuscale.scaling.forecast import require_seasonal_model
 from gpuscale.scaling.health import HealthConfig
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series, State
 from gpuscale.scaling.predictive import (
@@ -414,7 +414,7 @@ class HybridPolicy:
     def __init__(self, config: HybridConfig | None = None, name: str = "hybrid") -> None:
         self.config = config or HybridConfig()
         self.name = name
-        require_seasonal_model(name)
+        require_library("statsmodels", f"the {name} policy")  # its seasonal model
         self.interval_s = self.config.interval_s
         self.history_s = self.config.history_s
         self.signal_path = PROMETHEUS_QUERY

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import pdtr
 
-from gpuscale.scaling.health import poisson_cdf
+from gpuscale.scaling.poisson import poisson_cdf
 
 
 @given(
