@@ -39,7 +39,17 @@ class ConfigError(PermanentError):
 
 
 class SourceUnavailableError(PermanentError):
-    """A telemetry backend (NVML, amdsmi) cannot start on this machine. Exit status 1."""
+    """A telemetry backend (NVML, amdsmi) cannot start on this machine. Exit status 1.
+
+    Args:
+        message: The whole line: what failed, why, and what to do.
+        reason: Why alone, for a message that names several backends
+            (default: ``message``).
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 def config_error(where: str, problem: str, fix: str) -> ConfigError:

@@ -62,8 +62,12 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def _start(tmp: Path, args: list[str], env: dict[str, str]) -> Process:
+    # This machine has no GPUs, and the exporter's default (auto) refuses to start
+    # without them: the drop-in is exercised on simulated GPUs, the one flag added.
     return Process(
-        [*gpuscale_cmd(), "exporter", *args], tmp / f"exporter-{time.monotonic_ns()}.log", env
+        [*gpuscale_cmd(), "exporter", "--source", "sim", *args],
+        tmp / f"exporter-{time.monotonic_ns()}.log",
+        env,
     )
 
 
@@ -352,7 +356,7 @@ os.execv(sys.executable, [sys.executable, "-m", "gpuscale", "exporter", *sys.arg
 
 def test_web_systemd_socket_serves_on_the_socket_systemd_passes(tmp_path):
     port_file = tmp_path / "port"
-    args = [str(port_file), "--web-systemd-socket", "--gpus", "2"]
+    args = [str(port_file), "--web-systemd-socket", "--source", "sim", "--gpus", "2"]
     proc = Process([sys.executable, "-c", _SOCKET_UNIT, *args], tmp_path / "unit.log", _clean_env())
     try:
         deadline = time.monotonic() + 10

@@ -1,11 +1,13 @@
 """Faults against the exporter process: lost GPU, bad config files, TLS, auth and load."""
 
 import base64
+import os
 import socket
 import ssl
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import bcrypt
 import httpx
@@ -15,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuscale.fields import DEFAULT_COUNTERS_CSV
 from tests.support.certs import self_signed
 from tests.support.exposition import parse
-from tests.support.servers import free_port, gpuscale_cmd, start_exporter, wait_http
+from tests.support.servers import Process, free_port, gpuscale_cmd, start_exporter, wait_http
 
 
 def _trust(cert) -> ssl.SSLContext:
@@ -216,6 +218,58 @@ def test_missing_gpu_driver_exits_1_with_one_line_and_a_hint(source, message):
     assert lines[0].endswith(message)
     assert result.stdout == ""
     assert not _listening(port)
+
+
+def test_the_default_source_on_a_machine_without_gpus_exits_1_and_serves_nothing():
+    from gpuscale.errors import SourceUnavailableError
+    from gpuscale.telemetry.amd import AmdSource
+    from gpuscale.telemetry.nvml import NvmlSource
+
+    for backend in (NvmlSource, AmdSource):
+        try:
+            backend().close()
+        except SourceUnavailableError:
+            continue
+        pytest.skip(f"this machine has a working {backend.__name__}")
+    port = free_port()
+    result = _run_cli("exporter", "--address", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("gpuscale: error: --source auto: no GPUs found (nvml: ")
+    assert line.endswith("or serve simulated GPUs with --source sim")
+    assert result.stdout == ""
+    assert not _listening(port)
+
+
+def test_the_default_source_on_an_amd_node_serves_its_gpus_and_says_amd(tmp_path):
+    from gpuscale.errors import SourceUnavailableError
+    from gpuscale.telemetry.nvml import NvmlSource
+
+    try:
+        NvmlSource().close()
+    except SourceUnavailableError:
+        pass
+    else:
+        pytest.skip("this machine has a working NVIDIA driver, which auto would choose first")
+    site = Path(__file__).resolve().parents[1] / "fakes" / "amdsmi_site"  # amdsmi, faked
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+        "FAKE_AMDSMI_FLEET": "mi300x:3",
+        "GPUSCALE_SLURM_JOB_DIR": str(tmp_path / "slurm"),
+    }
+    env.pop("GPUSCALE_SOURCE", None)
+    port = free_port()
+    proc = Process(
+        [*gpuscale_cmd(), "exporter", "--address", f"127.0.0.1:{port}"], tmp_path / "log", env
+    )
+    try:
+        body = wait_http(f"http://127.0.0.1:{port}/metrics", 20).text
+    finally:
+        proc.stop()
+    named = {s.name: s for f in text_string_to_metric_families(body) for s in f.samples}
+    assert named["gpuscale_exporter_info"].labels["source"] == "amd"
+    assert named["gpu_nodes_total"].value == 3.0  # AMD's exporter counts the node's GPUs
 
 
 def test_sim_only_options_with_a_real_source_exit_2_even_at_their_default_values():

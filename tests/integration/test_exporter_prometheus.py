@@ -76,7 +76,7 @@ def test_faults_from_gpuscale_faults_reach_prometheus(prometheus_bin, tmp_path):
     # DCGM_EXP_XID_ERRORS_COUNT is served only when the counters file lists it, as upstream.
     counters = tmp_path / "counters.csv"
     counters.write_text(DEFAULT_COUNTERS_CSV + "DCGM_EXP_XID_ERRORS_COUNT, counter, XIDs\n")
-    args = ["--address", f"127.0.0.1:{port}", "--gpus", "4", "-f", str(counters)]
+    args = ["--address", f"127.0.0.1:{port}", "--source", "sim", "--gpus", "4", "-f", str(counters)]
     exporter = Process(
         [*gpuscale_cmd(), "exporter", *args],
         tmp_path / "exporter.log",

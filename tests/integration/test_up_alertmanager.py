@@ -107,6 +107,10 @@ def test_embedded_up_sends_a_lost_gpu_to_alertmanager_and_serves_it(tmp_path):
         stops.append(proc.stop)
         lost_at = _wait_lost(port, proc)
         _check_alert(hook, lost_at, BOUND_S, am)
+        # up's default is the simulator, and its series say so.
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        (info,) = [ln for ln in metrics.splitlines() if ln.startswith("gpuscale_exporter_info{")]
+        assert 'source="sim"' in info
         body = httpx.get(f"http://127.0.0.1:{api}/api/v1/alerts", timeout=5).json()
         assert body["status"] == "success"
         (firing,) = [a for a in body["data"]["alerts"] if a["state"] == "firing"]

@@ -6,28 +6,31 @@ That holds for mistakes Click finds while parsing (a bad value, an unknown
 option, a missing value) as much as for the ``ConfigError``s the commands raise:
 ``main`` turns Click's usage errors into the same ``where: problem; fix`` line,
 naming the flag when the value came from the command line and the environment
-variable when it came from there.
+variable when it came from there. A library of an optional extra that is not
+installed ends the command the same way, naming the extra (``gpuscale.extras``).
 
-Help is Click's plain layout (``rich_markup_mode=None``): it wraps help text but
-never cuts an option name, on any terminal width or through a pipe, and shows a
-boolean flag as ``-k, --kubernetes``.
+Help is Click's plain layout (``rich_markup_mode=None``, ``gpuscale.cli.helpformat``):
+it wraps help text but never cuts an option name, on any terminal width or through
+a pipe, and shows a boolean flag as ``-k, --kubernetes``. Subcommands are imported
+only when they run or show their help (``gpuscale.cli.commands``).
 """
 
-import functools
 import logging
 import os
 import shlex
 import sys
-import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from typer.main import get_command
 
+from gpuscale.cli.commands import SUBCOMMANDS, LazyGroup
+from gpuscale.cli.helpformat import plain_help
 from gpuscale.cli.logs import configure_logging
 from gpuscale.errors import ConfigError, GpuscaleError, config_error
+from gpuscale.extras import missing_extra
 
 app = typer.Typer(
     name="gpuscale",
@@ -36,6 +39,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    cls=LazyGroup,
 )
 
 logger = logging.getLogger(__name__)
@@ -92,86 +96,6 @@ def _apply_renamed_env(subcommand: str | None) -> None:
             )
 
 
-@functools.cache
-def _register_subcommands() -> None:
-    """Add every subcommand to ``app``, once per process."""
-    from gpuscale.cli import autoscale, evaluate, exporter, fields, rules, up
-
-    exporter.register(app)
-    fields.register(app)
-    evaluate.register(app)
-    autoscale.register(app)
-    rules.register(app)
-    up.register(app)
-
-
-def _wrap(text: str, width: int, indent: str = "") -> list[str]:
-    """Wrap paragraphs at spaces only: a hyphenated name or example stays whole."""
-    lines: list[str] = []
-    for paragraph in text.split("\n\n"):
-        if lines:
-            lines.append("")
-        lines += textwrap.wrap(
-            " ".join(paragraph.split()),
-            max(width, 10),
-            initial_indent=indent,
-            subsequent_indent=indent,
-            break_on_hyphens=False,
-            break_long_words=False,
-        )
-    return lines
-
-
-class _WrapAtSpaces:
-    """Click's help layout, except that text never breaks at a hyphen.
-
-    Click's wrapper breaks ``gpu-lost@600`` after ``gpu-``; this one keeps names,
-    flags and examples whole. Mixed in before Click's ``HelpFormatter``.
-    """
-
-    width: int
-    current_indent: int
-    write: Callable[[str], None]
-
-    def write_text(self, text: str) -> None:
-        """Write ``text`` indented and wrapped, paragraphs kept."""
-        lines = _wrap(text, self.width, " " * self.current_indent)
-        self.write("\n".join(lines) + "\n")
-
-    def write_dl(
-        self, rows: Sequence[tuple[str, str]], col_max: int = 30, col_spacing: int = 2
-    ) -> None:
-        """Write option (or command) names and their help, as Click lays them out."""
-        rows = list(rows)
-        first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
-        pad = " " * (first_col + self.current_indent)
-        for first, second in rows:
-            self.write(" " * self.current_indent + first)
-            if not second:
-                self.write("\n")
-                continue
-            if len(first) <= first_col - col_spacing:
-                self.write(" " * (first_col - len(first)))
-            else:
-                self.write("\n" + pad)
-            lines = _wrap(second, self.width - first_col - 2) or [""]
-            self.write(lines[0] + "\n")
-            for line in lines[1:]:
-                self.write((pad + line if line else "") + "\n")
-
-
-def _plain_help(command: Any) -> None:  # noqa: ANN401 - a Click command of Typer's bundled click
-    """Lay out help with ``_WrapAtSpaces`` and print rich's escaped bracket as ``[``."""
-    context_class = command.context_class
-    formatter = type("PlainFormatter", (_WrapAtSpaces, context_class.formatter_class), {})
-    command.context_class = type("PlainContext", (context_class,), {"formatter_class": formatter})
-    for param in command.params:
-        if isinstance(param.help, str):
-            param.help = param.help.replace("\\[", "[")
-    for sub in getattr(command, "commands", {}).values():
-        _plain_help(sub)
-
-
 def _sentence(message: str) -> str:
     """Click's message as a clause: no ``Value error,`` prefix, lower-case, no full stop."""
     text = message.strip().removeprefix("Value error, ").rstrip(".")
@@ -217,8 +141,7 @@ def _where(exc: Exception, argv: Sequence[str]) -> str:
 
 def _command_path(argv: Sequence[str]) -> str:
     """``gpuscale SUBCOMMAND`` for the first subcommand named in ``argv``, else ``gpuscale``."""
-    names = {info.name for info in app.registered_commands}
-    return next((f"{PROG} {arg}" for arg in argv if arg in names), PROG)
+    return next((f"{PROG} {arg}" for arg in argv if arg in SUBCOMMANDS), PROG)
 
 
 def usage_error(exc: Exception, argv: Sequence[str]) -> ConfigError:
@@ -257,9 +180,8 @@ def main(args: Sequence[str] | None = None) -> None:
         args: The command line after the program name (default: ``sys.argv[1:]``).
     """
     argv = list(sys.argv[1:] if args is None else args)
-    _register_subcommands()
     command = get_command(app)
-    _plain_help(command)
+    plain_help(command)
     try:
         try:
             code = command.main(argv, prog_name=PROG, standalone_mode=False)
@@ -272,6 +194,13 @@ def main(args: Sequence[str] | None = None) -> None:
                 sys.exit(USAGE_EXIT)
             if getattr(exc, "exit_code", None) == USAGE_EXIT and hasattr(exc, "ctx"):
                 raise usage_error(exc, argv) from None
+            extra = (
+                missing_extra(exc, _command_path(argv))
+                if isinstance(exc, ModuleNotFoundError)
+                else None
+            )
+            if extra is not None:
+                raise extra from None
             raise
     except GpuscaleError as exc:
         typer.echo(f"{PROG}: error: {exc}", err=True)

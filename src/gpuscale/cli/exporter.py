@@ -24,6 +24,7 @@ from gpuscale.cli import dcgm_unsupported as u
 from gpuscale.cli import exporter_options as o
 from gpuscale.cli.dcgm_flags import DcgmCommand, given, split_list
 from gpuscale.cli.logs import configure_logging
+from gpuscale.cli.sources import SimFleet, open_source
 from gpuscale.errors import ConfigError
 from gpuscale.exporter.collector import PodLookup, SnapshotFamilies
 from gpuscale.exporter.dcgm import LabelStyle
@@ -32,62 +33,11 @@ from gpuscale.exporter.sampler import Sampler
 from gpuscale.exporter.server import ExporterServer, parse_address, systemd_listen_fd
 from gpuscale.fields.counters import Counter, default_counters, parse_counters, read_counters
 from gpuscale.fields.resources import GPU_RESOURCES
-from gpuscale.telemetry.base import GpuSource
 
 if TYPE_CHECKING:
     from gpuscale.exporter.podmeta import PodMetadata
 
 logger = logging.getLogger(__name__)
-
-
-def _open_source(
-    source: o.SourceName,
-    gpus: int,
-    models: str,
-    load: str,
-    seed: int,
-    faults: list[str],
-    hostname: str,
-    amd_config: Path | None = None,
-    slurm: bool = True,
-) -> GpuSource:
-    if source is o.SourceName.sim:
-        from gpuscale.telemetry.faults import parse_fault
-        from gpuscale.telemetry.loads import parse_load_spec
-        from gpuscale.telemetry.physics import gpu_model
-        from gpuscale.telemetry.sim import SimSource
-
-        names = tuple(m.strip() for m in models.split(",") if m.strip())
-        for name in names:
-            gpu_model(name)  # validates before anything starts
-        fault_specs = [parse_fault(f, "exporter") for f in faults]
-        vendors = {gpu_model(name).vendor for name in names}
-        if len(vendors) > 1:
-            raise ConfigError(
-                f"--gpu-models {models!r}: mixes NVIDIA and AMD models, which a node does not;"
-                " simulate one vendor per exporter"
-            )
-        # AMD models are served under device-metrics-exporter's names, with its options.
-        config = None
-        if vendors == {"amd"}:
-            config = amd.amd_config(amd_config, hostname, default=False)
-        else:
-            amd.refuse_for_nvidia(amd_config, not slurm)
-        sim = SimSource(
-            gpus,
-            names,
-            load=parse_load_spec(load, seed),
-            seed=seed,
-            faults=fault_specs,
-            hostname=hostname,
-        )
-        return amd.open_amd_sim(sim, config, slurm) if vendors == {"amd"} else sim
-    if source is o.SourceName.nvml:
-        from gpuscale.telemetry.nvml import NvmlSource
-
-        amd.refuse_for_nvidia(amd_config, not slurm)
-        return NvmlSource(hostname=hostname)
-    return amd.open_amd(amd_config, slurm, hostname)
 
 
 _WATCH_S = 2.0  # how often the counters file is checked for changes
@@ -100,6 +50,8 @@ def _reject_sim_only_options(ctx: typer.Context, source: o.SourceName) -> None:
     if source is o.SourceName.sim:
         return
     flags = [flag for name, flag in _SIM_ONLY.items() if given(ctx, name)]
+    if len(flags) == 1:
+        raise ConfigError(f"{flags[0]} only applies to --source sim: remove it")
     if flags:
         raise ConfigError(f"{', '.join(flags)} only apply to --source sim: remove them")
 
@@ -146,7 +98,7 @@ def exporter(
     web_systemd_socket: o.WebSystemdSocketOpt = False,
     show_version: o.ShowVersionOpt = False,
     # gpuscale's own options.
-    source: o.SourceOpt = o.SourceName.sim,
+    source: o.SourceOpt = o.SourceName.auto,
     hostname_label: o.HostnameLabelOpt = o.HostnameLabel.Hostname,
     collect_timeout: o.CollectTimeoutOpt = None,
     resource_names: o.ResourceNamesOpt = None,
@@ -198,13 +150,9 @@ def exporter(
 
         web = load_web_config(web_config_file)
     hostname = os.environ.get("NODE_NAME") or socket.gethostname()
-    gpu_source = _open_source(
+    gpu_source, source_name = open_source(
         source,
-        gpus,
-        gpu_models,
-        load,
-        seed,
-        fault or [],
+        SimFleet(gpus, gpu_models, load, seed, tuple(fault or [])),
         hostname,
         amd_metrics_config,
         enable_slurm_scl,
@@ -261,6 +209,7 @@ def exporter(
     sampler = Sampler(
         gpu_source,
         families,
+        source_name=source_name.value,
         interval_s=collect_interval / 1000.0,
         timeout_s=None if collect_timeout is None else collect_timeout / 1000.0,
         xid_window_ms=xid_count_window_size,
@@ -276,7 +225,7 @@ def exporter(
     logger.info(
         "serving %d GPUs from %s on %s://%s:%d/metrics",
         len(gpu_source.devices()),
-        source.value,
+        source_name.value,
         scheme,
         host,
         port,

@@ -17,11 +17,12 @@ from gpuscale.cli.dcgm_flags import env
 
 
 class SourceName(StrEnum):
-    """Telemetry backends."""
+    """Telemetry backends: ``auto`` finds the real GPUs, ``sim`` simulates them."""
 
-    sim = "sim"
+    auto = "auto"
     nvml = "nvml"
     amd = "amd"
+    sim = "sim"
 
 
 class GpuIdType(StrEnum):
@@ -280,7 +281,14 @@ ShowVersionOpt = Annotated[
         help="Print the version and the dcgm-exporter release it follows, then exit.",
     ),
 ]
-SourceOpt = Annotated[SourceName, typer.Option(help="Telemetry backend.", envvar="GPUSCALE_SOURCE")]
+SourceOpt = Annotated[
+    SourceName,
+    typer.Option(
+        help="Telemetry backend: auto finds the real GPUs (NVML, then amdsmi) and refuses to"
+        " start without them; nvml or amd names one; sim serves simulated GPUs.",
+        envvar="GPUSCALE_SOURCE",
+    ),
+]
 HostnameLabelOpt = Annotated[
     HostnameLabel,
     typer.Option(

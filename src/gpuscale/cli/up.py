@@ -139,7 +139,7 @@ def up(
     ] = None,
 ) -> None:
     """Run the exporter, evaluate the alert rules in process and serve their alerts."""
-    from gpuscale.cli.exporter import _open_source
+    from gpuscale.cli.sources import SimFleet, open_source
 
     if source is not o.SourceName.sim and fault:
         raise ConfigError("--fault only applies to --source sim: remove it")
@@ -152,8 +152,14 @@ def up(
         raise ConfigError(str(exc).replace("--address", "--api-address", 1)) from None
     groups = build_catalogue(load_config(config))
     hostname = socket.gethostname()
-    gpu_source = _open_source(source, gpus, gpu_models, load, seed, fault or [], hostname)
-    sampler = Sampler(gpu_source, SnapshotFamilies(_counters(groups)), interval_s=1.0)
+    fleet = SimFleet(gpus, gpu_models, load, seed, tuple(fault or []))
+    gpu_source, source_name = open_source(source, fleet, hostname)
+    sampler = Sampler(
+        gpu_source,
+        SnapshotFamilies(_counters(groups)),
+        source_name=source_name.value,
+        interval_s=1.0,
+    )
     sampler.collect_once()
     try:
         server = ExporterServer((host, port), sampler, None)

@@ -18,8 +18,9 @@ from collections import Counter as TallyCounter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
+from gpuscale import __version__
 from gpuscale.errors import TransientError
 from gpuscale.exporter.collector import Rendering, SnapshotCollector, SnapshotFamilies
 from gpuscale.exporter.dcgm import CLOCK_EVENTS, CLOCK_REASONS_FIELD
@@ -97,6 +98,8 @@ class Sampler:
     Args:
         source: The GPU backend.
         families: Builds dcgm-exporter families from a snapshot.
+        source_name: Which backend ``source`` is (``sim``, ``nvml``, ``amd``), served as
+            ``gpuscale_exporter_info{source=...}``.
         interval_s: Seconds between collects (dcgm-exporter's --collect-interval).
         timeout_s: A collect that takes longer is abandoned and counted.
         xid_window_ms: Trailing window of DCGM_EXP_XID_ERRORS_COUNT.
@@ -108,6 +111,7 @@ class Sampler:
         source: GpuSource,
         families: SnapshotFamilies,
         *,
+        source_name: str,
         interval_s: float = 1.0,
         timeout_s: float | None = None,
         xid_window_ms: int = 300_000,
@@ -160,6 +164,12 @@ class Sampler:
             registry=r,
         )
         age.set_function(self._age)
+        # Simulated GPUs must be told from real ones by any dashboard or alert that reads them.
+        Info(
+            "gpuscale_exporter",
+            "The exporter: source is sim for simulated GPUs, nvml or amd for real ones.",
+            registry=r,
+        ).info({"source": source_name, "version": __version__})
         # The GPU families go through a registry of their own, rendered once per collect
         # (with dcgm-exporter's counter names) instead of once per scrape.
         self._rendering: Rendering | None = None

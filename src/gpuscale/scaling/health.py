@@ -36,11 +36,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scipy.special import pdtr
-
 from gpuscale.errors import require
 from gpuscale.fields.xid import WORK_LOST_XIDS
 from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.poisson import poisson_cdf
 from gpuscale.scaling.policy import Observation
 from gpuscale.scaling.state import JsonState
 
@@ -256,5 +255,5 @@ def stragglers(
         for name, r in rates.items()
         if name not in sick
         and r < cfg.straggler_ratio * median
-        and float(pdtr(math.floor(r * elapsed + 1e-9), expected)) < cfg.straggler_p
+        and poisson_cdf(math.floor(r * elapsed + 1e-9), expected) < cfg.straggler_p
     ]

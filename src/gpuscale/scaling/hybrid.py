@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gpuscale.errors import require
+from gpuscale.extras import require_library
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import health
 from gpuscale.scaling.demand import recent_view, smooth
@@ -440,6 +441,7 @@ class HybridPolicy(KeepsState[HybridState]):
     def __init__(self, config: HybridConfig | None = None, name: str = "hybrid") -> None:
         self.config = config or HybridConfig()
         self.name = name
+        require_library("statsmodels", f"the {name} policy")  # its seasonal model
         self.interval_s = self.config.interval_s
         self.history_s = self.config.history_s
         self.signal_path = PROMETHEUS_QUERY

@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from gpuscale.errors import require
+from gpuscale.extras import require_library
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import forecast as fc
 from gpuscale.scaling.baseline import check_bounds, clamp, hold, summed_series
@@ -455,6 +456,7 @@ class PredictivePolicy(KeepsState[PredictiveState]):
     def __init__(self, config: PredictiveConfig | None = None, name: str = "predictive") -> None:
         self.config = config or PredictiveConfig()
         self.name = name
+        require_library("statsmodels", f"the {name} policy")  # its seasonal model
         self.interval_s = self.config.interval_s
         self.history_s = self.config.history_s
         self.signal_path = PROMETHEUS_QUERY

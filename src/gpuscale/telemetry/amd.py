@@ -76,14 +76,15 @@ def _load() -> ModuleType:
     return module
 
 
-def _unavailable(err: BaseException) -> str:
-    """The one-line message for a machine where amdsmi cannot start."""
+def _unavailable(err: BaseException) -> SourceUnavailableError:
+    """The one-line error for a machine where amdsmi cannot start."""
     if isinstance(err, KeyError) and err.args:
         reason = f"{err.args[0]} not found"
     else:
         reason = " ".join(str(err).split()) or type(err).__name__
-    return (
-        f"amdsmi not available ({reason}): install ROCm and the amdsmi package or use --source sim"
+    return SourceUnavailableError(
+        f"amdsmi not available ({reason}): install ROCm and the amdsmi package or use --source sim",
+        reason,
     )
 
 
@@ -153,16 +154,16 @@ class AmdSource:
         try:
             self._amd = library if library is not None else _load()
         except (ImportError, KeyError, OSError) as err:
-            raise SourceUnavailableError(_unavailable(err)) from err
+            raise _unavailable(err) from err
         try:
             self._amd.amdsmi_init(self._amd.AmdSmiInitFlags.INIT_AMD_GPUS)
         except (self._amd.AmdSmiException, OSError) as err:
-            raise SourceUnavailableError(_unavailable(err)) from err
+            raise _unavailable(err) from err
         try:
             self._gpus = self._discover()
         except (DeviceLostError, FieldError) as err:
             self._amd.amdsmi_shut_down()
-            raise SourceUnavailableError(_unavailable(err)) from err
+            raise _unavailable(err) from err
 
     # --- the chokepoint -------------------------------------------------------
     def _call(self, fn: str, *args: object) -> Any:  # noqa: ANN401 - amdsmi answers are untyped

@@ -84,10 +84,12 @@ def _handle_key(handle: object) -> int:
     return int(value) if value is not None else id(handle)
 
 
-def _unavailable(reason: str) -> str:
-    """The one-line message for a machine where NVML cannot start."""
+def _unavailable(reason: str) -> SourceUnavailableError:
+    """The one-line error for a machine where NVML cannot start."""
     reason = " ".join(reason.split()) or "unknown reason"
-    return f"NVML not found ({reason}): install the NVIDIA driver or use --source sim"
+    return SourceUnavailableError(
+        f"NVML not found ({reason}): install the NVIDIA driver or use --source sim", reason
+    )
 
 
 @dataclass(slots=True)
@@ -132,16 +134,16 @@ class NvmlSource:
         try:
             self._nv = library if library is not None else _load()
         except (ImportError, OSError) as err:
-            raise SourceUnavailableError(_unavailable(str(err))) from err
+            raise _unavailable(str(err)) from err
         try:
             self._nv.nvmlInit()
         except (self._nv.NVMLError, OSError) as err:
-            raise SourceUnavailableError(_unavailable(str(err))) from err
+            raise _unavailable(str(err)) from err
         try:
             self._entities = self._discover()
         except (DeviceLostError, FieldError) as err:
             self._nv.nvmlShutdown()
-            raise SourceUnavailableError(_unavailable(str(err))) from err
+            raise _unavailable(str(err)) from err
         self._entities = self._with_p2p(self._entities)
         self._register_xids()
         readers = min(len(self._entities), _MAX_READERS)

@@ -1,16 +1,15 @@
 """``gpuscale rules`` help: every option whole at 80 columns, with its environment variable."""
 
 import pytest
-from typer.main import get_command
 
-from gpuscale.cli.app import _register_subcommands, app, main
+from gpuscale.cli.app import main
+from gpuscale.cli.commands import load_subcommand
 
 
 @pytest.mark.parametrize("sub", ["render", "backtest", "defaults"])
 def test_rules_help_at_80_columns_shows_every_option_whole(capsys, monkeypatch, sub):
     monkeypatch.setenv("COLUMNS", "80")
-    _register_subcommands()
-    command = get_command(app).commands["rules"].commands[sub]
+    command = load_subcommand("rules").commands[sub]
     code = 0
     try:
         main(["rules", sub, "--help"])

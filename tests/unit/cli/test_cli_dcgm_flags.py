@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.main import get_command
 
-from gpuscale.cli.app import _register_subcommands, app, main
+from gpuscale.cli.app import main
+from gpuscale.cli.commands import load_subcommand
 from gpuscale.cli.dcgm_unsupported import REFUSED
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "dcgm-exporter"
@@ -35,8 +35,7 @@ def clean_env(monkeypatch):
 
 
 def exporter_command():
-    _register_subcommands()
-    return get_command(app).commands["exporter"]
+    return load_subcommand("exporter")
 
 
 def params(args: list[str]) -> dict:

@@ -1,5 +1,7 @@
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import gpuscale
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.sampler import Sampler
 from gpuscale.fields import default_counters, parse_counters
@@ -23,6 +25,7 @@ def _sampler(source, clock, **kw):
     kw.setdefault(
         "timeout_s", 10.0
     )  # real time: a healthy collect never hits it, even on a busy box
+    kw.setdefault("source_name", "sim")
     return Sampler(source, SnapshotFamilies(default_counters()), monotonic=clock, **kw)
 
 
@@ -34,6 +37,19 @@ def test_publishes_snapshot_and_health_ok(source, clock):
     assert sorted(_named(body, "DCGM_FI_DEV_GPU_UTIL")) == [50.0, 51.0]
     assert sampler.health() == (True, "ok")
     assert _named(body, "gpuscale_exporter_collects_total") == [1.0]
+
+
+@pytest.mark.parametrize("name", ["sim", "nvml", "amd"])
+def test_says_which_source_it_serves_and_its_version(source, clock, name):
+    sampler = _sampler(source, clock, source_name=name)
+    for _ in range(2):  # before the first collect, and with GPU series
+        info = {
+            labels: v
+            for (n, labels), v in _values(sampler.exposition()).items()
+            if n == "gpuscale_exporter_info"
+        }
+        assert info == {(("source", name), ("version", gpuscale.__version__)): 1.0}
+        sampler.collect_once()
 
 
 def test_stale_snapshot_is_withdrawn_after_three_intervals(source, clock):
@@ -141,7 +157,7 @@ DCGM_EXP_CLOCK_EVENTS_COUNT, counter, reported clock events
 
 def _exp_sampler(source, clock, **kw):
     families = SnapshotFamilies(parse_counters(EXP_ROWS), clock_window_ms=10_000)
-    return Sampler(source, families, monotonic=clock, timeout_s=10.0, **kw)
+    return Sampler(source, families, source_name="sim", monotonic=clock, timeout_s=10.0, **kw)
 
 
 def _counts(body: bytes, name: str, label: str) -> dict[tuple[str, str | None], float]:

@@ -17,6 +17,7 @@ def served(source, clock):
     sampler = Sampler(
         source,
         SnapshotFamilies(default_counters()),
+        source_name="sim",
         interval_s=1.0,
         timeout_s=10.0,
         monotonic=clock,

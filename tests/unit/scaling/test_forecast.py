@@ -3,12 +3,16 @@
 import dataclasses
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 
 from gpuscale.errors import ConfigError
+from gpuscale.extras import MissingExtraError
 from gpuscale.scaling import forecast as fc
+from gpuscale.scaling.hybrid import HybridPolicy
+from gpuscale.scaling.predictive import PredictivePolicy
 
 STEP_S = 15.0
 """Signal resolution (Prometheus' scrape interval)."""
@@ -298,3 +302,12 @@ def test_a_fit_stored_before_errors_were_scored_still_forecasts_with_its_deviati
     later = fc.ingest(old, ((now + 2 * HOURLY.bucket_s, 50.0),), HOURLY)
     assert later.fit.err is None
     assert later.fit.k > old.fit.k
+
+
+@pytest.mark.parametrize("policy", [PredictivePolicy, HybridPolicy])
+def test_a_forecasting_policy_without_statsmodels_names_the_extra_when_built(monkeypatch, policy):
+    monkeypatch.setitem(sys.modules, "statsmodels", None)  # as if not installed
+    with pytest.raises(
+        MissingExtraError, match=r"needs statsmodels.*pip install 'gpuscale\[forecast\]'"
+    ):
+        policy()
