@@ -12,6 +12,8 @@ CLI can list the choices without loading the simulator.
 """
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 from gpuscale.evaluate.knobs import Knob
 from gpuscale.evaluate.registry import FairInputs as FairInputs
@@ -23,12 +25,13 @@ from gpuscale.evaluate.registry import names as names
 from gpuscale.evaluate.registry import register as register
 from gpuscale.evaluate.registry import unregister as unregister
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling.catalogue import KINDS
+from gpuscale.scaling.catalogue import KINDS, PolicyKind
 from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR, HpaConfig
 from gpuscale.scaling.hybrid import HybridConfig
 from gpuscale.scaling.keda import KedaConfig
 from gpuscale.scaling.kpa import KpaConfig
-from gpuscale.scaling.oracle import OracleConfig
+from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, ScalingPolicy
 from gpuscale.scaling.predictive import PredictiveConfig
 from gpuscale.scaling.static import StaticConfig
 
@@ -112,6 +115,21 @@ def _oracle(f: FairInputs) -> OracleConfig:
         max_replicas=f.max_replicas,
     )
 
+
+def _build_oracle(c: OracleConfig, required: Sequence[int], name: str) -> ScalingPolicy[Any]:
+    return OraclePolicy.from_config(required, c, name)
+
+
+ORACLE = PolicyKind(
+    "oracle",
+    OracleConfig,
+    None,
+    PROMETHEUS_QUERY,
+    "a hindsight plan that knows the demand ahead (the simulator's yardstick)",
+    hindsight=True,
+    make_hindsight=_build_oracle,
+)
+"""The harness's own kind: the oracle plans from the future demand, so no live loop runs it."""
 
 _BOUNDS = ("min_replicas", "max_replicas")
 
@@ -215,7 +233,7 @@ register(
 register(
     PolicySpec(
         "oracle",
-        KINDS["oracle"],
+        ORACLE,
         _oracle,
         (
             "lead_s",

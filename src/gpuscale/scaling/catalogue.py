@@ -7,9 +7,10 @@ evaluation harness (``evaluate.policies`` adds only its fair settings and sweep
 knobs to a kind) and the CLI's choices. A kind declares its signal path, so the
 table of paths in docs/baselines.md is generated from here (``path_table``).
 
-The oracle is a kind too, but a hindsight one: it plans from the future demand,
-so only the simulator can build it (``live`` is False and ``build`` needs the
-requirement).
+A kind may be a hindsight one (``hindsight``: built from the future demand too),
+which only the simulator can run; the evaluation harness defines its oracle so
+(``evaluate.policies``), and the live controller reads ``LIVE_KINDS``. The
+catalogue itself imports no numpy, so the controller loads none.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,6 @@ from gpuscale.scaling.hpa import HpaConfig, HpaPolicy
 from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy
 from gpuscale.scaling.keda import KedaConfig, KedaPolicy
 from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
-from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, QUEUE_PROXY, ScalingPolicy, SignalPath
 from gpuscale.scaling.predictive import PredictiveConfig, PredictivePolicy
 from gpuscale.scaling.static import StaticConfig, StaticPolicy
@@ -99,10 +99,6 @@ def _static(config: StaticConfig, name: str) -> ScalingPolicy[Any]:
     return StaticPolicy.from_config(config, name)
 
 
-def _oracle(config: OracleConfig, required: Sequence[int], name: str) -> ScalingPolicy[Any]:
-    return OraclePolicy.from_config(required, config, name)
-
-
 KINDS: Mapping[str, PolicyKind] = MappingProxyType(
     {
         k.name: k
@@ -143,24 +139,15 @@ KINDS: Mapping[str, PolicyKind] = MappingProxyType(
                 PROMETHEUS_QUERY,
                 "the forecast's plan or the load's need now, whichever is larger, health-aware",
             ),
-            PolicyKind(
-                "oracle",
-                OracleConfig,
-                None,
-                PROMETHEUS_QUERY,
-                "a hindsight plan that knows the demand ahead (simulator only)",
-                hindsight=True,
-                make_hindsight=_oracle,
-            ),
         )
     }
 )
-"""Every policy kind, in the order they are listed and run."""
+"""Every policy a user can run, in the order they are listed and run."""
 
 LIVE_KINDS: Mapping[str, PolicyKind] = MappingProxyType(
     {name: k for name, k in KINDS.items() if k.live}
 )
-"""The kinds a GPUScaler may name."""
+"""The kinds a GPUScaler may name (every catalogue kind is live)."""
 
 
 def get(name: str) -> PolicyKind:

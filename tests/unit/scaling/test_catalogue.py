@@ -12,7 +12,7 @@ from gpuscale.scaling.oracle import OracleConfig
 from gpuscale.scaling.policy import SignalPath
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "baselines.md"
-REQUIRED = {"static": {"replicas": 2}, "keda": {"threshold": 1.0}, "oracle": {"lead_s": 60.0}}
+REQUIRED = {"static": {"replicas": 2}, "keda": {"threshold": 1.0}}
 
 
 @pytest.mark.parametrize("name", list(KINDS))
@@ -26,16 +26,18 @@ def test_each_kind_builds_a_policy_declaring_the_kinds_path(name):
 
 
 def test_the_controller_and_the_harness_read_the_same_catalogue():
-    assert dict(GPUSCALER_KINDS) == dict(LIVE_KINDS)
-    assert "oracle" in KINDS
-    assert "oracle" not in LIVE_KINDS
+    assert dict(GPUSCALER_KINDS) == dict(LIVE_KINDS) == dict(KINDS)
     for name in harness.names():
-        assert harness.get(name).kind is KINDS[harness.get(name).kind.name]
+        kind = harness.get(name).kind
+        assert kind is (harness.ORACLE if name == "oracle" else KINDS[kind.name])
 
 
-def test_a_hindsight_kind_needs_the_requirement():
+def test_the_harness_oracle_is_a_hindsight_kind_that_needs_the_requirement():
+    assert not harness.ORACLE.live
     with pytest.raises(ValueError, match="hindsight"):
-        KINDS["oracle"].build(OracleConfig(lead_s=60.0), "oracle")
+        harness.ORACLE.build(OracleConfig(lead_s=60.0), "oracle")
+    policy = harness.ORACLE.build(OracleConfig(lead_s=60.0), "oracle", [1, 2, 3])
+    assert policy.signal_path == harness.ORACLE.path
 
 
 def test_docs_path_table_is_generated_from_the_declarations():
