@@ -14,7 +14,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from gpuscale.alerts.config import FellOffBus, duration_seconds
+from gpuscale.alerts.alert_settings import FellOffBus
+from gpuscale.alerts.config import duration_seconds
 from tests.support.autoscale import (
     Autoscaler,
     DoubleKubelet,

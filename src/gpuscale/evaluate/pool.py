@@ -46,14 +46,14 @@ FLUSH_TIMEOUT_S = 2.0
 
 @contextlib.contextmanager
 def decisions_at_debug() -> Iterator[None]:
-    """Show the policies' decisions (logged at INFO, as a controller must) only at DEBUG.
+    """Keep the policies' own lines (their reasoning, at DEBUG) out of a sweep's output.
 
     Yields:
         Nothing; the level is restored on exit.
     """
     decisions = logging.getLogger("gpuscale.scaling")
     saved = decisions.level
-    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):  # a run makes thousands
         decisions.setLevel(logging.WARNING)
     try:
         yield

@@ -408,7 +408,7 @@ class HpaPolicy(KeepsState[HpaState]):
         if not observation.healthy or no_data:
             why = "unhealthy" if not observation.healthy else f"no {cfg.metric} sample for any pod"
             decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
-            logger.info("%s: %s", self.name, decision.reason)
+            logger.debug("%s: %s", self.name, decision.reason)
             return decision
         now, recommended = observation.now, None if proposal is None else proposal.replicas
         bounds = {"min_replicas": cfg.min_replicas, "max_replicas": cfg.max_replicas}
@@ -428,5 +428,5 @@ class HpaPolicy(KeepsState[HpaState]):
             f"(ratio {proposal.ratio:.2f}, {proposal.note}); "
         )
         reason = f"{seen}{why} -> {replicas}"
-        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        logger.debug("%s: %d -> %d: %s", self.name, current, replicas, reason)
         return Decision(replicas, reason, new_state)

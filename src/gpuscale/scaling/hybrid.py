@@ -511,7 +511,7 @@ class HybridPolicy(KeepsState[HybridState]):
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up, slots=slots)
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"
-        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        logger.debug("%s: %d -> %d: %s", self.name, current, replicas, reason)
         delete = replace(sick, cfg, state, now)
         done = [n for n in state.replaced if n in sick]
         new_state = HybridState(

@@ -213,7 +213,7 @@ class KedaPolicy(KeepsState[KedaState]):
         self, current: int, replicas: int, reason: str, state: KedaState
     ) -> Decision[KedaState]:
         replicas = clamp(replicas, self.min_replicas, self.max_replicas)
-        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        logger.debug("%s: %d -> %d: %s", self.name, current, replicas, reason)
         return Decision(replicas, reason, state)
 
     def _proposal(self, observation: Observation, value: float) -> Proposal:
@@ -239,13 +239,13 @@ class KedaPolicy(KeepsState[KedaState]):
         st = state if state.created_at is not None else replace(state, created_at=now)
         if not observation.healthy:
             decision = hold(observation, self.min_replicas, self.max_replicas, "unhealthy", st)
-            logger.info("%s: %s", self.name, decision.reason)
+            logger.debug("%s: %s", self.name, decision.reason)
             return decision
         value = summed_latest(observation, self._keys)
         if value is None:
             why = "query returned no data"
             decision = hold(observation, self.min_replicas, self.max_replicas, why, st)
-            logger.info("%s: %s", self.name, decision.reason)
+            logger.debug("%s: %s", self.name, decision.reason)
             return decision
         if due(st.last_poll, cfg.polling_interval_s, now, self.interval_s):
             active = value > cfg.activation_threshold

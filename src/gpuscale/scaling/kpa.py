@@ -263,7 +263,7 @@ class KpaPolicy(KeepsState[KpaState]):
         if points is None:
             why = "unhealthy" if not observation.healthy else "no data"
             decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, st)
-            logger.info("%s: %s", self.name, decision.reason)
+            logger.debug("%s: %s", self.name, decision.reason)
             return decision
         desired, burst, seen, st = self._scale(now, ready_pods, points, st)
         low = cfg.min_replicas
@@ -274,7 +274,7 @@ class KpaPolicy(KeepsState[KpaState]):
         replicas = clamp(want if apply else current, cfg.min_replicas, cfg.max_replicas)
         st = self._update_status(now, want, ready_pods, burst, st)
         reason = f"{seen}, desired {desired}{gate} -> {replicas}"
-        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        logger.debug("%s: %d -> %d: %s", self.name, current, replicas, reason)
         return Decision(replicas, reason, st)
 
     def _scale(

@@ -455,7 +455,7 @@ class OraclePolicy(KeepsState[OracleState]):
             reason += f"; keeping {keep}: needed again within {self.hold_s:g} s"
         if replicas != nominal:
             reason += f"; {replicas} on nodes that hold {nominal - replicas} fewer"
-        logger.info("%s: %d -> %d: %s", self.name, seen, replicas, reason)
+        logger.debug("%s: %d -> %d: %s", self.name, seen, replicas, reason)
         if recent and nominal > desired:
             recent.append((now, float(nominal), now + self.node_lead_s))
         pods = len(observation.target.pods)

@@ -441,7 +441,7 @@ def demand_or_hold(
         return points
     why = "unhealthy" if not observation.healthy else "no demand data"
     decision = hold(observation, cfg.min_replicas, cfg.max_replicas, why, state)
-    logger.info("%s: %s", name, decision.reason)
+    logger.debug("%s: %s", name, decision.reason)
     return decision
 
 
@@ -490,7 +490,7 @@ class PredictivePolicy(KeepsState[PredictiveState]):
         slots = observation.target.node_slots
         replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up, slots=slots)
         reason = f"{why}{agreed}{note} -> {replicas}"
-        logger.info("%s: %d -> %d: %s", self.name, current, replicas, reason)
+        logger.debug("%s: %d -> %d: %s", self.name, current, replicas, reason)
         new_state = PredictiveState(
             forecast, cold, recs, started, last_scale_in(state, now, current, replicas)
         )

@@ -23,9 +23,12 @@ dcgm-exporter's ``pod``/``namespace`` labels:
   those XIDs. The alert carries its own ``for:`` and thresholds, tuned with
   ``gpuscale rules backtest``.
 
-At most one pod per target per sync is deleted, and none when that would leave
-fewer Ready pods than ``minReplicas``: remediation trades a little capacity for
-healthy capacity and must not take a service down to do it. The node is
+At most one pod per target per sync is deleted, and no Ready one when that would
+leave fewer Ready pods than ``minReplicas``: remediation trades a little capacity
+for healthy capacity and must not take a service down to do it. A pod that is
+not Ready (on a GPU that fell off the bus its container crash-loops) serves
+nothing, so deleting it is always allowed: its replacement is the only way back
+to the floor. The node is
 cordoned only with ``cordon: true``. This module finds and chooses; the
 controller acts, records the Event and writes the log line.
 """
@@ -170,7 +173,9 @@ def choose(
     pick = mine[0]
     evidence = "; ".join(f.evidence for f in mine if f.pod == pick.pod)
     pick = Finding(pick.pod, pick.gpu, pick.node, pick.kind, evidence)
-    left = target.ready - (1 if pods[pick.pod].ready else 0)
+    if not pods[pick.pod].ready:
+        return pick, ""  # it serves nothing: deleting it costs no capacity, whatever the floor
+    left = target.ready - 1
     if left < min_replicas:
         return None, (
             f"pod {pick.pod} on GPU {pick.gpu} is unhealthy ({evidence}) but deleting it would "

@@ -83,5 +83,5 @@ class StaticPolicy(KeepsState[StaticState]):
         Returns:
             ``replicas`` every time, and the state unchanged.
         """
-        logger.info("%s: %d -> %d: static", self.name, observation.target.desired, self.replicas)
+        logger.debug("%s: %d -> %d: static", self.name, observation.target.desired, self.replicas)
         return Decision(self.replicas, f"static {self.replicas} replicas", state)

@@ -249,3 +249,17 @@ def test_observer_uses_the_stores_keyed_reads_with_the_same_values():
         == {"util": {"a": 42.0, "b": 42.0}}
     )
     assert isinstance(store.instant(UTIL, 11.0)[0], LabelledValue)
+
+
+def test_remediation_deletes_a_pod_that_is_not_ready_even_at_the_floor():
+    # The pod on the lost GPU crash-loops (not Ready): deleting it costs no capacity, and
+    # its replacement is the only way back to minReplicas.
+    pods = ["a", "b"]
+    wl = Recorded(2, pods)
+    wl.pods[1] = PodStatus("b", False, 0.0, None, node="n-b")
+    cfg = settings(min_replicas=2, remediate=True, namespace="default")
+    out = DecisionStep(Wish(want=2), sick_store(pods), cfg, PROMETHEUS_QUERY).run(
+        wl, lambda: 11.0, Count()
+    )
+    assert wl.calls == [("delete", "b")]
+    assert out.blocked == ""
