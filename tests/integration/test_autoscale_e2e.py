@@ -147,6 +147,15 @@ def test_load_rise_prometheus_outage_and_return(rig):
     wait_until(lambda: len([d for d in ctl.decisions(TARGET) if d["held"] is None]) >= 2, 30)
     assert r.replicas() == 2  # 20 % against a 50 % target: minReplicas
 
+    # Steady load: the state annotation is not rewritten at every sync while only time
+    # moves (the HPA's newest recommendation time): at most once a minute.
+    path = "/apis/apps/v1/namespaces/default/deployments/llm"
+    writes, decided = r.api.count("PATCH", path), len(ctl.decisions(TARGET))
+    time.sleep(30.0)
+    syncs = len(ctl.decisions(TARGET)) - decided
+    assert syncs >= 10
+    assert r.api.count("PATCH", path) - writes <= 1
+
     # The load rises: replicas follow within two sync periods of Prometheus seeing it.
     r.set_load(0.9)
     seen = wait_until(lambda: (r.avg_util() or 0) > 50, 30)

@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 WRITE_TIMEOUT_S = 3.0
-"""With leader election: one API request's timeout, and the lease time a write needs left."""
+"""With leader election: one API request's timeout, and the lease time a write needs left
+(a third of the renew deadline where that is shorter)."""
 
 
 def _lease_namespace(given: str | None) -> str:
@@ -248,7 +249,8 @@ def autoscale(
     elect = leader_elect and not once
     # With leader election, one request (and one call's retries) must end well inside
     # the renew deadline: a write is sent only while the lease outlasts its timeout.
-    retry = RetryPolicy(timeout_s=WRITE_TIMEOUT_S, total_s=renew_deadline / 2) if elect else None
+    write_s = min(WRITE_TIMEOUT_S, renew_deadline / 3)
+    retry = RetryPolicy(timeout_s=write_s, total_s=renew_deadline / 2) if elect else None
     actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
     elector = None
     if elect:
@@ -263,7 +265,7 @@ def autoscale(
             renew_deadline_s=renew_deadline,
             retry_period_s=retry_period,
         )
-    settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=WRITE_TIMEOUT_S)
+    settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=write_s)
     metrics = ControllerMetrics()
     health = HealthState(3 * max(sync_period, retry_period, 10.0))
     controller = Controller(
