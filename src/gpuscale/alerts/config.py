@@ -14,6 +14,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscale.errors import ConfigError, config_error, require
+from gpuscale.inputs import file_where, load_yaml, read_text_file
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -317,16 +318,9 @@ def parse_config(text: str, path: Path) -> AlertConfig:
     Raises:
         ConfigError: ``<path>:<line> <key.path>: <why>; <what to do>``.
     """
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = "" if mark is None else f":{mark.line + 1}"
-        problem = " ".join(str(exc.problem).split())
-        raise config_error(
-            f"{path}{line}", f"YAML syntax error: {problem}", "fix the YAML"
-        ) from None
+    documents = load_yaml(text, file_where(path))
+    require(len(documents) <= 1, str(path), "holds several YAML documents", "keep one")
+    data, node = documents[0] if documents else (None, None)
     lines = {} if node is None else _lines(node)
     require(
         data is None or isinstance(data, dict),
@@ -376,13 +370,7 @@ def load_config(path: Path | None) -> AlertConfig:
     """
     if path is None:
         return AlertConfig()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or " ".join(str(exc).split())
-        raise config_error(
-            str(path), f"cannot be read ({why})", "check the --config path"
-        ) from None
+    text = read_text_file(path, "--config")
     return parse_config(text, path)
 
 

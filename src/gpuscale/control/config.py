@@ -31,6 +31,7 @@ from gpuscale.control.params import (
     policy_model,
 )
 from gpuscale.errors import ConfigError, config_error
+from gpuscale.inputs import file_where, load_yaml, read_text_file
 
 API_VERSION = "gpuscale.io/v1alpha1"
 KIND = "GPUScaler"
@@ -189,20 +190,10 @@ def _problem(err: Any) -> tuple[str, str]:  # noqa: ANN401 - pydantic's ErrorDet
 
 def _documents(path: Path) -> list[tuple[Any, yaml.Node | None, str]]:
     """Each GPUScaler in the file with its YAML node and the key prefix naming it."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise config_error(str(path), f"cannot read ({exc.strerror})", "check --config") from None
-    try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        datas = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise config_error(where, str(problem), "fix the YAML syntax") from None
+    text = read_text_file(path, "--config")
+    documents = load_yaml(text, file_where(path))
     docs: list[tuple[Any, yaml.Node | None, str]] = []
-    for node, data in zip(nodes, datas, strict=True):
+    for data, node in documents:
         if data is None:
             continue
         if isinstance(data, list) and isinstance(node, yaml.SequenceNode):

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpuscale.errors import ConfigError, config_error, require
 from gpuscale.exporter.tls import TlsSection, build_ssl_context
+from gpuscale.inputs import load_yaml, read_text_file
 
 logger = logging.getLogger(__name__)
 
@@ -190,11 +191,7 @@ def load_web_config(path: Path) -> WebConfig:
         ConfigError: One line, ``<path>[:<line>] [<key>]: <what is wrong>; <what to do>``.
     """
     at = _Where(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = f"cannot be read ({getattr(exc, 'strerror', None) or _one_line(exc)})"
-        raise config_error(at(), why, "check the --web-config-file path and permissions") from None
+    text = read_text_file(path, "--web-config-file")
     try:
         root = _Root.model_validate(_parse_yaml(text, at))
     except ValidationError as exc:
@@ -211,16 +208,13 @@ def load_web_config(path: Path) -> WebConfig:
 def _parse_yaml(text: str, at: _Where) -> object:
     """Load YAML, filling ``at.lines`` with each dotted key's line; reject duplicate keys."""
     lines = at.lines
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = at(line=mark.line + 1) if mark is not None else at()
-        why = f"YAML syntax error: {_one_line(exc.problem)}"
-        raise config_error(where, why, "fix the YAML") from None
-    except yaml.YAMLError as exc:
-        raise config_error(at(), f"YAML error: {_one_line(exc)}", "fix the YAML") from None
+
+    def place(line: int | None = None, column: int | None = None) -> str:
+        return at(line=line) + ("" if column is None else f":{column}")
+
+    documents = load_yaml(text, place)
+    require(len(documents) <= 1, at(), "holds several YAML documents", "keep one")
+    data, node = documents[0] if documents else (None, None)
     pending = [("", node)]
     while pending:
         prefix, mapping = pending.pop()

@@ -321,8 +321,10 @@ def _error_for(path: Path) -> str:
     message = str(info.value)
     assert info.value.exit_code == 2
     assert "\n" not in message
-    # path[:line] [dotted.key]: what is wrong; what to do
-    assert re.fullmatch(rf"{re.escape(str(path))}(:\d+)?( [\w.-]+)?: [^;]+; .+", message), message
+    # path[:line[:column]] [dotted.key]: what is wrong; what to do
+    assert re.fullmatch(rf"{re.escape(str(path))}(:\d+){{0,2}}( [\w.-]+)?: [^;]+; .+", message), (
+        message
+    )
     return message
 
 
@@ -334,9 +336,9 @@ def test_missing_file_names_the_file(tmp_path):
     )
 
 
-def test_yaml_syntax_error_names_the_line(tmp_path):
+def test_yaml_syntax_error_names_the_line_and_column(tmp_path):
     path = _config(tmp_path, "tls_server_config:\n  cert_file: [unclosed\n  key_file: x\n")
-    assert _error_for(path).startswith(f"{path}:3: YAML syntax error: ")
+    assert _error_for(path).startswith(f"{path}:3:11: YAML syntax error: ")
 
 
 def _case(text: str, *expected: str) -> tuple[str, tuple[str, ...]]:
