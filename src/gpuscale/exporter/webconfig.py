@@ -44,6 +44,7 @@ from gpuscale.inputs import load_yaml, read_text_file
 logger = logging.getLogger(__name__)
 
 _CACHE_MAX = 64  # successful logins remembered; a scrape job uses one user
+_BCRYPT_SLOTS = 2  # bcrypt checks at once; a check finding both busy is refused, not queued
 _BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
 _HEADERS: dict[str, tuple[str, ...]] = {
     "Strict-Transport-Security": (),
@@ -100,14 +101,29 @@ class WebConfig:
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
+    _checking: dict[tuple[str, bytes], _Check] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _bcrypt_slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(_BCRYPT_SLOTS),
+        init=False,
+        repr=False,
+        compare=False,
+    )
 
     def authenticate(self, authorization_header: str | None) -> bool:
         """Check an ``Authorization`` header against ``basic_auth_users``.
 
         A success is remembered as (user, SHA-256 of the password) and compared
-        in constant time, so repeated scrapes skip bcrypt. bcrypt runs one call
-        at a time (bad guesses cost at most one core), and an unknown user pays
-        it too, so timing does not reveal which users exist.
+        in constant time, so repeated scrapes skip bcrypt, as exporter-toolkit
+        caches them. At most ``_BCRYPT_SLOTS`` bcrypt checks run at once;
+        requests with the same credentials as a running check wait for its
+        answer, and others that find every slot busy are refused at once rather
+        than queued. A flood of wrong passwords thus costs at most that many
+        cores and holds a server worker for at most one check: a client that has
+        logged in before waits for no bcrypt, and a first login during such a
+        flood may be refused (its next scrape retries). An unknown user pays a
+        check too, so timing does not reveal which users exist.
 
         Args:
             authorization_header: The raw header value, or None when absent.
@@ -127,19 +143,41 @@ class WebConfig:
             return True
         stored = self.users.get(user)  # an unknown user is checked against a real hash too
         target = stored if stored is not None else next(iter(self.users.values()))
-        with self._lock:  # also guards the cache; readers need no lock for one get()
-            try:
-                matched = bcrypt.checkpw(password[:72], target)  # bcrypt reads 72 bytes
-            except ValueError:
-                logger.warning("basic_auth_users entry for %r is not a bcrypt hash", user)
-                return False
-            if not (matched and stored is not None):
-                return False
-            self._cache.pop(user, None)
-            self._cache[user] = digest
-            while len(self._cache) > _CACHE_MAX:
-                del self._cache[next(iter(self._cache))]
-        return True
+        with self._lock:
+            check = self._checking.get((user, digest))
+            owner = check is None
+            if check is None:
+                if not self._bcrypt_slots.acquire(blocking=False):
+                    logger.debug("basic auth: %d checks already running; refused", _BCRYPT_SLOTS)
+                    return False
+                check = self._checking[(user, digest)] = _Check()
+        if not owner:  # the same credentials are being checked: share that answer
+            check.done.wait()
+            return check.ok
+        try:
+            matched = bcrypt.checkpw(password[:72], target)  # run even for an unknown user
+            check.ok = matched and stored is not None
+        except ValueError:  # bcrypt reads 72 bytes; a malformed hash was refused at load
+            logger.warning("a basic_auth_users entry is not a bcrypt hash")
+        finally:
+            with self._lock:
+                del self._checking[(user, digest)]
+                self._bcrypt_slots.release()
+                if check.ok:
+                    self._cache.pop(user, None)
+                    self._cache[user] = digest
+                    while len(self._cache) > _CACHE_MAX:
+                        del self._cache[next(iter(self._cache))]
+            check.done.set()
+        return check.ok
+
+
+@dataclass(slots=True)
+class _Check:
+    """One bcrypt check in flight, which identical requests wait for instead of repeating."""
+
+    ok: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
