@@ -11,7 +11,9 @@ refusal is one line naming the file, the place and the limit; none quotes the
 file's content, which may be a secret.
 """
 
+import itertools
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Protocol
@@ -24,9 +26,12 @@ MAX_FILE_BYTES = 1 << 20
 """The largest configuration file read (1 MiB); real ones are a few KiB."""
 MAX_YAML_DEPTH = 64
 """The deepest nesting of YAML mappings and sequences accepted; real configs use under 10."""
-MAX_YAML_NODES = 100_000
-"""The most values (keys, scalars, collections) a document may expand to; real configs
-hold a few hundred."""
+_BRACKETS = re.compile(r"[^\[\]{}]+")
+_BRACKET = re.compile(r"[\[\]{}]")
+MAX_YAML_NODES = 10_000
+"""The most values (keys, scalars, collections) a file may expand to. Real configs hold a
+few hundred (a GPUScaler target about 25); PyYAML composes some 30,000 a second on a busy
+core, so the limit also bounds the time."""
 
 
 class Where(Protocol):
@@ -75,8 +80,10 @@ def read_text_file(path: Path, flag: str, *, limit: int = MAX_FILE_BYTES) -> str
     where = file_where(path)
     fix = f"check the {flag} path and permissions"
     try:
-        with path.open("rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        # O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise config_error(where(), "is not a regular file", f"give {flag} a file")
             data = handle.read(limit + 1)
     except OSError as exc:
@@ -98,26 +105,38 @@ class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader that bounds the document as its aliases expand it.
 
     Aliases are legitimate (``yaml.safe_dump`` writes them for shared values),
-    so they are counted rather than refused: each node's size and height are
-    those of the tree with every alias written out, and a node past
-    ``MAX_YAML_NODES`` or ``MAX_YAML_DEPTH`` stops the parse where it ends.
+    so they are counted rather than refused: the file's values are counted as
+    they are composed, each alias at the size of what it repeats, and each
+    node's height is that of its tree with aliases written out; passing
+    ``MAX_YAML_NODES`` or ``MAX_YAML_DEPTH`` stops the parse there.
     """
 
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self._bounds: dict[int, tuple[int, int]] = {}  # id(node) -> (nodes, height) expanded
+        self._open = 0  # nodes being composed: the depth of the text's own nesting
+        self._nodes = 0  # values composed so far, each alias counted at its expanded size
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
         alias = self.check_event(yaml.AliasEvent)
-        node: yaml.Node | None = super().compose_node(parent, index)
+        self._open += 1  # checked on the way down too: composing recurses once per level
+        try:
+            if self._open > MAX_YAML_DEPTH:
+                problem = f"nests deeper than {MAX_YAML_DEPTH} levels"
+                raise yaml.composer.ComposerError(None, None, problem, mark)
+            node: yaml.Node | None = super().compose_node(parent, index)
+        finally:
+            self._open -= 1
         if node is None:
             return None
         if alias:
             if id(node) not in self._bounds:  # a node still open: the alias is inside it
                 problem = "an alias refers to a node that contains it"
                 raise yaml.composer.ComposerError(None, None, problem, mark)
+            self._count(self._bounds[id(node)][0], mark)
             return node
+        self._count(1, mark)
         children: list[yaml.Node] = []
         if isinstance(node, yaml.MappingNode):
             children = [part for pair in node.value for part in pair]
@@ -126,18 +145,45 @@ class _BoundedLoader(yaml.SafeLoader):
         sizes = [self._bounds[id(child)] for child in children]
         nodes = 1 + sum(size[0] for size in sizes)
         height = 1 + max((size[1] for size in sizes), default=0)
-        if nodes > MAX_YAML_NODES:
-            problem = f"expands (aliases written out) to more than {MAX_YAML_NODES} values"
-            raise yaml.composer.ComposerError(None, None, problem, mark)
         if height > MAX_YAML_DEPTH:
             problem = f"nests deeper than {MAX_YAML_DEPTH} levels"
             raise yaml.composer.ComposerError(None, None, problem, mark)
         self._bounds[id(node)] = (nodes, height)
         return node
 
+    def _count(self, nodes: int, mark: yaml.error.Mark) -> None:
+        """Add to the document's size so far (its expanded size once it ends)."""
+        self._nodes += nodes
+        if self._nodes > MAX_YAML_NODES:
+            problem = f"expands (aliases written out) to more than {MAX_YAML_NODES} values"
+            raise yaml.composer.ComposerError(None, None, problem, mark)
+
 
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
+
+
+def _check_flow_depth(text: str, where: Where) -> None:
+    """Refuse brackets nested past ``MAX_YAML_DEPTH`` before PyYAML scans them.
+
+    PyYAML's scanner looks up to 1,024 characters ahead for a simple key and
+    pays for every open bracket on each step, so a run of ``[`` costs a second
+    before the composer's own limit is reached. Brackets inside quoted strings
+    count too, which overstates depth only for strings holding dozens of
+    unmatched brackets.
+    """
+    brackets = _BRACKETS.sub("", text)
+    depth = itertools.accumulate(1 if c in "[{" else -1 for c in brackets)
+    if max(depth, default=0) <= MAX_YAML_DEPTH:
+        return
+    count = 0
+    for match in _BRACKET.finditer(text):
+        count += 1 if match.group() in "[{" else -1
+        if count > MAX_YAML_DEPTH:
+            line = text.count("\n", 0, match.start()) + 1
+            column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+            problem = f"YAML syntax error: nests deeper than {MAX_YAML_DEPTH} levels"
+            raise config_error(where(line, column), problem, "write a flatter document")
 
 
 def load_yaml(text: str, where: Where) -> list[tuple[object, yaml.Node]]:
@@ -157,6 +203,7 @@ def load_yaml(text: str, where: Where) -> list[tuple[object, yaml.Node]]:
         ConfigError: A syntax error, or a document past the size or nesting
             limits, at its line and column.
     """
+    _check_flow_depth(text, where)
     loader = _BoundedLoader(text)
     documents: list[tuple[object, yaml.Node]] = []
     try:

@@ -29,7 +29,7 @@ from tests.support.servers import Process, free_port, gpuscale_cmd, start_export
 
 IDLE_CLIENTS = 1000
 SCRAPE_DEADLINE_S = 1.0  # Prometheus's scrape_timeout in our tests' configs is 1 s
-PASSWORD = "right horse battery"  # noqa: S105 - a test credential
+PASSWORD = "right horse battery"
 
 
 def _raise_fd_limit(needed: int) -> None:

@@ -138,6 +138,8 @@ class WebConfig:
         if credentials is None:
             return False
         user, password = credentials
+        if b"\0" in password:  # the bcrypt library ends keys with a NUL: "\0" would pass as ""
+            return False
         digest = hashlib.sha256(password).digest()
         if hmac.compare_digest(self._cache.get(user, b""), digest):
             return True
