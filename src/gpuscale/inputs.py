@@ -61,6 +61,12 @@ def _line_column(data: bytes, offset: int) -> tuple[int, int]:
     return line, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
 
 
+def _text_place(text: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of a character of ``text``."""
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
 def read_text_file(path: Path, flag: str, *, limit: int = MAX_FILE_BYTES) -> str:
     """Read a user's text file, refusing what is not a small regular UTF-8 file.
 
@@ -180,10 +186,9 @@ def _check_flow_depth(text: str, where: Where) -> None:
     for match in _BRACKET.finditer(text):
         count += 1 if match.group() in "[{" else -1
         if count > MAX_YAML_DEPTH:
-            line = text.count("\n", 0, match.start()) + 1
-            column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
             problem = f"YAML syntax error: nests deeper than {MAX_YAML_DEPTH} levels"
-            raise config_error(where(line, column), problem, "write a flatter document")
+            place = where(*_text_place(text, match.start()))
+            raise config_error(place, problem, "write a flatter document")
 
 
 def load_yaml(text: str, where: Where) -> list[tuple[object, yaml.Node]]:
@@ -204,7 +209,11 @@ def load_yaml(text: str, where: Where) -> list[tuple[object, yaml.Node]]:
             limits, at its line and column.
     """
     _check_flow_depth(text, where)
-    loader = _BoundedLoader(text)
+    try:
+        loader = _BoundedLoader(text)
+    except yaml.reader.ReaderError as exc:  # a control character: say which, not the text
+        problem = f"holds a character YAML does not allow (U+{exc.character:04X})"
+        raise config_error(where(*_text_place(text, exc.position)), problem, "remove it") from None
     documents: list[tuple[object, yaml.Node]] = []
     try:
         while loader.check_node():
