@@ -201,7 +201,11 @@ class HardenedHTTPServer:
         self.limits = limits or ServerLimits()
         if listen_socket is None:
             family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-            listen_socket = socket.create_server(address, family=family, backlog=1024)
+            # "[::]" takes IPv4 too, as it did with http.server and as Go's listeners do.
+            dualstack = address[0] == "::" and socket.has_dualstack_ipv6()
+            listen_socket = socket.create_server(
+                address, family=family, backlog=1024, dualstack_ipv6=dualstack
+            )
         self.socket = listen_socket
         self.server_address: tuple[Any, ...] = listen_socket.getsockname()
         self._pool = concurrent.futures.ThreadPoolExecutor(
