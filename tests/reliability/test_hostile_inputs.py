@@ -204,3 +204,28 @@ def test_a_flat_file_of_many_values_is_refused_at_the_value_limit(tmp_path):
     result = _probe("rules", str(path))
     assert "expands (aliases written out) to more than 10000 values" in result["message"]
     assert result["elapsed"] < LIMIT_S
+
+
+SCALER = (
+    "apiVersion: gpuscale.io/v1alpha1\nkind: GPUScaler\nmetadata: {name: s}\nspec:\n"
+    "  targets:\n    - scaleTargetRef: {name: a}\n"
+    "      maxReplicas: 2\n      policy: {name: hpa, targetAverageValue: 50}\n"
+)
+
+
+@pytest.mark.parametrize("command", ["up", "autoscale"])
+def test_up_and_autoscale_read_their_web_config_bounded(tmp_path, command):
+    scaler = tmp_path / "scaler.yaml"
+    scaler.write_text(SCALER)
+    extra = ["--source", "sim"] if command == "up" else ["--config", str(scaler)]
+    done = subprocess.run(
+        [*gpuscale_cmd(), command, *extra, "--web-config-file", "/dev/zero"],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "gpuscale: error: /dev/zero: is not a regular file; give --web-config-file a file"
+    )
