@@ -67,7 +67,18 @@ def config_error(where: str, problem: str, fix: str) -> ConfigError:
     Returns:
         The error, to raise.
     """
-    return ConfigError(f"{where}: {problem}; {fix}")
+    return ConfigError(_printable(f"{where}: {problem}; {fix}"))
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped as Python writes them, so it stays one line.
+
+    A key or file name taken from the input may hold anything; the message is
+    still one line on a terminal and in a log.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def require(ok: bool, where: str, problem: str, fix: str) -> None:

@@ -88,8 +88,8 @@ def test_bad_counters_file_exits_2_with_file_and_line_and_serves_nothing(tmp_pat
     result = _run_cli("exporter", "--address", f"127.0.0.1:{port}", "--collectors", str(bad))
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        f"gpuscale: error: {bad}:3: unknown field 'DCGM_FI_DEV_GPU_UTILL': "
-        "use a DCGM field name from `gpuscale fields` or remove the row"
+        f"gpuscale: error: {bad}:3:1: not a DCGM field name: "
+        "use one from `gpuscale fields` or remove the row"
     )
     assert "Traceback" not in result.stderr
     assert not _listening(port)

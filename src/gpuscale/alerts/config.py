@@ -30,6 +30,7 @@ from gpuscale.alerts.promql_text import (
 )
 from gpuscale.alerts.resource import ResourceMetadata
 from gpuscale.errors import ConfigError, config_error, require
+from gpuscale.inputs import file_where, load_yaml, read_text_file
 
 LabelName = Annotated[str, AfterValidator(check_label_name)]
 LabelValue = Annotated[str, AfterValidator(check_template_free)]
@@ -209,22 +210,9 @@ def parse_config(text: str, path: Path) -> AlertConfig:
     Raises:
         ConfigError: ``<path>:<line> <key.path>: <why>; <what to do>``.
     """
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.reader.ReaderError as exc:
-        at = text.count("\n", 0, exc.position) + 1
-        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character))
-        problem = f"holds a character YAML does not allow (U+{code:04X})"
-        raise config_error(f"{path}:{at}", problem, "remove it") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = "" if mark is None else f":{mark.line + 1}"
-        raise config_error(
-            f"{path}{line}", f"YAML syntax error: {_yaml_problem(exc)}", "fix the YAML"
-        ) from None
-    except RecursionError:
-        raise config_error(str(path), "nests too deep", "flatten the YAML") from None
+    documents = load_yaml(text, file_where(path))
+    require(len(documents) <= 1, str(path), "holds several YAML documents", "keep one")
+    data, node = documents[0] if documents else (None, None)
     lines = {} if node is None else _lines(node)
     require(
         data is None or isinstance(data, dict),
@@ -323,19 +311,7 @@ def load_config(path: Path | None) -> AlertConfig:
     """
     if path is None:
         return AlertConfig()
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise config_error(
-            str(path), f"cannot be read ({exc.strerror})", "check the --config path"
-        ) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise config_error(
-            f"{path}:{line}", "is not UTF-8 text", "save the file as UTF-8"
-        ) from None
+    text = read_text_file(path, "--config")
     return parse_config(text, path)
 
 

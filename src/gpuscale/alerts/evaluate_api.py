@@ -13,7 +13,6 @@ import logging
 import math
 import threading
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -21,6 +20,7 @@ from gpuscale.alerts.evaluate import Alert, RuleEvaluator, RuleStatus
 from gpuscale.alerts.evaluate_notify import rfc3339
 from gpuscale.alerts.model import AlertRule, RecordingRule
 from gpuscale.alerts.promql_text import duration_seconds
+from gpuscale.httpserver import HardenedHTTPServer, RequestHandler, WebGate
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def rules_json(evaluator: RuleEvaluator, rule_type: str | None = None) -> dict[s
     return {"status": "success", "data": {"groups": groups}}
 
 
-class RulesApiServer(ThreadingHTTPServer):
+class RulesApiServer(HardenedHTTPServer):
     """Serves ``/api/v1/alerts``, ``/api/v1/rules`` and ``/-/ready`` for one evaluator.
 
     Args:
@@ -147,9 +147,8 @@ class RulesApiServer(ThreadingHTTPServer):
         evaluator: The rules whose state is served.
         lock: Held by the evaluation loop while it changes the rules' state.
         interval_s: The evaluation interval, reported for groups without their own.
+        gate: TLS, basic auth and headers from a web-config file; None serves plain HTTP.
     """
-
-    daemon_threads = True
 
     def __init__(
         self,
@@ -157,31 +156,14 @@ class RulesApiServer(ThreadingHTTPServer):
         evaluator: RuleEvaluator,
         lock: threading.Lock,
         interval_s: float,
+        gate: WebGate | None = None,
     ) -> None:
         self.evaluator, self.lock, self.interval_s = evaluator, lock, interval_s
-        super().__init__(address, _Handler)
-
-    @property
-    def port(self) -> int:
-        """The port it listens on."""
-        return int(self.server_address[1])
-
-    def serve_in_background(self) -> threading.Thread:
-        """Serve requests on a daemon thread.
-
-        Returns:
-            The thread.
-        """
-        thread = threading.Thread(target=self.serve_forever, name="rules-api", daemon=True)
-        thread.start()
-        return thread
+        super().__init__(address, _Handler, gate=gate, name="rules-api")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RequestHandler):
     server: RulesApiServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: ANN401
-        logger.debug("api: " + format, *args)
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -191,7 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server dispatches on this name
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         srv = self.server

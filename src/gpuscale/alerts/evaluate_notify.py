@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import httpx
 
 from gpuscale.alerts.evaluate import Alert
+from gpuscale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,9 @@ class Notifier:
             r.raise_for_status()
         except httpx.HTTPError as exc:
             self.failures += 1
-            logger.warning("sending %d alert(s) to %s failed: %s", len(body), self.url, exc)
+            logger.warning(
+                "sending %d alert(s) to %s failed: %s", len(body), redact_url(self.url), exc
+            )
             return 0
         self.sent += len(body)
         return len(body)

@@ -16,6 +16,8 @@ from typing import Annotated
 import typer
 
 from gpuscale.errors import config_error
+from gpuscale.inputs import read_text_file
+from gpuscale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +37,13 @@ def _lease_namespace(given: str | None) -> str:
         return "default"
 
 
+_SECRET_MAX_BYTES = 64 * 1024  # a token or USER:PASSWORD; a JWT is a few KiB
+
+
 def _read_secret(path: Path | None, flag: str) -> str | None:
     if path is None:
         return None
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise config_error(
-            f"{flag} {path}", f"cannot read ({exc.strerror})", "give a readable file"
-        ) from None
+    return read_text_file(path, flag, limit=_SECRET_MAX_BYTES).strip()
 
 
 def autoscale(
@@ -150,10 +150,25 @@ def autoscale(
             min=1, max=64, help="Targets reconciled concurrently.", envvar="GPUSCALE_WORKERS"
         ),
     ] = 8,
-    metrics_address: Annotated[
+    address: Annotated[
         str,
-        typer.Option(help="Address of /metrics and /healthz.", envvar="GPUSCALE_METRICS_ADDRESS"),
-    ] = ":8080",
+        typer.Option(
+            "--address",
+            "-a",
+            "--metrics-address",
+            help="Listen address of /metrics and /healthz as <HOST>:<PORT>; ':8080' listens "
+            "on every interface.",
+            envvar="GPUSCALE_METRICS_ADDRESS",
+        ),
+    ] = "127.0.0.1:8080",
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="TLS and basic-auth settings of /metrics and /healthz, in the Prometheus "
+            "exporter-toolkit format (as the exporter's).",
+            envvar="GPUSCALE_WEB_CONFIG_FILE",
+        ),
+    ] = None,
     leader_elect: Annotated[
         bool,
         typer.Option(
@@ -220,7 +235,12 @@ def autoscale(
             "lower it (client-go's defaults are 10 s and 15 s)",
         )
     targets = runtimes(load(config))
-    host, port = parse_address(metrics_address)
+    host, port = parse_address(address)
+    gate = None
+    if web_config_file is not None:
+        from gpuscale.exporter.webconfig import load_web_config
+
+        gate = load_web_config(web_config_file)
     token = _read_secret(prometheus_bearer_token_file, "--prometheus-bearer-token-file")
     basic = _read_secret(prometheus_basic_auth_file, "--prometheus-basic-auth-file")
     user, sep, password = (basic or "").partition(":")
@@ -284,10 +304,10 @@ def autoscale(
             raise typer.Exit(1)
         return
     try:
-        server = TelemetryServer(metrics, health, host, port)
+        server = TelemetryServer(metrics, health, host, port, gate)
     except OSError as exc:
         raise config_error(
-            f"--metrics-address {metrics_address!r}",
+            f"--address {address!r}",
             f"cannot listen ({exc.strerror})",
             "give a free [HOST]:PORT",
         ) from None
@@ -295,7 +315,7 @@ def autoscale(
     logger.info(
         "autoscaling %d targets from %s every %g s%s; /metrics and /healthz on %s:%d",
         len(targets),
-        prometheus,
+        redact_url(prometheus),
         sync_period,
         " (dry run)" if dry_run else "",
         host,

@@ -35,6 +35,7 @@ from gpuscale.exporter.server import ExporterServer, parse_address
 from gpuscale.fields import DCGM_FIELDS
 from gpuscale.fields.counters import Counter, default_counters
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
+from gpuscale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def _counters(groups: tuple[RuleGroup, ...]) -> tuple[Counter, ...]:
 def _url(flag: str, value: str | None) -> str | None:
     if value is not None and not re.match(r"^https?://[^/\s]+", value):
         raise config_error(
-            f"{flag} {value!r}", "is not an http(s) URL", "e.g. http://127.0.0.1:9093"
+            f"{flag} {redact_url(value)!r}", "is not an http(s) URL", "e.g. http://127.0.0.1:9093"
         )
     return value
 
@@ -69,14 +70,16 @@ def up(
     load: o.LoadOpt = "sine",
     seed: o.SeedOpt = 0,
     fault: o.FaultOpt = None,
-    address: o.AddressOpt = ":9400",
+    address: o.AddressOpt = "127.0.0.1:9400",
     api_address: Annotated[
         str,
         typer.Option(
-            help="Listen address of /api/v1/alerts and /api/v1/rules, as <HOST>:<PORT>.",
+            help="Listen address of /api/v1/alerts and /api/v1/rules, as <HOST>:<PORT>; "
+            "':9090' listens on every interface.",
             envvar="GPUSCALE_API_ADDRESS",
         ),
-    ] = ":9090",
+    ] = "127.0.0.1:9090",
+    web_config_file: o.WebConfigFileOpt = None,
     scrape_interval: Annotated[
         float,
         typer.Option(
@@ -150,6 +153,11 @@ def up(
         api_host, api_port = parse_address(api_address)
     except ConfigError as exc:
         raise ConfigError(str(exc).replace("--address", "--api-address", 1)) from None
+    gate = None
+    if web_config_file is not None:
+        from gpuscale.exporter.webconfig import load_web_config
+
+        gate = load_web_config(web_config_file)
     groups = build_catalogue(load_config(config))
     hostname = socket.gethostname()
     fleet = SimFleet(gpus, gpu_models, load, seed, tuple(fault or []))
@@ -162,7 +170,7 @@ def up(
     )
     sampler.collect_once()
     try:
-        server = ExporterServer((host, port), sampler, None)
+        server = ExporterServer((host, port), sampler, gate)
     except OSError as exc:
         raise ConfigError(f"--address {address!r}: cannot listen ({exc.strerror})") from exc
     store = MetricStore(retention_s=window_s(groups) + LOOKBACK_S + 4 * scrape_interval)
@@ -180,7 +188,9 @@ def up(
         notifier=notifier,
     )
     try:
-        api = RulesApiServer((api_host, api_port), evaluator, loop.lock, evaluation_interval)
+        api = RulesApiServer(
+            (api_host, api_port), evaluator, loop.lock, evaluation_interval, gate=gate
+        )
     except OSError as exc:
         server.server_close()
         raise ConfigError(f"--api-address {api_address!r}: cannot listen ({exc.strerror})") from exc
@@ -188,13 +198,15 @@ def up(
     server.serve_in_background()
     api.serve_in_background()
     logger.info(
-        "exporter on :%d/metrics, rules API on :%d/api/v1/alerts; %d rules every %g s%s%s",
+        "exporter on %s:%d/metrics, rules API on %s:%d/api/v1/alerts; %d rules every %g s%s%s",
+        host,
         server.port,
+        api_host,
         api.port,
         sum(len(g.rules) for g in groups),
         evaluation_interval,
-        f", reading {prometheus}" if prometheus else ", scraping in process",
-        f", alerting {alertmanager}" if alertmanager else "",
+        f", reading {redact_url(prometheus)}" if prometheus else ", scraping in process",
+        f", alerting {redact_url(alertmanager)}" if alertmanager else "",
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

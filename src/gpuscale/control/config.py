@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from gpuscale.control.params import (
     BOUNDS,
@@ -30,24 +37,64 @@ from gpuscale.control.params import (
     policy_model,
 )
 from gpuscale.errors import ConfigError, config_error
+from gpuscale.inputs import file_where, load_yaml, read_text_file
 from gpuscale.scaling.catalogue import PolicyKind
 
 API_VERSION = "gpuscale.io/v1alpha1"
 KIND = "GPUScaler"
 
+_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+DNS1123_LABEL = re.compile(_LABEL)
+"""A namespace's form (RFC 1123 label, as Kubernetes checks it): at most 63 characters."""
+DNS1123_SUBDOMAIN = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+"""A Deployment's or StatefulSet's name (RFC 1123 subdomain): at most 253 characters."""
+GROUP_VERSION = re.compile(rf"((?=.{{1,253}}/){_LABEL}(\.{_LABEL})*/)?{_LABEL}")
+"""An apiVersion: ``v1`` or ``<group>/<version>``, the group a subdomain."""
+
+
+def _matching(pattern: re.Pattern[str], form: str) -> Callable[[str], str]:
+    """A validator refusing text that is not ``pattern`` before it reaches a request path."""
+
+    def check(value: str) -> str:
+        if pattern.fullmatch(value) is None:
+            raise ValueError(f"must be {form}")  # the value is not echoed back
+        return value
+
+    return check
+
+
+_SUBDOMAIN_FORM = "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', 253 at most"
+_LABEL_FORM = "a DNS-1123 label: lower-case letters, digits and '-', 63 at most"
+ObjectName = Annotated[str, AfterValidator(_matching(DNS1123_SUBDOMAIN, _SUBDOMAIN_FORM))]
+NamespaceName = Annotated[str, AfterValidator(_matching(DNS1123_LABEL, _LABEL_FORM))]
+GroupVersion = Annotated[
+    str, AfterValidator(_matching(GROUP_VERSION, "v1 or <group>/<version>, e.g. apps/v1"))
+]
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=False, allow_inf_nan=False
+    )
 
 
 class ScaleTargetRef(_Strict):
     """The scaled workload, as an HPA's ``scaleTargetRef`` names it."""
 
-    api_version: str = Field("apps/v1", alias="apiVersion", description="API group/version.")
-    kind: str = Field("Deployment", min_length=1, description="Kind with a /scale subresource.")
-    name: str = Field(min_length=1, description="Object name.")
-    namespace: str | None = Field(
-        None, description="Namespace; the GPUScaler's own namespace when absent."
+    api_version: GroupVersion = Field(
+        "apps/v1", alias="apiVersion", description="API group/version."
+    )
+    kind: str = Field(
+        "Deployment",
+        pattern=r"^[A-Za-z][A-Za-z0-9]*$",
+        description="Kind with a /scale subresource.",
+    )
+    name: ObjectName = Field(min_length=1, max_length=253, description="Object name.")
+    namespace: NamespaceName | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        description="Namespace; the GPUScaler's own namespace when absent.",
     )
 
 
@@ -127,10 +174,10 @@ class Target(_Strict):
 class Metadata(BaseModel):
     """Object metadata; only name and namespace are read, the rest is kept."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
-    name: str = Field(min_length=1)
-    namespace: str = "default"
+    name: ObjectName = Field(min_length=1, max_length=253)
+    namespace: NamespaceName = Field("default", min_length=1, max_length=63)
 
 
 class GPUScalerSpec(_Strict):
@@ -196,20 +243,10 @@ def _problem(err: Any) -> tuple[str, str]:  # noqa: ANN401 - pydantic's ErrorDet
 
 def _documents(path: Path) -> list[tuple[Any, yaml.Node | None, str]]:
     """Each GPUScaler in the file with its YAML node and the key prefix naming it."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise config_error(str(path), f"cannot read ({exc.strerror})", "check --config") from None
-    try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        datas = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise config_error(where, str(problem), "fix the YAML syntax") from None
+    text = read_text_file(path, "--config")
+    documents = load_yaml(text, file_where(path))
     docs: list[tuple[Any, yaml.Node | None, str]] = []
-    for node, data in zip(nodes, datas, strict=True):
+    for data, node in documents:
         if data is None:
             continue
         if isinstance(data, list) and isinstance(node, yaml.SequenceNode):

@@ -24,6 +24,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from gpuscale.control.config import DNS1123_LABEL, DNS1123_SUBDOMAIN, GROUP_VERSION
 from gpuscale.control.kubecall import Json, KubeCall, KubeUnavailableError, RetryPolicy, WriteGuard
 from gpuscale.errors import config_error
 from gpuscale.fields.resources import GPU_RESOURCES
@@ -204,7 +205,22 @@ class KubeActuator:
     # --- targets ---------------------------------------------------------------------------
 
     def _path(self, ref: TargetRef) -> str:
-        """The target's object path, resolving its kind's plural once via discovery."""
+        """The target's object path, resolving its kind's plural once via discovery.
+
+        Each part is checked against Kubernetes' name rules first, so no text
+        (``..``, ``/``, ``?``) can turn the request into another one.
+        """
+        for key_name, value, pattern in (
+            ("apiVersion", ref.api_version, GROUP_VERSION),
+            ("namespace", ref.namespace, DNS1123_LABEL),
+            ("name", ref.name, DNS1123_SUBDOMAIN),
+        ):
+            if pattern.fullmatch(value) is None:
+                raise config_error(
+                    f"scaleTargetRef.{key_name} of {ref.kind}",
+                    "is not a valid Kubernetes name",
+                    "use lower-case letters, digits, '-' and '.' (see the GPUScaler schema)",
+                )
         key = (ref.api_version, ref.kind)
         if key not in self._plurals:
             prefix = "/api/v1" if ref.api_version == "v1" else f"/apis/{ref.api_version}"

@@ -104,7 +104,9 @@ def model_for(cls: type[Any], exclude: frozenset[str] = frozenset()) -> type[Bas
         fields[f.name] = (_convert(hints[f.name]), spec)
     model: type[BaseModel] = create_model(
         f"{cls.__name__}Model",
-        __config__=ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True),
+        __config__=ConfigDict(
+            extra="forbid", frozen=True, arbitrary_types_allowed=True, allow_inf_nan=False
+        ),
         __doc__=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else None,
         **fields,
     )

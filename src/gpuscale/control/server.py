@@ -13,13 +13,13 @@ tests and several controllers in one process do not collide.
 """
 
 import logging
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuscale.httpserver import HardenedHTTPServer, RequestHandler, WebGate
 
 logger = logging.getLogger(__name__)
 
@@ -144,53 +144,67 @@ class HealthState:
         return True, f"ok: last turn {age:.1f} s ago"
 
 
+class _TelemetryHandler(RequestHandler):
+    server: "_TelemetryHttp"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server dispatches on this name
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            body, code = generate_latest(self.server.registry), 200
+            ctype = CONTENT_TYPE_LATEST
+        elif path == "/healthz":
+            ok, text = self.server.health.healthy()
+            body, code, ctype = (text + "\n").encode(), 200 if ok else 503, "text/plain"
+        else:
+            body, code, ctype = b"not found: try /metrics or /healthz\n", 404, "text/plain"
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _TelemetryHttp(HardenedHTTPServer):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        health: HealthState,
+        gate: WebGate | None,
+    ) -> None:
+        self.registry, self.health = registry, health
+        super().__init__(address, _TelemetryHandler, gate=gate, name="telemetry")
+
+
 class TelemetryServer:
-    """HTTP server for ``/metrics`` and ``/healthz`` on a daemon thread.
+    """HTTP(S) server for ``/metrics`` and ``/healthz`` on a daemon thread.
 
     Args:
         metrics: What ``/metrics`` serves.
         health: What ``/healthz`` reports.
         host: Address to bind.
         port: Port (0 picks a free one; see ``port`` after ``start``).
+        gate: TLS, basic auth and headers from a web-config file; None serves plain HTTP.
+
+    Raises:
+        OSError: The address cannot be bound.
     """
 
     def __init__(
-        self, metrics: ControllerMetrics, health: HealthState, host: str, port: int
+        self,
+        metrics: ControllerMetrics,
+        health: HealthState,
+        host: str,
+        port: int,
+        gate: WebGate | None = None,
     ) -> None:
-        registry = metrics.registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    body, code, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
-                elif path == "/healthz":
-                    ok, text = health.healthy()
-                    body, code, ctype = (text + "\n").encode(), 200 if ok else 503, "text/plain"
-                else:
-                    body, code, ctype = b"not found: try /metrics or /healthz\n", 404, "text/plain"
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                logger.debug("telemetry: " + format, *args)
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="autoscaler-telemetry", daemon=True
-        )
+        self._server = _TelemetryHttp((host, port), metrics.registry, health, gate)
+        self.port = self._server.port
 
     def start(self) -> None:
         """Serve in the background."""
-        self._thread.start()
+        self._server.serve_in_background()
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
         self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)

@@ -21,6 +21,9 @@ from gpuscale.errors import ConfigError
 from gpuscale.telemetry.base import GpuInfo
 
 _SPEC = re.compile(r"^(?P<kind>[fgi])(?::(?P<range>.*))?$")
+MAX_INDEX = 4095
+"""The highest index a range may name: far above any host's GPUs or MIG instances
+(8 GPUs x 7 instances), low enough that a typo cannot ask for millions of entries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +42,20 @@ class DeviceSpec:
 
 
 def _indices(text: str, where: str) -> tuple[int, ...]:
-    out: list[int] = []
+    out: dict[int, None] = {}  # ordered, and repeated items cost nothing
     for part in text.split(","):
         bounds = part.strip().split("-")
-        if len(bounds) > 2 or not all(b.strip().isdigit() for b in bounds):
+        if len(bounds) > 2 or not all(b.strip().isascii() and b.strip().isdigit() for b in bounds):
             raise ConfigError(
                 f"{where}: range item {part!r} must be <number> or <number>-<number>, e.g. g:0,2-3"
             )
         low, high = int(bounds[0]), int(bounds[-1])
-        out.extend(range(low, high + 1))
+        if high > MAX_INDEX:
+            raise ConfigError(
+                f"{where}: range item {part.strip()!r} goes past index {MAX_INDEX}; "
+                "list indices of entities that exist, e.g. g:0-7"
+            )
+        out.update(dict.fromkeys(range(low, high + 1)))
     return tuple(out)
 
 

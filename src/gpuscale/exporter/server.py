@@ -1,24 +1,18 @@
 """HTTP endpoint of the exporter: /metrics, /health, and a landing page.
 
-Scrapes read only what the sampler published, so they are cheap and many can
-run at once (one thread each). TLS is negotiated on the connection's own
-thread, so a slow or plain-HTTP client cannot hold up the accept loop.
+Scrapes read only what the sampler published, so they are cheap. Connections,
+TLS, basic auth and their limits are ``gpuscale.httpserver``'s, shared with
+every server gpuscale runs.
 """
 
 import logging
 import os
 import socket
-import ssl
-import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
 
 from gpuscale.errors import ConfigError, require
 from gpuscale.exporter.sampler import Sampler
-
-if TYPE_CHECKING:  # pydantic and bcrypt load only when a web-config file is given
-    from gpuscale.exporter.webconfig import WebConfig
+from gpuscale.httpserver import HardenedHTTPServer, RequestHandler, ServerLimits, WebGate
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +57,8 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RequestHandler):
     server: "ExporterServer"
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; without TCP_NODELAY the body waits
-    # for the client's delayed ACK (about 40 ms) on keep-alive connections.
-    disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: ANN401
-        logger.debug("%s " + format, self.client_address[0], *args)
 
     def _send(self, status: int, body: bytes, content_type: str, *, gzipped: bool = False) -> None:
         self.send_response(status)
@@ -79,25 +66,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if gzipped:
             self.send_header("Content-Encoding", "gzip")
-        if self.server.web is not None:
-            for name, value in self.server.web.headers.items():
-                self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def do_HEAD(self) -> None:
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server dispatches on this name
         self.do_GET()
 
-    def do_GET(self) -> None:
-        web = self.server.web
-        if web is not None and not web.authenticate(self.headers.get("Authorization")):
-            self.send_response(HTTPStatus.UNAUTHORIZED)
-            self.send_header("WWW-Authenticate", 'Basic realm="gpuscale"')
-            self.send_header("Content-Length", "13")
-            self.end_headers()
-            self.wfile.write(b"Unauthorized\n")
-            return
+    def do_GET(self) -> None:  # noqa: N802 - http.server dispatches on this name
         path = self.path.split("?", 1)[0]
         sampler = self.server.sampler
         if path == "/metrics":
@@ -113,8 +89,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.NOT_FOUND, b"Not found\n", "text/plain; charset=utf-8")
 
 
-class ExporterServer(ThreadingHTTPServer):
-    """Threaded HTTP(S) server bound to one address.
+class ExporterServer(HardenedHTTPServer):
+    """The exporter's HTTP(S) server, bound to one address.
 
     Args:
         address: (host, port); port 0 picks a free one.
@@ -122,55 +98,21 @@ class ExporterServer(ThreadingHTTPServer):
         web: TLS, basic-auth and header settings; None serves plain HTTP to anyone.
         listen_fd: A listening socket handed over by systemd socket activation; the
             address is then ignored, as dcgm-exporter's ``--web-systemd-socket`` does.
+        limits: Deadlines and caps of connections.
     """
-
-    daemon_threads = True
-    request_queue_size = 128
 
     def __init__(
         self,
         address: tuple[str, int],
         sampler: Sampler,
-        web: "WebConfig | None" = None,
+        web: WebGate | None = None,
         *,
         listen_fd: int | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.sampler = sampler
         self.web = web
-        if listen_fd is not None:
-            super().__init__(address, _Handler, bind_and_activate=False)
-            self.socket.close()
-            self.socket = socket.socket(fileno=listen_fd)  # family and type read from the fd
-            self.address_family = self.socket.family
-            self.server_address = self.socket.getsockname()
-            return
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
-
-    @property
-    def port(self) -> int:
-        """The bound port."""
-        return int(self.server_address[1])
-
-    def finish_request(self, request: Any, client_address: Any) -> None:  # noqa: ANN401
-        """Negotiate TLS on this connection's thread, then serve it."""
-        context: ssl.SSLContext | None = None if self.web is None else self.web.ssl_context
-        if context is not None:
-            request.settimeout(10.0)
-            try:
-                request = context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                logger.debug("TLS handshake with %s failed: %s", client_address, exc)
-                return
-        super().finish_request(request, client_address)
-
-    def serve_in_background(self) -> threading.Thread:
-        """Serve on a daemon thread.
-
-        Returns:
-            The serving thread.
-        """
-        thread = threading.Thread(target=self.serve_forever, name="gpuscale-http", daemon=True)
-        thread.start()
-        return thread
+        listen = None if listen_fd is None else socket.socket(fileno=listen_fd)
+        super().__init__(
+            address, _Handler, gate=web, limits=limits, listen_socket=listen, name="exporter"
+        )

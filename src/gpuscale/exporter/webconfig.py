@@ -39,10 +39,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpuscale.errors import ConfigError, config_error, require
 from gpuscale.exporter.tls import TlsSection, build_ssl_context
+from gpuscale.inputs import load_yaml, read_text_file
 
 logger = logging.getLogger(__name__)
 
 _CACHE_MAX = 64  # successful logins remembered; a scrape job uses one user
+_BCRYPT_SLOTS = 2  # bcrypt checks at once; a check finding both busy is refused, not queued
 _BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
 _HEADERS: dict[str, tuple[str, ...]] = {
     "Strict-Transport-Security": (),
@@ -99,14 +101,29 @@ class WebConfig:
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
+    _checking: dict[tuple[str, bytes], _Check] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _bcrypt_slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(_BCRYPT_SLOTS),
+        init=False,
+        repr=False,
+        compare=False,
+    )
 
     def authenticate(self, authorization_header: str | None) -> bool:
         """Check an ``Authorization`` header against ``basic_auth_users``.
 
         A success is remembered as (user, SHA-256 of the password) and compared
-        in constant time, so repeated scrapes skip bcrypt. bcrypt runs one call
-        at a time (bad guesses cost at most one core), and an unknown user pays
-        it too, so timing does not reveal which users exist.
+        in constant time, so repeated scrapes skip bcrypt, as exporter-toolkit
+        caches them. At most ``_BCRYPT_SLOTS`` bcrypt checks run at once;
+        requests with the same credentials as a running check wait for its
+        answer, and others that find every slot busy are refused at once rather
+        than queued. A flood of wrong passwords thus costs at most that many
+        cores and holds a server worker for at most one check: a client that has
+        logged in before waits for no bcrypt, and a first login during such a
+        flood may be refused (its next scrape retries). An unknown user pays a
+        check too, so timing does not reveal which users exist.
 
         Args:
             authorization_header: The raw header value, or None when absent.
@@ -121,24 +138,48 @@ class WebConfig:
         if credentials is None:
             return False
         user, password = credentials
+        if b"\0" in password:  # the bcrypt library ends keys with a NUL: "\0" would pass as ""
+            return False
         digest = hashlib.sha256(password).digest()
         if hmac.compare_digest(self._cache.get(user, b""), digest):
             return True
         stored = self.users.get(user)  # an unknown user is checked against a real hash too
         target = stored if stored is not None else next(iter(self.users.values()))
-        with self._lock:  # also guards the cache; readers need no lock for one get()
-            try:
-                matched = bcrypt.checkpw(password[:72], target)  # bcrypt reads 72 bytes
-            except ValueError:
-                logger.warning("basic_auth_users entry for %r is not a bcrypt hash", user)
-                return False
-            if not (matched and stored is not None):
-                return False
-            self._cache.pop(user, None)
-            self._cache[user] = digest
-            while len(self._cache) > _CACHE_MAX:
-                del self._cache[next(iter(self._cache))]
-        return True
+        with self._lock:
+            check = self._checking.get((user, digest))
+            owner = check is None
+            if check is None:
+                if not self._bcrypt_slots.acquire(blocking=False):
+                    logger.debug("basic auth: %d checks already running; refused", _BCRYPT_SLOTS)
+                    return False
+                check = self._checking[(user, digest)] = _Check()
+        if not owner:  # the same credentials are being checked: share that answer
+            check.done.wait()
+            return check.ok
+        try:
+            matched = bcrypt.checkpw(password[:72], target)  # run even for an unknown user
+            check.ok = matched and stored is not None
+        except ValueError:  # bcrypt reads 72 bytes; a malformed hash was refused at load
+            logger.warning("a basic_auth_users entry is not a bcrypt hash")
+        finally:
+            with self._lock:
+                del self._checking[(user, digest)]
+                self._bcrypt_slots.release()
+                if check.ok:
+                    self._cache.pop(user, None)
+                    self._cache[user] = digest
+                    while len(self._cache) > _CACHE_MAX:
+                        del self._cache[next(iter(self._cache))]
+            check.done.set()
+        return check.ok
+
+
+@dataclass(slots=True)
+class _Check:
+    """One bcrypt check in flight, which identical requests wait for instead of repeating."""
+
+    ok: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
@@ -190,11 +231,7 @@ def load_web_config(path: Path) -> WebConfig:
         ConfigError: One line, ``<path>[:<line>] [<key>]: <what is wrong>; <what to do>``.
     """
     at = _Where(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = f"cannot be read ({getattr(exc, 'strerror', None) or _one_line(exc)})"
-        raise config_error(at(), why, "check the --web-config-file path and permissions") from None
+    text = read_text_file(path, "--web-config-file")
     try:
         root = _Root.model_validate(_parse_yaml(text, at))
     except ValidationError as exc:
@@ -211,16 +248,13 @@ def load_web_config(path: Path) -> WebConfig:
 def _parse_yaml(text: str, at: _Where) -> object:
     """Load YAML, filling ``at.lines`` with each dotted key's line; reject duplicate keys."""
     lines = at.lines
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = at(line=mark.line + 1) if mark is not None else at()
-        why = f"YAML syntax error: {_one_line(exc.problem)}"
-        raise config_error(where, why, "fix the YAML") from None
-    except yaml.YAMLError as exc:
-        raise config_error(at(), f"YAML error: {_one_line(exc)}", "fix the YAML") from None
+
+    def place(line: int | None = None, column: int | None = None) -> str:
+        return at(line=line) + ("" if column is None else f":{column}")
+
+    documents = load_yaml(text, place)
+    require(len(documents) <= 1, at(), "holds several YAML documents", "keep one")
+    data, node = documents[0] if documents else (None, None)
     pending = [("", node)]
     while pending:
         prefix, mapping = pending.pop()

@@ -13,6 +13,7 @@ from typing import Literal, cast
 
 from gpuscale.errors import ConfigError
 from gpuscale.fields.catalogue import DEFAULT_CSV_PATH, Field, dcgm_field
+from gpuscale.inputs import read_text_file
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ def parse_counters(text: str, source: str = "<counters>") -> tuple[Counter, ...]
         parts = [p.strip() for p in line.split(",", 2)]
         if len(parts) < 2 or not parts[0] or not parts[1]:
             raise ConfigError(
-                f"{source}:{lineno}: malformed row {line!r}: expected 'FIELD, type, help'"
+                f"{source}:{lineno}: malformed row: expected 'FIELD, type, help' "
+                "(a DCGM field name, a metric type and a help text, separated by commas)"
             )
         name, type_ = parts[0], parts[1].lower()
         help_text = parts[2] if len(parts) == 3 else ""
@@ -71,12 +73,12 @@ def parse_counters(text: str, source: str = "<counters>") -> tuple[Counter, ...]
             field = dcgm_field(name)
         except KeyError:
             raise ConfigError(
-                f"{source}:{lineno}: unknown field {name!r}: "
-                "use a DCGM field name from `gpuscale fields` or remove the row"
+                f"{source}:{lineno}:1: not a DCGM field name: "
+                "use one from `gpuscale fields` or remove the row"
             ) from None
         if type_ not in _TYPES:
             raise ConfigError(
-                f"{source}:{lineno}: unknown type {parts[1]!r} for {name}: "
+                f"{source}:{lineno}:2: unknown metric type for {name}: "
                 "use one of gauge, counter, histogram, summary, label"
             )
         if name in seen:
@@ -101,13 +103,7 @@ def read_counters(path: Path) -> tuple[Counter, ...]:
     Raises:
         ConfigError: The file cannot be read or does not parse.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"{path}: cannot read counters file ({exc.__class__.__name__}: {exc}): "
-            "check --collectors"
-        ) from exc
+    text = read_text_file(path, "--collectors")
     return parse_counters(text, str(path))
 
 

@@ -23,26 +23,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 from gpuscale.errors import config_error
 from gpuscale.metrics.promql import compile_signal, newest_by_query, newest_query
 from gpuscale.metrics.signal import LabelledValue, MetricsUnavailable, Signal
+from gpuscale.redact import redact_url
 
 MAX_BODY_IN_MESSAGE = 200
 """Characters of an unexpected answer quoted in an error message."""
-
-
-def _redact(url: str) -> str:
-    """The URL without any user:password part, for messages."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _one_line(text: str) -> str:
@@ -146,7 +137,7 @@ class PrometheusSource:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise config_error(
-                f"url={_redact(url)}", "not an http(s) URL", "give e.g. http://prometheus:9090"
+                f"url={redact_url(url)}", "not an http(s) URL", "give e.g. http://prometheus:9090"
             )
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise config_error(f"timeout_s={timeout_s}", "must be > 0", "give seconds, e.g. 5")
@@ -155,7 +146,7 @@ class PrometheusSource:
                 "bearer_token/basic_auth", "both are set", "choose one authentication mode"
             )
         self.url = url.rstrip("/")
-        self._shown = _redact(self.url)
+        self._shown = redact_url(self.url)
         self.timeout_s = float(timeout_s)
         self._headers = {"Accept": "application/json", **dict(headers or {})}
         if bearer_token is not None:

@@ -30,6 +30,8 @@ from gpuscale.sim.workload import FloatArray, RequestProfile, Workload
 logger = logging.getLogger(__name__)
 
 TRACES_DIR_ENV = "GPUSCALE_TRACES_DIR"
+MAX_TRACE_S = 31 * 86_400
+"""The longest trace read (31 days): a workload holds one value per second."""
 """Environment variable naming the directory that holds the shared trace files."""
 
 AZURE_FILES = {
@@ -157,6 +159,22 @@ def _read_table(
     return frame
 
 
+def _cell(path: Path, frame: pd.DataFrame, row: int, column: str) -> str:
+    """``file:line:column`` of a cell, the column counted from 1 in the header."""
+    return f"{path}:{int(frame['_line'].iloc[row])}:{list(frame.columns).index(column) + 1}"
+
+
+def _check_span(path: Path, frame: pd.DataFrame, offsets: FloatArray, column: str) -> None:
+    """Refuse a trace longer than ``MAX_TRACE_S``: it would be held second by second in memory."""
+    past = np.flatnonzero(offsets > MAX_TRACE_S)
+    if past.size:
+        raise config_error(
+            _cell(path, frame, int(past[0]), column),
+            f"{column} lies more than {MAX_TRACE_S} s (31 days) after the first row's",
+            "split the trace or check the unit (seconds)",
+        )
+
+
 def _numbers(
     path: Path, frame: pd.DataFrame, column: str, *, minimum: float | None = 0.0
 ) -> FloatArray:
@@ -170,12 +188,9 @@ def _numbers(
         bad |= values < minimum
     if bad.any():
         first = int(np.argmax(bad))
-        raw = frame[column].iloc[first]
         wanted = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
         raise config_error(
-            f"{path}:{int(frame['_line'].iloc[first])}",
-            f"{column} {raw!r} is not {wanted}",
-            "fix or remove the row",
+            _cell(path, frame, first, column), f"{column} is not {wanted}", "fix or remove the row"
         )
     return values
 
@@ -210,14 +225,15 @@ def read_azure_llm(
     if bad.any():
         first = int(np.argmax(bad))
         raise config_error(
-            f"{path}:{int(frame['_line'].iloc[first])}",
-            f"TIMESTAMP {frame['TIMESTAMP'].iloc[first]!r} is not a date-time",
+            _cell(path, frame, first, "TIMESTAMP"),
+            "TIMESTAMP is not a date-time",
             "use YYYY-MM-DD HH:MM:SS[.fraction]",
         )
     context = _numbers(path, frame, "ContextTokens")
     generated = _numbers(path, frame, "GeneratedTokens")
     ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
     offset_s = (ns - np.min(ns)) / 1e9
+    _check_span(path, frame, offset_s, "TIMESTAMP")
     second = np.floor(offset_s).astype(np.int64)
     duration = int(np.max(second)) + 1
     work = llm_work_seconds(context, generated, gpu_model)
@@ -337,6 +353,9 @@ def read_rate_file(path: Path, *, service_s: float, name: str | None = None) -> 
         )
     step = float(np.median(np.diff(times))) if len(times) > 1 else 1.0
     offsets = times - times[0]
+    ends = offsets.copy()
+    ends[-1] += step  # the last row's rate holds for one step
+    _check_span(path, frame, ends, "time_s")
     duration = max(1, math.ceil(offsets[-1] + step))
     row_of_second = np.searchsorted(offsets, np.arange(duration), side="right") - 1
     arrivals = rps[row_of_second]

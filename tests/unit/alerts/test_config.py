@@ -61,7 +61,7 @@ def test_no_file_gives_the_defaults_and_a_partial_section_keeps_the_other_defaul
             ":3 slos.0.objective: input should be less than 1",
         ),
         ("alerts:\n  GpuIdleWhileAllocated:\n    severity: loud\n", ":3 alerts.GpuIdle"),
-        ("alerts: [1\n", ":2: YAML syntax error"),
+        ("alerts: [1\n", ":2:1: YAML syntax error"),
         ("- a\n- b\n", ": is not a mapping"),
     ],
 )

@@ -58,7 +58,7 @@ def test_invalid_config_names_file_line_and_key(capsys, tmp_path):
 def test_missing_config_file(capsys, tmp_path):
     code, err = run(capsys, "--config", str(tmp_path / "absent.yaml"))
     assert code == 2
-    assert "absent.yaml: cannot read" in one_line(err)
+    assert "absent.yaml: cannot be read" in one_line(err)
 
 
 def test_missing_kubeconfig_is_a_usage_error(capsys, tmp_path):

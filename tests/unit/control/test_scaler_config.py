@@ -161,7 +161,7 @@ def test_bad_key_names_file_line_and_key_path(tmp_path, old, new, expected):
 
 
 def test_unreadable_empty_and_broken_yaml(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="cannot be read"):
         config.load(tmp_path / "absent.yaml")
     assert "holds no GPUScaler" in error_of(tmp_path, "")
     assert ":2: " in error_of(tmp_path, "a: [1\nb: 2\n")

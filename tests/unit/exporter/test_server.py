@@ -1,5 +1,3 @@
-import threading
-
 import httpx
 import pytest
 
@@ -24,13 +22,11 @@ def served(source, clock):
     )
     assert sampler.collect_once()
     server = ExporterServer(("127.0.0.1", 0), sampler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
+    server.serve_in_background()
     try:
         yield server, sampler, f"http://127.0.0.1:{server.port}"
     finally:
         server.shutdown()
-        server.server_close()
         source.release.set()
 
 
