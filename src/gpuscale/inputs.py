@@ -191,6 +191,19 @@ def _check_flow_depth(text: str, where: Where) -> None:
             raise config_error(place, problem, "write a flatter document")
 
 
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's description of a syntax error, without the file's text it quotes.
+
+    PyYAML quotes what it could not read (``found undefined tag handle '!x'``), which
+    may be a secret the file holds; token kinds (``'<block end>'``) stay.
+    """
+    problem = _one_line(exc.problem)
+    return _QUOTED.sub(lambda m: m.group(0) if m.group(0).startswith("'<") else "…", problem)
+
+
 def load_yaml(text: str, where: Where) -> list[tuple[object, yaml.Node]]:
     """Parse every YAML document of ``text`` once: each one's data and its node tree.
 
@@ -229,7 +242,7 @@ def load_yaml(text: str, where: Where) -> list[tuple[object, yaml.Node]]:
             if refused
             else "fix the YAML there"
         )
-        raise config_error(place, f"YAML syntax error: {_one_line(exc.problem)}", fix) from None
+        raise config_error(place, f"YAML syntax error: {_yaml_problem(exc)}", fix) from None
     except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as exc:
         why = f"YAML error: {type(exc).__name__}"
         raise config_error(where(), why, "fix the YAML") from None

@@ -6,7 +6,6 @@ A mistake in the file ends with one line naming the file, the line, the key
 path and what is wrong, the way every other gpuscale input does.
 """
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -243,16 +242,6 @@ def parse_config(text: str, path: Path) -> AlertConfig:
 
 
 _VERBS = frozenset({"is", "holds", "must", "sets", "starts", "names"})
-
-
-def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
-    """PyYAML's description of a syntax error, without the file's text it quotes."""
-    problem = " ".join(str(exc.problem).split())
-    # Token kinds ('<block end>') stay; quoted text from the file goes.
-    return _QUOTED.sub(lambda m: m.group(0) if m.group(0).startswith("'<") else "", problem)
-
-
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 def _control_character(data: object, key: str = "") -> str | None:

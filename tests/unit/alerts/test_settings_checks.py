@@ -66,9 +66,12 @@ def _error(content: str | bytes, tmp_path: Path) -> str:
         ("prometheus_rule:\n  labels: {release: 'kube prometheus'}\n", "label value"),
         # Characters no setting may hold: written as escapes, or raw.
         ('labels:\n  team: "gpu\\0"\n', ":2 labels.team: holds a control character"),
-        ("labels:\n  team: gpu\x00\n", ":2: holds a character YAML does not allow (U+0000)"),
+        ("labels:\n  team: gpu\x00\n", ":2:12: holds a NUL byte"),
         ('labels: {team: "\\ud800"}\n', "unpaired surrogate"),
-        ("labels: &a [*a]\n", "labels"),
+        (
+            "labels: &a [*a]\n",
+            ":1:13: YAML syntax error: an alias refers to a node that contains it",
+        ),
         ("slos:\n" + _SLO + _SLO, ":1 slos: the value names an SLO twice"),
         (
             "burn_windows: [{long: 1h, short: 5m, factor: 2}, {long: 60m, short: 1m, factor: 3}]\n",
@@ -83,7 +86,7 @@ def test_a_setting_prometheus_would_refuse_is_one_line(tmp_path, text, expected)
 
 def test_a_file_that_is_not_utf8_names_its_line_and_not_its_bytes(tmp_path):
     message = _error(b"labels:\n  team: caf\xe9\n", tmp_path)
-    assert message == ":2: is not UTF-8 text; save the file as UTF-8"
+    assert message == ":2:12: is not UTF-8; save it as UTF-8"
 
 
 def test_errors_do_not_repeat_the_value(tmp_path):
