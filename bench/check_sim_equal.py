@@ -107,13 +107,19 @@ def main() -> None:
         return
     before = pickle.loads(args.compare.read_bytes())  # noqa: S301 (our own file)
     worst, exact = 0.0, True
+    added: set[str] = set()
     for key, fields in now.items():
         for fname, value in fields.items():
+            if fname not in before[key]:  # a field the recorded version did not have
+                added.add(fname)
+                continue
             d = rel_diff(before[key][fname], value)
             if d > 0.0:
                 exact = False
                 print(f"{key[0]:<20}{key[1]:<8}{fname:<32}rel diff {d:.3g}")
             worst = max(worst, d)
+    if added:
+        print(f"not in the record (new fields, not compared): {', '.join(sorted(added))}")
     verdict = "IDENTICAL" if exact else ("EQUAL within rtol" if worst <= args.rtol else "DIFFERENT")
     print(f"{len(now)} runs compared; worst relative difference {worst:.3g}: {verdict}")
     sys.exit(0 if worst <= args.rtol else 1)
