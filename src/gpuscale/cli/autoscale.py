@@ -46,6 +46,19 @@ def _read_secret(path: Path | None, flag: str) -> str | None:
     return read_text_file(path, flag, limit=_SECRET_MAX_BYTES).strip()
 
 
+def _show_version(value: bool) -> None:
+    """``--version``: print gpuscale's version, then exit (a container's entrypoint check)."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ours = version("gpuscale")
+        except PackageNotFoundError:
+            ours = "unknown (not installed)"
+        typer.echo(f"gpuscale autoscale version {ours}")
+        raise typer.Exit
+
+
 def autoscale(
     config: Annotated[
         Path,
@@ -216,8 +229,18 @@ def autoscale(
             help="Holder identity in the Lease (default: hostname_pid).", envvar="GPUSCALE_IDENTITY"
         ),
     ] = None,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_show_version,
+            help="Print the version, then exit.",
+        ),
+    ] = False,
 ) -> None:
     """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
+    del show_version  # its callback has run (and exited) when given
     from gpuscale.control.config import load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
