@@ -6,8 +6,9 @@ acts through the same paths as in production: the device physics changes (the
 telemetry shows it) and the cluster loses or restarts a pod (the deployment
 status shows it). Policies are never told directly.
 
-* ``gpu-lost``: XID 79; the replica's pod fails and the GPU is gone until
-  replaced (after ``duration`` seconds, or never); its series vanish.
+* ``gpu-lost``: XID 79; the GPU is gone until replaced (after ``duration``
+  seconds, or never) and its series vanish; its pod is replaced elsewhere at once
+  or stays bound, never Ready, until deleted (``ClusterConfig.lost_gpu_pod``).
 * ``thermal``: a cooling failure raises the GPU's equilibrium temperature by
   ``rise_c``; once hot it throttles and its capacity falls; cleared after
   ``duration``.
