@@ -16,15 +16,8 @@ import pytest
 
 from gpuscale.alerts.alert_settings import FellOffBus
 from gpuscale.alerts.config import duration_seconds
-from tests.support.autoscale import (
-    Autoscaler,
-    DoubleKubelet,
-    KubeletServer,
-    exporter_at,
-    wait_until,
-)
+from tests.support.autoscale import DoubleKubelet, KubeletServer, faulted_chain, wait_until
 from tests.support.kubeapi import KubeApiDouble
-from tests.support.servers import Prometheus, free_port
 
 pytestmark = [
     pytest.mark.integration,
@@ -74,38 +67,10 @@ def test_hybrid_replaces_the_pod_on_a_lost_gpu_and_keeps_the_count(tmp_path):
         victim = next(pod for pod, index in gpus.items() if index == 0)
         kubelet = KubeletServer(kubelet_service)
         stack.callback(kubelet.stop)
-        port = free_port()
-        exporter = exporter_at(
-            tmp_path,
-            port,
-            "--source",
-            "sim",
-            "--gpus",
-            "4",
-            "--load",
-            "constant:0.5",
-            "--kubernetes",
-            "--pod-resources-kubelet-socket",
-            kubelet.socket,
-            "--fault",
-            f"gpu-lost@{FAULT_AT_S}:gpu=0",
+        faults = (f"gpu-lost@{FAULT_AT_S}:gpu=0",)
+        prom, ctl = faulted_chain(
+            stack, tmp_path, api, kubelet, CONFIG, gpus=4, faults=faults, sync_s=SYNC_S
         )
-        stack.callback(exporter.stop)
-        (tmp_path / "prom").mkdir()
-        prom = Prometheus("prometheus", tmp_path / "prom", [f"127.0.0.1:{port}"])
-        stack.callback(prom.process.stop)
-        config = tmp_path / "hybrid.yaml"
-        config.write_text(CONFIG)
-        ctl = Autoscaler(
-            tmp_path,
-            config,
-            api.write_kubeconfig(tmp_path / "kubeconfig"),
-            prom.url,
-            "--sync-period",
-            str(SYNC_S),
-            "--no-leader-elect",
-        )
-        stack.callback(ctl.stop)
         before = {p["metadata"]["name"] for p in api.pods()}
         seen = wait_until(
             lambda: prom.query(f'gpuscale_gpu_up{{pod="{victim}"}} == 0'), FAULT_AT_S + 30

@@ -7,15 +7,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.support.autoscale import (
-    Autoscaler,
-    DoubleKubelet,
-    KubeletServer,
-    exporter_at,
-    wait_until,
-)
+from tests.support.autoscale import DoubleKubelet, KubeletServer, faulted_chain, wait_until
 from tests.support.kubeapi import KubeApiDouble
-from tests.support.servers import Prometheus, free_port
 
 pytestmark = [
     pytest.mark.integration,
@@ -65,40 +58,10 @@ def run(tmp_path, stack: ExitStack) -> None:
     assert spared.startswith("small-")
     kubelet = KubeletServer(kubelet_service)
     stack.callback(kubelet.stop)
-    port = free_port()
-    exporter = exporter_at(
-        tmp_path,
-        port,
-        "--source",
-        "sim",
-        "--gpus",
-        "8",
-        "--load",
-        "constant:0.5",
-        "--kubernetes",
-        "--pod-resources-kubelet-socket",
-        kubelet.socket,
-        "--fault",
-        f"xid@{FAULT_AT_S}:code=79:gpu=0",
-        "--fault",
-        f"xid@{FAULT_AT_S}:code=79:gpu=3",
+    faults = (f"xid@{FAULT_AT_S}:code=79:gpu=0", f"xid@{FAULT_AT_S}:code=79:gpu=3")
+    prom, ctl = faulted_chain(
+        stack, tmp_path, api, kubelet, CONFIG, gpus=8, faults=faults, sync_s=SYNC_S
     )
-    stack.callback(exporter.stop)
-    (tmp_path / "prom").mkdir()
-    prom = Prometheus("prometheus", tmp_path / "prom", [f"127.0.0.1:{port}"])
-    stack.callback(prom.process.stop)
-    config = tmp_path / "heal.yaml"
-    config.write_text(CONFIG)
-    ctl = Autoscaler(
-        tmp_path,
-        config,
-        api.write_kubeconfig(tmp_path / "kubeconfig"),
-        prom.url,
-        "--sync-period",
-        str(SYNC_S),
-        "--no-leader-elect",
-    )
-    stack.callback(ctl.stop)
     # XID 79 takes the GPU off the bus: its fields vanish and gpuscale_gpu_up says 0
     query = f'gpuscale_gpu_up{{pod="{victim}"}} == 0'
     seen = wait_until(lambda: prom.query(query), FAULT_AT_S + 30)

@@ -13,8 +13,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -22,7 +23,7 @@ import httpx
 
 from gpuscale.exporter.podresources import api_pb2, api_pb2_grpc
 from tests.support.kubeapi import KubeApiDouble
-from tests.support.servers import Process, free_port, gpuscale_cmd, wait_http
+from tests.support.servers import Process, Prometheus, free_port, gpuscale_cmd, wait_http
 
 
 class DoubleKubelet(api_pb2_grpc.PodResourcesListerServicer):
@@ -192,3 +193,44 @@ def exporter_at(tmp: Path, port: int, *args: str, name: str = "exporter") -> Pro
     )
     wait_http(f"http://127.0.0.1:{port}/metrics", 60)
     return proc
+
+
+def faulted_chain(
+    stack: ExitStack,
+    tmp: Path,
+    api: KubeApiDouble,
+    kubelet: "KubeletServer",
+    config_text: str,
+    *,
+    gpus: int,
+    faults: Sequence[str],
+    sync_s: float,
+) -> tuple[Prometheus, Autoscaler]:
+    """The rest of the chain after the API double and the kubelet, each stopped by ``stack``.
+
+    The simulated exporter (``gpus`` GPUs at half load, pod labels from ``kubelet``,
+    ``faults`` injected), a real Prometheus scraping it, and ``gpuscale autoscale`` on
+    ``config_text`` against ``api`` every ``sync_s``, without leader election.
+
+    Returns:
+        (the Prometheus, the autoscaler).
+    """
+    port = free_port()
+    injected = [arg for fault in faults for arg in ("--fault", fault)]
+    exporter = exporter_at(
+        tmp,
+        port,
+        *("--source", "sim", "--gpus", str(gpus), "--load", "constant:0.5", "--kubernetes"),
+        *("--pod-resources-kubelet-socket", kubelet.socket, *injected),
+    )
+    stack.callback(exporter.stop)
+    (tmp / "prom").mkdir()
+    prom = Prometheus("prometheus", tmp / "prom", [f"127.0.0.1:{port}"])
+    stack.callback(prom.process.stop)
+    config = tmp / "scaler.yaml"
+    config.write_text(config_text)
+    kubeconfig = api.write_kubeconfig(tmp / "kubeconfig")
+    args = ("--sync-period", str(sync_s), "--no-leader-elect")
+    ctl = Autoscaler(tmp, config, kubeconfig, prom.url, *args)
+    stack.callback(ctl.stop)
+    return prom, ctl
