@@ -21,16 +21,14 @@ import asyncio
 import contextlib
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
+from bench_overhead import cpu_seconds, free_port
 
-TICKS = os.sysconf("SC_CLK_TCK")
 SCRAPE_TIMEOUT_S = 10.0
 IDLE_CONNECTIONS = 1000
 
@@ -55,23 +53,12 @@ class Phase:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
 def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
 def _start_exporter(gpus: int) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "gpuscale", "exporter", "--source", "sim", "--gpus", str(gpus)]
     proc = subprocess.Popen(
         [*cmd, "--address", f"127.0.0.1:{port}"],
@@ -153,9 +140,9 @@ def measure(gpus: int, phases: list[Phase]) -> None:
     proc, port = _start_exporter(gpus)
     try:
         for phase in phases:
-            cpu = _cpu_seconds(proc.pid)
+            cpu = cpu_seconds(proc.pid)
             asyncio.run(_run(port, phase))
-            phase.cpu_s = _cpu_seconds(proc.pid) - cpu
+            phase.cpu_s = cpu_seconds(proc.pid) - cpu
             phase.threads = _threads(proc.pid)
     finally:
         proc.terminate()

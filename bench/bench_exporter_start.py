@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,10 +27,10 @@ import time
 from pathlib import Path
 
 import httpx
+from bench_overhead import cpu_seconds, free_port, status_mb
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results.json"
-TICKS = os.sysconf("SC_CLK_TCK")
 TARGET_RSS_MB = 60.0
 TARGET_FIRST_SCRAPE_S = 1.0
 BASELINE_SERVER = (
@@ -43,24 +42,6 @@ BASELINE_SERVER = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-
-
 def _env(src: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCALE_", "DCGM_"))}
     if src is not None:
@@ -70,7 +51,7 @@ def _env(src: str | None) -> dict[str, str]:
 
 def start_once(kind: str, src: str | None) -> dict[str, float]:
     """One start: seconds to the first 200 from /metrics, and the RSS right after it."""
-    port = _free_port()
+    port = free_port()
     if kind == "baseline":
         args = [sys.executable, "-c", BASELINE_SERVER, str(port)]
     else:
@@ -88,8 +69,8 @@ def start_once(kind: str, src: str | None) -> dict[str, float]:
                 if httpx.get(url, timeout=5).status_code == 200:
                     return {
                         "first_scrape_s": time.perf_counter() - started,
-                        "rss_mb": _rss_mb(proc.pid),
-                        "cpu_s": _cpu_s(proc.pid),
+                        "rss_mb": status_mb(proc.pid, "VmRSS"),
+                        "cpu_s": cpu_seconds(proc.pid),
                     }
             except httpx.HTTPError:
                 pass

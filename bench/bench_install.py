@@ -17,7 +17,6 @@ import argparse
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 import httpx
+from bench_overhead import free_port
 
 ROOT = Path(__file__).resolve().parent
 PROJECT = ROOT.parent
@@ -32,12 +32,6 @@ RESULTS = ROOT / "results.json"
 TARGET_MB = 100.0
 EVERY_ENV = {"pip", "setuptools"}
 """Distributions a fresh virtual environment brings along, not counted."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tree_bytes(path: Path) -> int:
@@ -62,7 +56,7 @@ def distribution_bytes(site: Path) -> dict[str, int]:
 
 def check_exporter(gpuscale: Path) -> int:
     """Start ``gpuscale exporter --source sim``; return how many GPU series /metrics served."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [str(gpuscale), "exporter", "--source", "sim", "--gpus", "8", "-a", f"127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL,

@@ -4,10 +4,13 @@ A maintainer's tool for after a change to the builders (default directory:
 deploy/grafana under the current directory); operators import the JSON files.
 """
 
+import logging
 import sys
 from pathlib import Path
 
 from gpuscale.grafana import write
+
+logger = logging.getLogger("gpuscale.grafana")
 
 
 def main(argv: list[str]) -> int:
@@ -17,12 +20,13 @@ def main(argv: list[str]) -> int:
         The exit status: 0, or 2 for a usage error.
     """
     if len(argv) > 1:
-        print("usage: python -m gpuscale.grafana [DIRECTORY]", file=sys.stderr)
+        sys.stderr.write("usage: python -m gpuscale.grafana [DIRECTORY]\n")
         return 2
     for path in write(Path(argv[0] if argv else "deploy/grafana")):
-        print(path)
+        logger.info("wrote %s", path)
     return 0
 
 
 if __name__ == "__main__":
+    logging.basicConfig(format="%(message)s", level=logging.INFO)
     sys.exit(main(sys.argv[1:]))

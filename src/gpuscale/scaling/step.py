@@ -26,7 +26,7 @@ I/O of its own: it calls those. What it did comes back as a ``StepOutcome`` for
 the caller to log, count and record.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -321,12 +321,3 @@ def _node(status: TargetStatus, pod: str) -> str:
         if p.name == pod:
             return p.node
     return ""
-
-
-def holds_by_reason(outcomes: Mapping[str, int]) -> dict[str, int]:
-    """Hold counts with every fail-safe reason present (0 where none happened).
-
-    Returns:
-        Reason to count, in ``failsafe.REASONS`` order.
-    """
-    return {r: int(outcomes.get(r, 0)) for r in failsafe.REASONS}

@@ -116,13 +116,12 @@ class _Run:
         self.writer = SeriesWriter(self.store, self.cluster, model.name, scenario.seed, metrics)
         self.ring: SecondTotals | None = None
         self.source: MetricsSource = self.store
-        self.step_s = scenario.scrape_interval_s
         if self.path.source == "direct":  # sampled by the controller itself (Knative)
             keep = policy.history_s + self.path.delay_s + 2 * self.path.interval_s
             # Longer than the history read: a window across the ring's end is copied in
             # three pieces, so a ring many windows long keeps most reads to one slice.
             self.ring = SecondTotals((IN_FLIGHT, QUEUE), max(int(keep) + 2, RING_S))
-            self.source, self.step_s = self.ring, self.path.interval_s
+            self.source = self.ring
         serving = scenario.serving
         self._base_scv = service_scv(serving, scenario.workload)  # fixed for the run
         self.faults = FaultInjector(scenario.faults, int(seeds[2].generate_state(1)[0]))
