@@ -91,11 +91,13 @@ def compile_signal(signal: Signal) -> str:
 
     Returns:
         E.g. ``sum by (pod) (avg_over_time(M{a="b"}[60s]))``; a bare selector for
-        ``aggregation="none"`` without a window.
+        ``aggregation="none"`` without a window; a raw query as it was given.
 
     Raises:
         ValueError: An invalid metric or label name, or a bad window.
     """
+    if signal.query:
+        return signal.query
     expr = selector(signal)
     if signal.window > 0:
         expr = f"avg_over_time({expr}[{duration(signal.window)}])"

@@ -25,6 +25,10 @@ class Signal:
         window: Seconds to average each series over first (``avg_over_time``); 0 for the latest.
         optional: Having no series is a valid reading (an alert that is not firing, a
             counter some servers do not export): the fail-safe does not hold for it.
+        query: A raw PromQL expression read as it is (a KEDA trigger's ``query``, a
+            serving stack's histogram quantile); ``metric`` then only names it, and
+            ``matchers``, ``aggregation``, ``by`` and ``window`` stay at their defaults.
+            Empty for a signal built from its parts.
     """
 
     metric: str
@@ -33,6 +37,7 @@ class Signal:
     by: tuple[str, ...] = ()
     window: float = 0.0
     optional: bool = False
+    query: str = ""
 
 
 @dataclass(frozen=True, slots=True)
