@@ -303,8 +303,11 @@ def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path
     from gpuscale.evaluate.executor import open_runner
     from gpuscale.evaluate.report import (
         comparison_table,
+        dash_notes,
         fault_table,
         step_table,
+        table_rows,
+        verdict,
         write_report,
     )
     from gpuscale.evaluate.scoring import evaluation_from_sweep
@@ -366,9 +369,12 @@ def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path
     if not table_console.is_terminal:  # piped: don't squeeze the table to 80 columns
         table_console = Console(width=160)
     table_console.print(comparison_table(evaluation))
+    for note in dash_notes(table_rows(evaluation)):
+        typer.echo(note)
     for extra in (fault_table(evaluation), step_table(evaluation)):
         if extra is not None:
             table_console.print(extra)
+    typer.echo(verdict(evaluation))
     typer.echo(f"wrote {json_path} and {html_path}")
 
 
