@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from gpuscale.durations import positive_seconds_option, whole_seconds_option
 from gpuscale.errors import config_error
 from gpuscale.inputs import read_text_file
 from gpuscale.redact import redact_url
@@ -91,7 +92,8 @@ def autoscale(
     prometheus_timeout: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds before a query is abandoned.",
             envvar="GPUSCALE_PROMETHEUS_TIMEOUT",
         ),
@@ -155,7 +157,12 @@ def autoscale(
     ] = False,
     sync_period: Annotated[
         float,
-        typer.Option(min=0.1, help="Seconds between syncs.", envvar="GPUSCALE_SYNC_PERIOD"),
+        typer.Option(
+            parser=positive_seconds_option,
+            metavar="<duration>",
+            help="Seconds between syncs.",
+            envvar="GPUSCALE_SYNC_PERIOD",
+        ),
     ] = 15.0,
     workers: Annotated[
         int,
@@ -202,7 +209,8 @@ def autoscale(
     lease_duration: Annotated[
         int,
         typer.Option(
-            min=1,
+            parser=whole_seconds_option,
+            metavar="<duration>",
             help="Seconds a Lease is valid without renewal.",
             envvar="GPUSCALE_LEASE_DURATION",
         ),
@@ -210,7 +218,8 @@ def autoscale(
     renew_deadline: Annotated[
         float,
         typer.Option(
-            min=0.5,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds the leader keeps trying to renew before it stops acting.",
             envvar="GPUSCALE_RENEW_DEADLINE",
         ),
@@ -218,7 +227,8 @@ def autoscale(
     retry_period: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds between tries to take or renew the Lease.",
             envvar="GPUSCALE_RETRY_PERIOD",
         ),
