@@ -1,0 +1,145 @@
+"""The vLLM preset end to end: vLLM's own series, scraped by a real Prometheus, read by a policy.
+
+A stand-in vLLM ``/metrics`` (``tests.support.vllm``: vLLM's names, types, labels and
+buckets) -> a real Prometheus scraping it each second -> a GPUScaler target with
+``metrics.servingStack: vllm``, read through gpuscale's ``PrometheusSource``: the
+requests running and waiting read as vLLM serves them, the TTFT p99 read from the
+buckets equals the quantile worked out here by Prometheus' documented interpolation, and
+``keda`` scales out when the waiting requests rise.
+"""
+
+import math
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+
+import pytest
+import yaml
+
+from gpuscale.control.config import GPUScaler
+from gpuscale.control.targets import TargetRuntime, runtimes
+from gpuscale.metrics.prometheus import PrometheusSource
+from gpuscale.scaling.observe import observe
+from gpuscale.scaling.policy import PodStatus, TargetStatus
+from tests.support.servers import Prometheus
+from tests.support.vllm import TTFT_BUCKETS, FakeVllm
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+    pytest.mark.timeout(120),
+]
+
+MODEL = 'meta-llama/Llama-3.1-8B-Instruct "chat"'  # a quote, to exercise the escaping
+THRESHOLD = 4  # requests per replica
+WAITING = 4
+STEP_S = 1.0  # the history's resolution (``metrics.stepSeconds``): Prometheus scrapes each second
+
+# ``scrapeIntervalSeconds: 15`` makes the rate window 60 s (four scrapes), which holds
+# every observation this test makes; Prometheus itself scrapes each second. The fake's
+# series carry no namespace label (in a cluster service discovery adds one), so the
+# targets read series without it.
+CONFIG = f"""\
+apiVersion: gpuscale.io/v1alpha1
+kind: GPUScaler
+metadata: {{name: llm, namespace: serving}}
+spec:
+  targets:
+    - scaleTargetRef: {{name: llm}}
+      minReplicas: 1
+      maxReplicas: 10
+      metrics:
+        servingStack: vllm
+        scrapeIntervalSeconds: 15
+        matchers: {{namespace: "", model_name: {MODEL!r}}}
+      policy: {{name: keda, threshold: {THRESHOLD}, pollingIntervalSeconds: 1,
+                hpaSyncPeriodSeconds: 1}}
+    - scaleTargetRef: {{name: llm-hybrid}}
+      maxReplicas: 10
+      metrics:
+        servingStack: vllm
+        scrapeIntervalSeconds: 15
+        matchers: {{namespace: "", model_name: {MODEL!r}}}
+      policy: {{name: hybrid}}
+"""
+
+# TTFT observations (seconds, count): 50 in (0.04, 0.06], 40 in (0.25, 0.5], 10 in (2.5, 5].
+TTFT_SAMPLES = ((0.05, 50), (0.3, 40), (3.0, 10))
+
+
+def interpolated_quantile(q: float, bounds: Sequence[float], samples) -> float:
+    """Prometheus' ``histogram_quantile`` worked out by hand from raw observations.
+
+    Its documented rule: the rank is ``q`` times the count; the answer lies in the
+    first bucket whose cumulative count reaches the rank, interpolated linearly between
+    that bucket's lower and upper bounds (the lowest bucket's lower bound is 0).
+    """
+    total = sum(n for _, n in samples)
+    rank = q * total
+    below, lower = 0, 0.0
+    for upper in bounds:
+        inside = sum(n for v, n in samples if lower < v <= upper)
+        if below + inside >= rank:
+            return lower + (upper - lower) * (rank - below) / inside
+        below, lower = below + inside, upper
+    raise AssertionError("rank beyond the last finite bucket")
+
+
+@pytest.fixture
+def vllm_and_prometheus(prometheus_bin, tmp_path) -> Iterator[tuple[FakeVllm, Prometheus]]:
+    fake = FakeVllm(MODEL).start()
+    try:
+        prom = Prometheus(prometheus_bin, tmp_path, [f"127.0.0.1:{fake.port}"])
+        try:
+            yield fake, prom
+        finally:
+            prom.process.stop()
+    finally:
+        fake.stop()
+
+
+def _targets() -> dict[str, TargetRuntime]:
+    doc = GPUScaler.model_validate(yaml.safe_load(CONFIG))
+    return {rt.ref.name: rt for rt in runtimes([doc])}
+
+
+def _value(source: PrometheusSource, rt: TargetRuntime, key: str, at: float) -> float:
+    (result,) = source.instant(rt.policy.signals[key], at)
+    return result.points[-1][1]
+
+
+def test_vllm_preset_reads_vllm_series_and_keda_scales_out_on_waiting(vllm_and_prometheus):
+    fake, prom = vllm_and_prometheus
+    fake.running.set(8)
+    fake.waiting.set(0)
+    # Two scrapes of the empty histogram first: the rate window then starts from 0.
+    prom.wait_for("count_over_time(vllm:time_to_first_token_seconds_count[1m]) >= 2")
+    for value, n in TTFT_SAMPLES:
+        for _ in range(n):
+            fake.ttft.observe(value)
+    prom.wait_for("vllm:time_to_first_token_seconds_count == 100")
+
+    targets = _targets()
+    keda, hybrid = targets["llm"], targets["llm-hybrid"]
+    pods = tuple(PodStatus(f"llm-{i}", True, 0.0, 1.0) for i in range(2))
+    with PrometheusSource(prom.url) as source:
+        now = time.time()
+        assert _value(source, keda, "query_0", now) == 8.0  # running
+        assert _value(source, keda, "query_1", now) == 0.0  # waiting
+        expected_p99 = interpolated_quantile(0.99, TTFT_BUCKETS, TTFT_SAMPLES)
+        assert expected_p99 == pytest.approx(4.75)  # 2.5 + 2.5 x (99 - 90) / 10
+        assert math.isclose(_value(source, hybrid, "ttft", now), expected_p99, rel_tol=1e-9)
+
+        policy = keda.policy
+        status = TargetStatus(2, pods)
+        first = policy.decide(
+            observe(source, policy, status, now, step_s=STEP_S), policy.initial_state()
+        )
+        assert first.replicas == 2  # 8 running over 4 per replica
+
+        # Below the HPA's scale-up limit (double, at least 4), so the proposal is the answer.
+        fake.waiting.set(WAITING)
+        prom.wait_for(f"vllm:num_requests_waiting == {WAITING}")
+        later = time.time()
+        second = policy.decide(observe(source, policy, status, later, step_s=STEP_S), first.state)
+    assert second.replicas == math.ceil((8 + WAITING) / THRESHOLD) == 3
