@@ -1,5 +1,8 @@
 """The serving-stack presets: names, buckets and the PromQL they compile to."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from gpuscale.metrics import serving_stacks
@@ -11,6 +14,7 @@ from gpuscale.metrics.serving_stacks import (
     TGI,
     TRITON,
     VLLM,
+    BusyTime,
     Gauge,
     quantile_query,
     substitute,
@@ -111,3 +115,22 @@ def test_the_module_docstring_names_the_sources_checked():
         "docs/user_guide/metrics.md",
     ):
         assert source in doc
+
+
+AUTOSCALER_GUIDE = Path(__file__).parents[3] / "docs" / "autoscaler.md"
+
+
+@pytest.mark.parametrize("stack", STACKS.values(), ids=list(STACKS))
+def test_the_autoscaler_guide_tables_every_name_the_preset_reads(stack):
+    text = AUTOSCALER_GUIDE.read_text()
+    names = [stack.waiting.name, stack.completed.name, *(h.name for h in stack.histograms())]
+    names += [stack.running.name] if isinstance(stack.running, Gauge) else []
+    names += (
+        [stack.running.total, stack.running.queued] if isinstance(stack.running, BusyTime) else []
+    )
+    names += [stack.kv_cache.name] if stack.kv_cache is not None else []
+    for name in names:
+        assert f"`{name}`" in text, name
+    version = re.search(r"\d+\.\d+(\.\d+)?", stack.checked_against)
+    assert version is not None
+    assert version.group() in text
