@@ -151,6 +151,14 @@ _VLLM_REQUEST_LATENCY = (
     *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0),
     *(40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
 )
+VLLM_TTFT = Histogram(
+    "vllm:time_to_first_token_seconds",
+    (
+        *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
+        *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+    ),
+)
+"""vLLM's TTFT histogram; the alert catalogue's default TTFT SLO counts its buckets too."""
 VLLM = ServingStack(
     name="vllm",
     checked_against="vLLM 0.10 (V1 engine)",
@@ -159,13 +167,7 @@ VLLM = ServingStack(
     waiting=Gauge("vllm:num_requests_waiting"),
     completed=Gauge("vllm:request_success_total"),
     kv_cache=Gauge("vllm:kv_cache_usage_perc"),
-    ttft=Histogram(
-        "vllm:time_to_first_token_seconds",
-        (
-            *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0),
-            *(2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
-        ),
-    ),
+    ttft=VLLM_TTFT,
     tpot=Histogram(
         "vllm:time_per_output_token_seconds",
         (

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuscale.alerts.config import DEFAULT_SLOS, TTFT_SLO_BOUND_S
 from gpuscale.metrics import serving_stacks
 from gpuscale.metrics.promql import METRIC_NAME, compile_signal
 from gpuscale.metrics.serving_stacks import (
@@ -14,6 +15,7 @@ from gpuscale.metrics.serving_stacks import (
     TGI,
     TRITON,
     VLLM,
+    VLLM_TTFT,
     BusyTime,
     Gauge,
     quantile_query,
@@ -134,3 +136,12 @@ def test_the_autoscaler_guide_tables_every_name_the_preset_reads(stack):
     version = re.search(r"\d+\.\d+(\.\d+)?", stack.checked_against)
     assert version is not None
     assert version.group() in text
+
+
+def test_the_default_ttft_slo_counts_a_bucket_vllm_serves():
+    # A ``le`` that is not one of the histogram's bounds selects no series: the SLO
+    # would read nothing, silently.
+    assert TTFT_SLO_BOUND_S in VLLM_TTFT.buckets
+    (slo,) = DEFAULT_SLOS
+    assert slo.good == 'vllm:time_to_first_token_seconds_bucket{le="2.5"}'
+    assert slo.total == "vllm:time_to_first_token_seconds_count"
