@@ -1,17 +1,20 @@
-"""The vLLM preset end to end: vLLM's own series, scraped by a real Prometheus, read by a policy.
+"""Serving-stack presets end to end: the stack's own series, scraped by a real Prometheus.
 
 A stand-in vLLM ``/metrics`` (``tests.support.vllm``: vLLM's names, types, labels and
-buckets) -> a real Prometheus scraping it each second -> a GPUScaler target with
-``metrics.servingStack: vllm``, read through gpuscale's ``PrometheusSource``: the
-requests running and waiting read as vLLM serves them, the TTFT p99 read from the
-buckets equals the quantile worked out here by Prometheus' documented interpolation, and
-``keda`` scales out when the waiting requests rise.
+buckets) and a stand-in Triton (``tests.support.triton``) -> a real Prometheus scraping
+them each second -> GPUScaler targets with ``metrics.servingStack``, read through
+gpuscale's ``PrometheusSource``. vLLM: the requests running and waiting read as served,
+the TTFT p99 from the buckets equals the quantile worked out here by Prometheus'
+documented interpolation, and ``keda`` scales out when the waiting requests rise.
+Triton: the requests executing, by Little's law on its time counters, equal the steady
+load served, and the first-response p99 is converted from milliseconds.
 """
 
 import math
 import shutil
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 
 import pytest
 import yaml
@@ -22,6 +25,7 @@ from gpuscale.metrics.prometheus import PrometheusSource
 from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 from tests.support.servers import Prometheus
+from tests.support.triton import FIRST_RESPONSE_BUCKETS_MS, FakeTriton, SteadyLoad
 from tests.support.vllm import TTFT_BUCKETS, FakeVllm
 
 pytestmark = [
@@ -85,21 +89,53 @@ def interpolated_quantile(q: float, bounds: Sequence[float], samples) -> float:
     raise AssertionError("rank beyond the last finite bucket")
 
 
-@pytest.fixture
-def vllm_and_prometheus(prometheus_bin, tmp_path) -> Iterator[tuple[FakeVllm, Prometheus]]:
-    fake = FakeVllm(MODEL).start()
-    try:
-        prom = Prometheus(prometheus_bin, tmp_path, [f"127.0.0.1:{fake.port}"])
-        try:
-            yield fake, prom
-        finally:
-            prom.process.stop()
-    finally:
-        fake.stop()
+TRITON_LOAD = SteadyLoad(
+    executing=3.0,
+    queued=2.0,
+    completed=5.0,
+    # Per second: 6 first responses in (0, 100] ms, 3 in (100, 500], 1 in (2000, 5000].
+    first_response_ms=((50.0, 6.0), (300.0, 3.0), (3000.0, 1.0)),
+)
+TRITON_CONFIG = """\
+apiVersion: gpuscale.io/v1alpha1
+kind: GPUScaler
+metadata: {name: triton, namespace: serving}
+spec:
+  targets:
+    - scaleTargetRef: {name: resnet}
+      maxReplicas: 10
+      metrics:
+        servingStack: triton
+        scrapeIntervalSeconds: 1
+        matchers: {namespace: "", model: resnet}
+      policy: {name: keda, threshold: 2, pollingIntervalSeconds: 1, hpaSyncPeriodSeconds: 1}
+    - scaleTargetRef: {name: resnet-hybrid}
+      maxReplicas: 10
+      metrics:
+        servingStack: triton
+        scrapeIntervalSeconds: 1
+        matchers: {namespace: "", model: resnet}
+      policy: {name: hybrid}
+"""
 
 
-def _targets() -> dict[str, TargetRuntime]:
-    doc = GPUScaler.model_validate(yaml.safe_load(CONFIG))
+@pytest.fixture(scope="module")
+def stand_ins(
+    prometheus_bin, tmp_path_factory
+) -> Iterator[tuple[FakeVllm, FakeTriton, Prometheus]]:
+    with ExitStack() as stack:
+        fake_vllm = FakeVllm(MODEL).start()
+        stack.callback(fake_vllm.stop)
+        fake_triton = FakeTriton(TRITON_LOAD, "resnet").start()
+        stack.callback(fake_triton.stop)
+        targets = [f"127.0.0.1:{fake_vllm.port}", f"127.0.0.1:{fake_triton.port}"]
+        prom = Prometheus(prometheus_bin, tmp_path_factory.mktemp("prometheus"), targets)
+        stack.callback(prom.process.stop)
+        yield fake_vllm, fake_triton, prom
+
+
+def _targets(text: str) -> dict[str, TargetRuntime]:
+    doc = GPUScaler.model_validate(yaml.safe_load(text))
     return {rt.ref.name: rt for rt in runtimes([doc])}
 
 
@@ -108,8 +144,8 @@ def _value(source: PrometheusSource, rt: TargetRuntime, key: str, at: float) -> 
     return result.points[-1][1]
 
 
-def test_vllm_preset_reads_vllm_series_and_keda_scales_out_on_waiting(vllm_and_prometheus):
-    fake, prom = vllm_and_prometheus
+def test_vllm_preset_reads_vllm_series_and_keda_scales_out_on_waiting(stand_ins):
+    fake, _, prom = stand_ins
     fake.running.set(8)
     fake.waiting.set(0)
     # Two scrapes of the empty histogram first: the rate window then starts from 0.
@@ -119,7 +155,7 @@ def test_vllm_preset_reads_vllm_series_and_keda_scales_out_on_waiting(vllm_and_p
             fake.ttft.observe(value)
     prom.wait_for("vllm:time_to_first_token_seconds_count == 100")
 
-    targets = _targets()
+    targets = _targets(CONFIG)
     keda, hybrid = targets["llm"], targets["llm-hybrid"]
     pods = tuple(PodStatus(f"llm-{i}", True, 0.0, 1.0) for i in range(2))
     with PrometheusSource(prom.url) as source:
@@ -143,3 +179,32 @@ def test_vllm_preset_reads_vllm_series_and_keda_scales_out_on_waiting(vllm_and_p
         later = time.time()
         second = policy.decide(observe(source, policy, status, later, step_s=STEP_S), first.state)
     assert second.replicas == math.ceil((8 + WAITING) / THRESHOLD) == 3
+
+
+def test_triton_preset_reads_executing_by_littles_law_and_ttft_in_seconds(stand_ins):
+    _, _, prom = stand_ins
+    # Six samples: the 4 s rate window (four one-second scrapes) is full of the load.
+    prom.wait_for("count_over_time(nv_inference_request_duration_us[10s]) >= 6")
+    targets = _targets(TRITON_CONFIG)
+    keda, hybrid = targets["resnet"], targets["resnet-hybrid"]
+    with PrometheusSource(prom.url) as source:
+        now = time.time()
+        # Prometheus stamps a sample when its scrape starts and the stand-in reads its
+        # clock when it answers, milliseconds later: over samples a second apart the
+        # slope moves by far less than 5 %.
+        executing = _value(source, keda, "query_0", now)
+        assert executing == pytest.approx(TRITON_LOAD.executing, rel=0.05)
+        assert _value(source, keda, "query_1", now) == TRITON_LOAD.queued
+        per_s = TRITON_LOAD.first_response_ms
+        expected_ms = interpolated_quantile(0.99, FIRST_RESPONSE_BUCKETS_MS, per_s)
+        assert expected_ms == pytest.approx(4700.0)  # 2000 + 3000 x (9.9 - 9) / 1
+        ttft = _value(source, hybrid, "ttft", now)
+        assert ttft == pytest.approx(expected_ms / 1000.0, rel=1e-6)
+
+        policy = keda.policy
+        status = TargetStatus(2, tuple(PodStatus(f"resnet-{i}", True, 0.0, 1.0) for i in range(2)))
+        decision = policy.decide(
+            observe(source, policy, status, now, step_s=STEP_S), policy.initial_state()
+        )
+    # (3 executing + 2 queued) over 2 per replica.
+    assert decision.replicas == math.ceil((TRITON_LOAD.executing + TRITON_LOAD.queued) / 2)

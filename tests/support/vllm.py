@@ -14,11 +14,10 @@ negotiates) writes ``vllm_`` for ``vllm:`` in sample lines but not in ``# TYPE``
 them; docs/autoscaler.md says what to do where a server's series arrive renamed.
 """
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+
+from tests.support.scrape_target import StandIn
 
 LABELS = ("model_name", "engine")
 
@@ -38,7 +37,7 @@ FINISHED_REASONS = ("stop", "length", "abort")
 """vLLM's ``FinishReason`` values, as the success counter's label carries them."""
 
 
-class FakeVllm:
+class FakeVllm(StandIn):
     """One vLLM engine's metrics on 127.0.0.1, in its own registry.
 
     Args:
@@ -76,37 +75,7 @@ class FakeVllm:
         self.e2e = histogram(
             "vllm:e2e_request_latency_seconds", "End-to-end latency.", REQUEST_LATENCY_BUCKETS
         ).labels(*labels)
-        self._server: ThreadingHTTPServer | None = None
-        self.port = 0
 
-    def start(self) -> "FakeVllm":
-        """Serve ``/metrics`` on a free port of 127.0.0.1.
-
-        Returns:
-            Itself, ``port`` set.
-        """
-        registry = self.registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = generate_latest(registry)
-                self.send_response(200 if self.path == "/metrics" else 404)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Scrapes are not logged."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+    def body(self) -> bytes:
+        """The ``/metrics`` body at this moment."""
+        return generate_latest(self.registry)
