@@ -5,7 +5,8 @@ buckets) and a stand-in Triton (``tests.support.triton``) -> a real Prometheus s
 them each second -> GPUScaler targets with ``metrics.servingStack``, read through
 gpuscale's ``PrometheusSource``. vLLM: the requests running and waiting read as served,
 the TTFT p99 from the buckets equals the quantile worked out here by Prometheus'
-documented interpolation, and ``keda`` scales out when the waiting requests rise.
+documented interpolation, ``hybrid`` sizes its TTFT need from that p99, and ``keda``
+scales out when the waiting requests rise.
 Triton: the requests executing, by Little's law on its time counters, equal the steady
 load served, and the first-response p99 is converted from milliseconds.
 """
@@ -22,6 +23,7 @@ import yaml
 from gpuscale.control.config import GPUScaler
 from gpuscale.control.targets import TargetRuntime, runtimes
 from gpuscale.metrics.prometheus import PrometheusSource
+from gpuscale.scaling.hybrid import HybridConfig
 from gpuscale.scaling.observe import observe
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 from tests.support.servers import Prometheus
@@ -37,6 +39,7 @@ pytestmark = [
 MODEL = 'meta-llama/Llama-3.1-8B-Instruct "chat"'  # a quote, to exercise the escaping
 THRESHOLD = 4  # requests per replica
 WAITING = 4
+TTFT_SLO_S = HybridConfig().ttft_slo_s
 STEP_S = 1.0  # the history's resolution (``metrics.stepSeconds``): Prometheus scrapes each second
 
 # ``scrapeIntervalSeconds: 15`` makes the rate window 60 s (four scrapes), which holds
@@ -166,8 +169,17 @@ def test_vllm_preset_reads_vllm_series_and_keda_scales_out_on_waiting(stand_ins)
         assert expected_p99 == pytest.approx(4.75)  # 2.5 + 2.5 x (99 - 90) / 10
         assert math.isclose(_value(source, hybrid, "ttft", now), expected_p99, rel_tol=1e-9)
 
-        policy = keda.policy
         status = TargetStatus(2, pods)
+        reader = hybrid.policy
+        by_ttft = reader.decide(
+            observe(source, reader, status, now, step_s=STEP_S), reader.initial_state()
+        )
+        # hybrid's TTFT need: the healthy Ready replicas times p99 over its SLO (2 s default).
+        need = math.ceil(len(pods) * expected_p99 / TTFT_SLO_S)
+        assert f"TTFT {expected_p99:.2f} s > {TTFT_SLO_S:g} s -> {need}" in by_ttft.reason
+        assert by_ttft.replicas >= need
+
+        policy = keda.policy
         first = policy.decide(
             observe(source, policy, status, now, step_s=STEP_S), policy.initial_state()
         )
