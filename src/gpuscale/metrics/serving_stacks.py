@@ -50,11 +50,13 @@ StackName = Literal["vllm", "tgi", "triton"]
 
 
 @dataclass(frozen=True, slots=True)
-class Gauge:
-    """A series read as it is (a gauge, or a counter a policy reads as a running total).
+class Series:
+    """A series read under the stack's name as the policy's own would be read.
+
+    A gauge, or a counter the policy reads as a running total (completions).
 
     Attributes:
-        name: Series name as the stack serves it.
+        name: The name as the stack serves it.
     """
 
     name: str
@@ -93,7 +95,7 @@ class BusyTime:
     to_seconds: float
 
 
-Reading = Gauge | Histogram | BusyTime
+Reading = Series | Histogram | BusyTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +118,10 @@ class ServingStack:
     name: StackName
     checked_against: str
     model_label: str
-    running: Gauge | BusyTime
-    waiting: Gauge
-    completed: Gauge
-    kv_cache: Gauge | None
+    running: Series | BusyTime
+    waiting: Series
+    completed: Series
+    kv_cache: Series | None
     ttft: Histogram | None
     tpot: Histogram | None
     e2e: Histogram | None
@@ -163,10 +165,10 @@ VLLM = ServingStack(
     name="vllm",
     checked_against="vLLM 0.10 (V1 engine)",
     model_label="model_name",
-    running=Gauge("vllm:num_requests_running"),
-    waiting=Gauge("vllm:num_requests_waiting"),
-    completed=Gauge("vllm:request_success_total"),
-    kv_cache=Gauge("vllm:kv_cache_usage_perc"),
+    running=Series("vllm:num_requests_running"),
+    waiting=Series("vllm:num_requests_waiting"),
+    completed=Series("vllm:request_success_total"),
+    kv_cache=Series("vllm:kv_cache_usage_perc"),
     ttft=VLLM_TTFT,
     tpot=Histogram(
         "vllm:time_per_output_token_seconds",
@@ -184,9 +186,9 @@ TGI = ServingStack(
     name="tgi",
     checked_against="TGI 3.3.7",
     model_label="",
-    running=Gauge("tgi_batch_current_size"),
-    waiting=Gauge("tgi_queue_size"),
-    completed=Gauge("tgi_request_success"),
+    running=Series("tgi_batch_current_size"),
+    waiting=Series("tgi_queue_size"),
+    completed=Series("tgi_request_success"),
     kv_cache=None,
     ttft=None,
     tpot=Histogram("tgi_request_mean_time_per_token_duration", TGI_DURATION_BUCKETS),
@@ -198,8 +200,8 @@ TRITON = ServingStack(
     checked_against="Triton Inference Server 2.73",
     model_label="model",
     running=BusyTime("nv_inference_request_duration_us", "nv_inference_queue_duration_us", 1e-6),
-    waiting=Gauge("nv_inference_pending_request_count"),
-    completed=Gauge("nv_inference_request_success"),
+    waiting=Series("nv_inference_pending_request_count"),
+    completed=Series("nv_inference_request_success"),
     kv_cache=None,
     ttft=Histogram(
         "nv_inference_first_response_histogram_ms", (100.0, 500.0, 2000.0, 5000.0), 0.001
@@ -260,7 +262,7 @@ def busy_query(busy: BusyTime, matchers: Mapping[str, str], window_s: float) -> 
     """PromQL for the mean number of requests executing over the window (Little's law).
 
     Returns:
-        ``sum((rate(TOTAL{...}[w]) - rate(QUEUED{...}[w])) * factor)``.
+        ``(rate(TOTAL{...}[w]) - rate(QUEUED{...}[w])) * factor``, one result per series.
     """
     w = duration(window_s)
     total = f"rate({_selector(busy.total, matchers)}[{w}])"
@@ -290,7 +292,7 @@ def substitute(stack: ServingStack, signal: Signal, *, quantile: float, window_s
     reading = stack.readings().get(signal.metric)
     if reading is None:
         return signal
-    if isinstance(reading, Gauge):
+    if isinstance(reading, Series):
         return replace(signal, metric=reading.name)
     if isinstance(reading, Histogram):
         query = quantile_query(reading, signal.matchers, quantile, window_s, signal.by)

@@ -17,7 +17,7 @@ from gpuscale.metrics.serving_stacks import (
     VLLM,
     VLLM_TTFT,
     BusyTime,
-    Gauge,
+    Series,
     quantile_query,
     substitute,
 )
@@ -57,7 +57,7 @@ def test_every_name_is_a_prometheus_metric_name(stack):
     names = [
         r.name
         for r in (stack.running, stack.waiting, stack.completed, stack.kv_cache)
-        if isinstance(r, Gauge)
+        if isinstance(r, Series)
     ]
     names += [h.name for h in stack.histograms()]
     assert names
@@ -126,7 +126,7 @@ AUTOSCALER_GUIDE = Path(__file__).parents[3] / "docs" / "autoscaler.md"
 def test_the_autoscaler_guide_tables_every_name_the_preset_reads(stack):
     text = AUTOSCALER_GUIDE.read_text()
     names = [stack.waiting.name, stack.completed.name, *(h.name for h in stack.histograms())]
-    names += [stack.running.name] if isinstance(stack.running, Gauge) else []
+    names += [stack.running.name] if isinstance(stack.running, Series) else []
     names += (
         [stack.running.total, stack.running.queued] if isinstance(stack.running, BusyTime) else []
     )
