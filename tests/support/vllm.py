@@ -1,7 +1,7 @@
 """A stand-in for a vLLM server's ``/metrics``: vLLM's own families, served over HTTP.
 
 No GPU can run vLLM here, so the tests serve what its ``PrometheusStatLogger`` (vLLM's V1
-engine, ``vllm/v1/metrics/loggers.py``, the 0.10 series) registers, written out here from
+engine, ``vllm/v1/metrics/loggers.py``, the 0.9 series) registers, written out here from
 that source rather than taken from gpuscale, so the preset is checked against an
 independent transcription: the same prometheus_client types, names, label names
 (``model_name``, ``engine``; ``finished_reason`` on the success counter) and histogram

@@ -11,12 +11,14 @@ target's matchers.
 
 Every name, type, label and default bucket below was checked against upstream source:
 
-* vLLM (V1 engine, the 0.10 series): ``vllm/v1/metrics/loggers.py`` in
+* vLLM (V1 engine, the 0.9 series): ``vllm/v1/metrics/loggers.py`` in
   vllm-project/vllm (``PrometheusStatLogger``), commit 005a810. Gauges, counters and
   histograms carry ``model_name`` and ``engine``; ``vllm:request_success`` adds
   ``finished_reason`` and, as a prometheus_client Counter, is exposed with ``_total``.
   ``vllm:gpu_cache_usage_perc`` is deprecated there in favour of
-  ``vllm:kv_cache_usage_perc`` (both are served in that series).
+  ``vllm:kv_cache_usage_perc`` (both are served in that series; later releases drop
+  the old name by default). Later releases also serve
+  ``vllm:inter_token_latency_seconds``; the preset reads the TPOT name checked here.
 * TGI 3.3.7: ``router/src/server.rs`` (the ``metrics::`` calls and the
   ``PrometheusBuilder`` buckets) and ``backends/v3/src/queue.rs``, ``backend.rs`` in
   huggingface/text-generation-inference. Series carry no labels; counters keep their
@@ -163,7 +165,7 @@ VLLM_TTFT = Histogram(
 """vLLM's TTFT histogram; the alert catalogue's default TTFT SLO counts its buckets too."""
 VLLM = ServingStack(
     name="vllm",
-    checked_against="vLLM 0.10 (V1 engine)",
+    checked_against="vLLM 0.9 (V1 engine)",
     model_label="model_name",
     running=Series("vllm:num_requests_running"),
     waiting=Series("vllm:num_requests_waiting"),
