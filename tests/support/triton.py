@@ -4,7 +4,10 @@ Triton serves its metrics through prometheus-cpp, whose counters keep their name
 ``_total``); the names, types and the ``model``/``version`` labels here follow Triton's
 metrics guide (``docs/user_guide/metrics.md``), as does the time-to-first-response
 histogram's default buckets (100, 500, 2000, 5000 ms). The exposition is written out by
-hand because prometheus_client would add ``_total`` to the counters.
+hand, as prometheus-cpp's text serializer (``core/src/text_serializer.cc``) writes it:
+counters without ``_total`` (prometheus_client would add it), histograms as ``_count``,
+``_sum`` and ``_bucket`` lines, and every number, ``le`` bounds included, in fixed
+notation with six decimals (``le="100.000000"``).
 
 The load is steady and set by the test: each counter grows at a fixed rate per second
 of wall time since the stand-in started, so a ``rate`` over any window holds the rate.
@@ -58,7 +61,7 @@ class FakeTriton(StandIn):
         lines: list[str] = []
 
         def family(name: str, kind: str, value: float) -> None:
-            lines.extend((f"# TYPE {name} {kind}", f"{name}{{{labels}}} {value!r}"))
+            lines.extend((f"# TYPE {name} {kind}", f"{name}{{{labels}}} {value:f}"))
 
         family("nv_inference_request_success", "counter", load.completed * t)
         family(
@@ -70,12 +73,12 @@ class FakeTriton(StandIn):
         lines.append(f"# TYPE {name} histogram")
         per_s = load.first_response_ms
         total = sum(n for _, n in per_s) * t
-        lines.append(f"{name}_count{{{labels}}} {total!r}")
-        lines.append(f"{name}_sum{{{labels}}} {sum(v * n for v, n in per_s) * t!r}")
+        lines.append(f"{name}_count{{{labels}}} {total:f}")
+        lines.append(f"{name}_sum{{{labels}}} {sum(v * n for v, n in per_s) * t:f}")
         for bound in FIRST_RESPONSE_BUCKETS_MS:
             count = sum(n for v, n in per_s if v <= bound) * t
-            lines.append(f'{name}_bucket{{{labels},le="{bound:g}"}} {count!r}')
-        lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {total!r}')
+            lines.append(f'{name}_bucket{{{labels},le="{bound:f}"}} {count:f}')
+        lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {total:f}')
         return "\n".join(lines) + "\n"
 
     def body(self) -> bytes:
