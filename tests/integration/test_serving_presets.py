@@ -202,10 +202,10 @@ def test_triton_preset_reads_executing_by_littles_law_and_ttft_in_seconds(stand_
     with PrometheusSource(prom.url) as source:
         now = time.time()
         # Prometheus stamps a sample when its scrape starts and the stand-in reads its
-        # clock when it answers, milliseconds later: over samples a second apart the
-        # slope moves by far less than 5 %.
+        # clock when it answers, later by milliseconds (a tenth of a second at worst on a
+        # loaded machine): over samples a second apart that moves the slope by under 10 %.
         executing = _value(source, keda, "query_0", now)
-        assert executing == pytest.approx(TRITON_LOAD.executing, rel=0.05)
+        assert executing == pytest.approx(TRITON_LOAD.executing, rel=0.1)
         assert _value(source, keda, "query_1", now) == TRITON_LOAD.queued
         per_s = TRITON_LOAD.first_response_ms
         expected_ms = interpolated_quantile(0.99, FIRST_RESPONSE_BUCKETS_MS, per_s)
