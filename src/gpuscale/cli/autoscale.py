@@ -117,7 +117,9 @@ def autoscale(
     prometheus: Annotated[
         str,
         typer.Option(
-            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, Thanos).",
+            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, "
+            "Thanos); a malformed one exits 2, one that does not answer at start is a warning "
+            "and every target holds until it does.",
             envvar="GPUSCALE_PROMETHEUS",
         ),
     ] = "http://localhost:9090",
@@ -176,7 +178,8 @@ def autoscale(
         bool,
         typer.Option(
             "--dry-run",
-            help="Decide and log, but change nothing in the cluster.",
+            help="Decide and log, but change nothing in the cluster; with no kubeconfig "
+            "outside a pod, decide without a cluster (see --assume-replicas).",
             envvar="GPUSCALE_DRY_RUN",
         ),
     ] = False,
@@ -184,6 +187,7 @@ def autoscale(
         list[str] | None,
         typer.Option(
             "--assume-replicas",
+            metavar="[NAMESPACE/]NAME=N",
             help="With --dry-run: decide without a cluster, from [NAMESPACE/]NAME=N replicas "
             "of the target of that scaleTargetRef name (repeatable; other targets: their "
             "minReplicas). A dry run with no kubeconfig and outside a pod does so anyway.",
@@ -194,7 +198,9 @@ def autoscale(
     once: Annotated[
         bool,
         typer.Option(
-            "--once", help="Run one sync over every target and exit.", envvar="GPUSCALE_ONCE"
+            "--once",
+            help="Run one sync over every target, print each decision, and exit.",
+            envvar="GPUSCALE_ONCE",
         ),
     ] = False,
     sync_period: Annotated[

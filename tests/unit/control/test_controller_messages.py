@@ -2,15 +2,18 @@
 
 Counted over many steady syncs on the fake clock: a steady hold, a steady
 decision after recovery, and a scale, each says so once at INFO or WARNING (and
-again only at DEBUG), and records one Event.
+again only at DEBUG), and records one Event. The lease's release is logged as it
+went, failed or not.
 """
 
 import logging
+import threading
 
 import pytest
 
 from tests.support.control import events, feed, pod_names
 from tests.unit.control.test_controller import HPA, UTIL
+from tests.unit.control.test_leader import controller as leader_controller
 
 STEADY_SYNCS = 6
 
@@ -77,3 +80,33 @@ def test_a_hold_that_changes_cause_is_one_more_line_but_not_another_event(
     assert lines() == ["WARNING", "DEBUG", "WARNING", "DEBUG"]
     assert [e["reason"] for e in events(kapi)] == ["MetricsUnhealthy"]
     assert "stale: " in (ctl.unhealthy(ctl.targets[0].ref) or "")
+
+
+@pytest.mark.parametrize("release_fails", [False, True])
+def test_the_lease_release_is_logged_as_it_went(
+    kapi, kclock, store, make_controller, tmp_path, caplog, release_fails
+):
+    kapi.create_deployment("web", replicas=1)
+    ctl, act = leader_controller(make_controller, kapi, kclock, tmp_path, "a", 2)
+    caplog.set_level(logging.INFO, logger="gpuscale.control")
+    path = "/apis/coordination.k8s.io/v1/namespaces/default/leases/gpuscale"
+    stop, end = threading.Event(), kclock() + 5.0
+
+    def wait(pause: float) -> bool:
+        kclock.advance(pause)
+        if kclock() < end:
+            return False
+        if release_fails:  # the API server fails every try of the release's write
+            kapi.fail_next(500, count=50, method="PUT", path=path)
+        return True
+
+    ctl.run(stop, wait)
+    said = [r.getMessage() for r in caplog.records if "leader lease" in r.getMessage()]
+    holder = kapi.get("coordination.k8s.io/v1", "leases", "gpuscale", "default")["spec"]
+    if release_fails:
+        assert said == ["could not release the leader lease; it expires on its own"]
+        assert holder["holderIdentity"] == "a"
+    else:
+        assert said == ["released the leader lease"]
+        assert holder["holderIdentity"] == ""
+    act.close()
