@@ -20,7 +20,7 @@ its annotation, so it carries on where the previous leader stopped.
 Time comes from ``clock`` and waiting from ``wait`` (seams: tests run the loop on a
 fake clock). Every decision is logged with the inputs that drove it, and the JSON
 log format carries them as structured fields (``decision``): a change (replicas
-read or set, a hold starting or ending) at INFO, a hold's start at WARNING, and a
+read or set, a hold ending) at INFO, a hold starting or changing cause at WARNING, a
 sync that decides as the one before at DEBUG, so a steady target writes one line
 per change, and one Event (``SuccessfulRescale``, ``MetricsUnhealthy``,
 ``MetricsHealthy``) per scale or hold episode.
@@ -455,7 +455,7 @@ class Controller:
 
     # ---------------------------------------------------------------- logging
     def _log(self, out: Outcome) -> None:
-        """One line per decision change: a first hold at WARNING, others at INFO.
+        """One line per decision change: a hold (starting, or with a new cause) at WARNING.
 
         A decision like the target's previous one (the same replicas read and set,
         the same hold or none) is logged at DEBUG: a steady state, or a steady hold
