@@ -2,7 +2,14 @@
 
 Everything a user can get wrong (the GPUScaler file, the Prometheus URL and
 its TLS files, the kubeconfig, the listen address) is checked before the loop
-starts, with one line naming the input and exit status 2.
+starts, with one line naming the input and exit status 2. Prometheus itself is
+asked once at start: one that does not answer (down, a wrong port, DNS, TLS,
+401/403) is a WARNING naming ``--prometheus`` and the cause, and the controller
+runs on, every target holding with that cause until it answers, since it may be
+starting too.
+
+A dry run needs no cluster: with ``--assume-replicas``, or with no kubeconfig
+outside a pod, it decides from assumed replica counts (``control.offline``).
 """
 
 import logging
@@ -10,8 +17,9 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +27,9 @@ from gpuscale.durations import positive_seconds_option, whole_seconds_option
 from gpuscale.errors import config_error
 from gpuscale.inputs import read_text_file
 from gpuscale.redact import redact_url
+
+if TYPE_CHECKING:
+    from gpuscale.metrics.prometheus import PrometheusSource
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +71,28 @@ def _show_version(value: bool) -> None:
         raise typer.Exit
 
 
+def _probe(source: "PrometheusSource", url: str) -> None:
+    """Ask Prometheus once at start; say so at WARNING if it does not answer, and go on.
+
+    A Prometheus that is down, unnamed in DNS, refuses our certificate or our
+    credentials may come right without a restart (it is starting too, a Secret is
+    being rotated): the controller runs and every target holds, with the same cause
+    in its hold reason and its ``MetricsUnhealthy`` Event.
+    """
+    from gpuscale.metrics.signal import MetricsUnavailable
+
+    try:
+        source.check(time.time())
+    except MetricsUnavailable as exc:
+        logger.warning(
+            "--prometheus %s does not answer (%s: %s); every target holds its replicas until "
+            "it does: check the address, its TLS and credential flags",
+            redact_url(url),
+            exc.reason,
+            exc,
+        )
+
+
 def autoscale(
     config: Annotated[
         Path,
@@ -85,7 +118,9 @@ def autoscale(
     prometheus: Annotated[
         str,
         typer.Option(
-            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, Thanos).",
+            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, "
+            "Thanos); a malformed one exits 2, one that does not answer at start is a warning "
+            "and every target holds until it does.",
             envvar="GPUSCALE_PROMETHEUS",
         ),
     ] = "http://localhost:9090",
@@ -145,14 +180,29 @@ def autoscale(
         bool,
         typer.Option(
             "--dry-run",
-            help="Decide and log, but change nothing in the cluster.",
+            help="Decide and log, but change nothing in the cluster; with no kubeconfig "
+            "outside a pod, decide without a cluster (see --assume-replicas).",
             envvar="GPUSCALE_DRY_RUN",
         ),
     ] = False,
+    assume_replicas: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--assume-replicas",
+            metavar="[NAMESPACE/]NAME=N",
+            help="With --dry-run: decide without a cluster, from [NAMESPACE/]NAME=N replicas "
+            "of the target of that scaleTargetRef name (repeatable; other targets: their "
+            "minReplicas). A dry run with no kubeconfig and outside a pod does so anyway.",
+            envvar="GPUSCALE_ASSUME_REPLICAS",
+            show_default=False,
+        ),
+    ] = None,
     once: Annotated[
         bool,
         typer.Option(
-            "--once", help="Run one sync over every target and exit.", envvar="GPUSCALE_ONCE"
+            "--once",
+            help="Run one sync over every target, print each decision, and exit.",
+            envvar="GPUSCALE_ONCE",
         ),
     ] = False,
     sync_period: Annotated[
@@ -254,18 +304,32 @@ def autoscale(
     from gpuscale.control.config import load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
-    from gpuscale.control.kubernetes import KubeActuator
-    from gpuscale.control.seams import Settings
+    from gpuscale.control.kubernetes import KubeActuator, cluster_config_found
+    from gpuscale.control.offline import AssumedCluster, assumed_replicas
+    from gpuscale.control.seams import Settings, label
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.control.targets import runtimes
     from gpuscale.exporter.server import parse_address
-    from gpuscale.metrics.prometheus import PrometheusSource
+    from gpuscale.metrics.prometheus import PrometheusSource, check_url
 
     if leader_elect and not renew_deadline < lease_duration:
         raise config_error(
             f"--renew-deadline {renew_deadline:g}",
             f"must be shorter than --lease-duration {lease_duration:g}",
             "lower it (client-go's defaults are 10 s and 15 s)",
+        )
+    check_url(prometheus, "--prometheus")
+    if assume_replicas and not dry_run:
+        raise config_error(
+            "--assume-replicas",
+            "only a dry run can assume replicas (a real run scales what is there)",
+            "add --dry-run, or leave --assume-replicas out",
+        )
+    if assume_replicas and kubeconfig is not None:
+        raise config_error(
+            "--assume-replicas/--kubeconfig",
+            "both are given: replicas would come from the file and the cluster",
+            "choose one",
         )
     targets = runtimes(load(config))
     host, port = parse_address(address)
@@ -299,14 +363,24 @@ def autoscale(
         key_file=prometheus_key_file,
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
-    elect = leader_elect and not once
+    offline = dry_run and (bool(assume_replicas) or not cluster_config_found(kubeconfig))
+    elect = leader_elect and not once and not offline
     # With leader election, one request (and one call's retries) must end well inside
     # the renew deadline: a write is sent only while the lease outlasts its timeout.
     write_s = min(WRITE_TIMEOUT_S, renew_deadline / 3)
     retry = RetryPolicy(timeout_s=write_s, total_s=renew_deadline / 2) if elect else None
-    actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
+    actuator: KubeActuator | AssumedCluster
+    if offline:
+        assumed = assumed_replicas(targets, assume_replicas or [])
+        actuator = AssumedCluster(assumed)
+        logger.info(
+            "dry run without a cluster: no pods, no saved policy state, replicas assumed: %s",
+            ", ".join(f"{label(ref)}={n}" for ref, n in assumed.items()),
+        )
+    else:
+        actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
     elector = None
-    if elect:
+    if elect and isinstance(actuator, KubeActuator):
         from gpuscale.control.lease import LeaseElector
 
         elector = LeaseElector(
@@ -318,6 +392,7 @@ def autoscale(
             renew_deadline_s=renew_deadline,
             retry_period_s=retry_period,
         )
+    _probe(source, prometheus)
     settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=write_s)
     metrics = ControllerMetrics()
     health = HealthState(3 * max(sync_period, retry_period, 10.0))
@@ -332,6 +407,8 @@ def autoscale(
     )
     if once:
         outcomes = controller.sync()
+        for o in outcomes:  # the result, on stdout; the log (stderr) has the inputs too
+            typer.echo(f"{o.target}: {o.current} -> {o.replicas} ({o.reason})")
         failed = [o for o in outcomes if o.error is not None]
         if failed:
             raise typer.Exit(1)

@@ -228,7 +228,7 @@ class DecisionStep(Generic[S]):
                     self.source, self._fresh_signals, at, cfg.stale_after_s
                 )
         except MetricsUnavailable as exc:
-            problem = failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
+            problem = failsafe.unavailable(exc)
         delete: tuple[str, ...] = ()
         if problem is not None or obs is None:
             problem = problem or failsafe.Problem(failsafe.MISSING, "no observation")
@@ -297,7 +297,7 @@ class DecisionStep(Generic[S]):
                 self._per_pod, self._fresh_signals, at, self.settings.stale_after_s, ready
             )
         except MetricsUnavailable as exc:
-            return failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
+            return failsafe.unavailable(exc)
 
     def _remediate(
         self, status: TargetStatus, at: float, gone: set[str]
