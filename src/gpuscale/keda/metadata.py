@@ -116,7 +116,7 @@ def target_document(name: str, namespace: str, metadata: Mapping[str, str]) -> d
             "is required",
             f"name the gpuscale policy: one of {', '.join(KINDS)}",
         )
-    ref: dict[str, Any] = {"namespace": namespace}
+    ref: dict[str, Any] = {}  # the namespace is the ScaledObject's (the document's)
     target: dict[str, Any] = {"scaleTargetRef": ref}
     policy: dict[str, Any] = {"name": keys.pop(POLICY)}
     for key, text in keys.items():
