@@ -34,6 +34,9 @@ from gpuscale.redact import redact_url
 
 logger = logging.getLogger(__name__)
 
+HEALTH_BEAT_S = 5.0
+"""How often the main thread marks the process alive for ``/healthz``, seconds."""
+
 
 def _pem(path: Path, flag: str) -> bytes:
     """A PEM file's bytes; one line when it is unreadable or holds no PEM block."""
@@ -104,6 +107,22 @@ def keda_scaler(
             envvar="GPUSCALE_KEDA_ADDRESS",
         ),
     ] = "127.0.0.1:9443",
+    metrics_address: Annotated[
+        str,
+        typer.Option(
+            help="Listen address of /metrics (the controller's series, per ScaledObject) and "
+            "/healthz as <HOST>:<PORT>.",
+            envvar="GPUSCALE_KEDA_METRICS_ADDRESS",
+        ),
+    ] = "127.0.0.1:8081",
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="TLS and basic-auth settings of /metrics and /healthz, in the Prometheus "
+            "exporter-toolkit format (as the exporter's).",
+            envvar="GPUSCALE_WEB_CONFIG_FILE",
+        ),
+    ] = None,
     kubeconfig: Kubeconfig = None,
     context: KubeContext = None,
     prometheus: PrometheusUrl = "http://localhost:9090",
@@ -145,11 +164,18 @@ def keda_scaler(
             "or serve plaintext with --insecure",
         )
     from gpuscale.control.kubernetes import KubeActuator
+    from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.exporter.server import parse_address
     from gpuscale.keda.scaler import KedaScaler
     from gpuscale.keda.service import ExternalScalerService, ScalerServer, ServerTls
 
     host, port = parse_address(address)
+    metrics_host, metrics_port = parse_address(metrics_address)
+    gate = None
+    if web_config_file is not None:
+        from gpuscale.exporter.webconfig import load_web_config
+
+        gate = load_web_config(web_config_file)
     tls = None
     if tls_cert_file is not None and tls_key_file is not None:
         cert = _pem(tls_cert_file, "--tls-cert-file")
@@ -168,30 +194,47 @@ def keda_scaler(
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
     actuator = KubeActuator.connect(kubeconfig, context)
-    scaler = KedaScaler(source, actuator, sync_period_s=sync_period)
+    metrics = ControllerMetrics()
+    health = HealthState(3 * HEALTH_BEAT_S)
+    scaler = KedaScaler(source, actuator, sync_period_s=sync_period, metrics=metrics)
     stop = threading.Event()
     service = ExternalScalerService(scaler, stream_period_s=stream_period, stop=stop)
     try:
+        telemetry = TelemetryServer(metrics, health, metrics_host, metrics_port, gate)
+    except OSError as exc:
+        raise config_error(
+            f"--metrics-address {metrics_address!r}",
+            f"cannot listen ({exc.strerror})",
+            "give a free [HOST]:PORT",
+        ) from None
+    try:
         server = ScalerServer(service, host, port, tls)
     except (OSError, RuntimeError) as exc:
+        telemetry.stop()
         raise config_error(
             f"--address {address!r}", f"cannot listen ({exc})", "give a free [HOST]:PORT"
         ) from None
     server.start()
+    telemetry.start()
     logger.info(
-        "serving KEDA's external scaler API on %s:%d (%s); signals from %s",
+        "serving KEDA's external scaler API on %s:%d (%s); signals from %s; "
+        "/metrics and /healthz on %s:%d",
         host,
         server.port,
         "plaintext" if tls is None else ("mutual TLS" if tls.client_ca else "TLS"),
         redact_url(prometheus),
+        metrics_host,
+        telemetry.port,
     )
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     try:
-        done.wait()
+        while not done.wait(HEALTH_BEAT_S):
+            health.beat()  # the process serves; each call decides on its own thread
     finally:
         server.stop()
+        telemetry.stop()
         source.close()
         actuator.close()
         logger.info("stopped")

@@ -44,7 +44,6 @@ logger = logging.getLogger(__name__)
 _CODES = {
     "forbidden": grpc.StatusCode.PERMISSION_DENIED,
     "kube_unavailable": grpc.StatusCode.UNAVAILABLE,
-    "not_leader": grpc.StatusCode.UNAVAILABLE,
 }
 """The controller's error label to the status KEDA sees (others: INTERNAL)."""
 

@@ -9,7 +9,7 @@ from gpuscale.keda import externalscaler_pb2 as pb
 from gpuscale.keda.scaler import METRIC_NAME
 from tests.support import cli as support_cli
 from tests.support.keda import keda_client, make_tls_files, scaled_object
-from tests.support.servers import Process, free_port, gpuscale_cmd
+from tests.support.servers import Process, free_port, gpuscale_cmd, wait_http
 
 clean_process = pytest.fixture(autouse=True)(support_cli.clean_process)
 
@@ -61,11 +61,11 @@ def test_a_missing_client_ca_file_is_named(capsys, tmp_path):
 def test_started_it_serves_kedas_calls_over_mutual_tls(tmp_path, kapi):
     kapi.create_deployment("web", "default", replicas=3)
     tls = make_tls_files(tmp_path)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     args = [
         *gpuscale_cmd(),
         "keda-scaler",
-        *("--address", f"127.0.0.1:{port}"),
+        *("--address", f"127.0.0.1:{port}", "--metrics-address", f"127.0.0.1:{metrics_port}"),
         *("--tls-cert-file", str(tls.server_cert), "--tls-key-file", str(tls.server_key)),
         *("--tls-client-ca-file", str(tls.client_cert)),
         *("--kubeconfig", str(kapi.write_kubeconfig(tmp_path / "kubeconfig"))),
@@ -92,6 +92,11 @@ def test_started_it_serves_kedas_calls_over_mutual_tls(tmp_path, kapi):
             ).metricValues
             assert (value.metricValue, value.metricValueFloat) == (3, 3.0)
             assert keda.IsActive(ref, timeout=30).result is True
+        exposition = wait_http(f"http://127.0.0.1:{metrics_port}/metrics", 10).text
+        assert 'gpuscale_autoscaler_desired_replicas{target="default/Deployment/web"} 3.0' in (
+            exposition
+        )
+        assert wait_http(f"http://127.0.0.1:{metrics_port}/healthz", 10).status_code == 200
     finally:
         proc.stop()
     log = proc.output()
