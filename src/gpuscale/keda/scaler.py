@@ -40,7 +40,7 @@ from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.seams import Actuator, Settings
 from gpuscale.control.server import ControllerMetrics
 from gpuscale.control.targets import TargetRuntime
-from gpuscale.errors import TransientError
+from gpuscale.errors import GpuscaleError
 from gpuscale.keda.metadata import target_runtime
 from gpuscale.metrics.signal import MetricsSource
 from gpuscale.scaling.policy import TargetStatus
@@ -159,7 +159,7 @@ class Desired:
         return metric_value(self.replicas, self.current)
 
 
-class DecisionFailedError(TransientError):
+class DecisionFailedError(GpuscaleError):
     """A reconcile failed (the API server, permissions, a bug); KEDA's HPA holds meanwhile.
 
     Args:
