@@ -22,6 +22,7 @@ from gpuscale.keda import externalscaler_pb2 as pb
 from gpuscale.keda.scaler import METRIC_NAME, TARGET_SIZE, KedaScaler
 from gpuscale.metrics.prometheus import PrometheusSource
 from tests.support.keda import (
+    gpuscaler,
     hpa_replicas,
     keda_client,
     make_tls_files,
@@ -54,17 +55,6 @@ METADATA = {
     "maxReplicas": "20",
     "scaleTargetName": "web",
 }
-GPUSCALER = f"""\
-apiVersion: gpuscale.io/v1alpha1
-kind: GPUScaler
-metadata: {{name: web, namespace: {CTL}}}
-spec:
-  targets:
-  - scaleTargetRef: {{name: web}}
-    minReplicas: 1
-    maxReplicas: 20
-    policy: {{name: keda, threshold: 2, pollingIntervalSeconds: 15, cooldownPeriodSeconds: 120}}
-"""
 
 
 def demand(k: int) -> float:
@@ -89,7 +79,7 @@ def test_the_scaler_on_prometheus_decides_as_the_controller(tmp_path: Path):
     clock = ManualClock(start + 1)
     tls = make_tls_files(tmp_path)
     config = tmp_path / "scaler.yaml"
-    config.write_text(GPUSCALER)
+    config.write_text(gpuscaler(METADATA, CTL))
     wanted, applied = [], []
     try:
         with KubeApiDouble(clock=clock) as api:

@@ -98,6 +98,20 @@ def keda_client(
         yield pb_grpc.ExternalScalerStub(channel)
 
 
+def gpuscaler(metadata: dict[str, str], namespace: str) -> str:
+    """The GPUScaler ``gpuscale autoscale`` reads for the target a trigger's metadata names."""
+    target = {"policy", "scaleTargetName", "minReplicas", "maxReplicas"}
+    params = "".join(f", {k}: {v}" for k, v in metadata.items() if k not in target)
+    return (
+        "apiVersion: gpuscale.io/v1alpha1\nkind: GPUScaler\n"
+        f"metadata: {{name: web, namespace: {namespace}}}\nspec:\n  targets:\n"
+        f"  - scaleTargetRef: {{name: {metadata['scaleTargetName']}}}\n"
+        f"    minReplicas: {metadata['minReplicas']}\n"
+        f"    maxReplicas: {metadata['maxReplicas']}\n"
+        f"    policy: {{name: {metadata['policy']}{params}}}\n"
+    )
+
+
 def scaled_object(name: str, namespace: str, **metadata: str) -> pb.ScaledObjectRef:
     """The ``ScaledObjectRef`` KEDA sends for a trigger with this metadata."""
     return pb.ScaledObjectRef(name=name, namespace=namespace, scalerMetadata=metadata)

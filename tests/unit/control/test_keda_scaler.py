@@ -11,7 +11,6 @@ docs/keda-scaler.md asks. Decision by decision, the two must agree.
 """
 
 import json
-import textwrap
 
 import grpc
 import numpy as np
@@ -24,6 +23,7 @@ from gpuscale.control.targets import runtimes
 from gpuscale.keda import externalscaler_pb2 as pb
 from gpuscale.keda.scaler import METRIC_NAME, TARGET_SIZE, KedaScaler
 from tests.support.keda import (
+    gpuscaler,
     hpa_replicas,
     keda_client,
     make_tls_files,
@@ -49,26 +49,6 @@ BOUNDS = {"minReplicas": "1", "maxReplicas": "24"}
 DEMAND = [3, 6, 12, 20, 26, 30, 30, 24, 18, 12, 9, 6, 4, 3, 2] + [1] * 16
 """Requests in flight across the workload at each decision: a rise, a fall, then quiet long
 enough (4 minutes) for every policy's scale-in delay (KEDA's and the HPA's 300 s window)."""
-
-
-def gpuscaler(metadata: dict[str, str]) -> str:
-    """The GPUScaler ``gpuscale autoscale`` reads for the same policy and bounds."""
-    params = ", ".join(
-        f"{k}: {v}" for k, v in metadata.items() if k not in {"policy", "scaleTargetName", *BOUNDS}
-    )
-    return textwrap.dedent(
-        f"""\
-        apiVersion: gpuscale.io/v1alpha1
-        kind: GPUScaler
-        metadata: {{name: web, namespace: {CTL}}}
-        spec:
-          targets:
-          - scaleTargetRef: {{name: web}}
-            minReplicas: {BOUNDS["minReplicas"]}
-            maxReplicas: {BOUNDS["maxReplicas"]}
-            policy: {{name: {metadata["policy"]}, {params}}}
-        """
-    )
 
 
 def scrape(store, kapi, t: float, demand: float) -> None:
@@ -100,7 +80,7 @@ def test_keda_sequence_over_mutual_tls_gives_the_controllers_replicas(
     kapi.create_deployment("web", CTL, replicas=2)
     kapi.create_deployment("web", KEDA, replicas=2)
     config = tmp_path / "scaler.yaml"
-    config.write_text(gpuscaler(metadata))
+    config.write_text(gpuscaler(metadata, CTL))
     controller = Controller(
         runtimes(load(config)),
         store,
