@@ -106,9 +106,7 @@ def target_document(name: str, namespace: str, metadata: Mapping[str, str]) -> d
         ConfigError: ``policy`` is missing, or a structured value does not parse.
     """
     keys = {
-        (key.removesuffix(FROM_ENV) if key.endswith(FROM_ENV) else key): value
-        for key, value in metadata.items()
-        if key not in KEDA_KEYS
+        key.removesuffix(FROM_ENV): value for key, value in metadata.items() if key not in KEDA_KEYS
     }
     if not keys.get(POLICY):
         raise config_error(
@@ -120,6 +118,10 @@ def target_document(name: str, namespace: str, metadata: Mapping[str, str]) -> d
     target: dict[str, Any] = {"scaleTargetRef": ref}
     policy: dict[str, Any] = {"name": keys.pop(POLICY)}
     for key, text in keys.items():
+        if key == "name":  # the policy block's tag: it would rename the policy
+            raise config_error(
+                where(namespace, name, key), "unknown key", "name the policy with the key policy"
+            )
         if key in SCALE_TARGET:
             ref[SCALE_TARGET[key]] = text
         elif key in TARGET_KEYS:

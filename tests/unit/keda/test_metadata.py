@@ -76,6 +76,11 @@ def test_metadata_builds_the_target_a_gpuscaler_file_builds(tmp_path):
             "spelling (keys are camelCase)",
         ),
         (
+            {"policy": "hpa", "scaleTargetName": "web", "maxReplicas": "3", "name": "kpa"},
+            "ScaledObject ns/so trigger metadata name: unknown key; name the policy with the key "
+            "policy",
+        ),
+        (
             {"policy": "hpa", "scaleTargetName": "Web!", "maxReplicas": "3"},
             "ScaledObject ns/so trigger metadata scaleTargetName: must be a DNS-1123 subdomain",
         ),
