@@ -142,6 +142,16 @@ def keda_scaler(
             envvar="GPUSCALE_SYNC_PERIOD",
         ),
     ] = 15.0,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=2,
+            max=1024,
+            help="gRPC calls served at once; each open StreamIsActive (an external-push "
+            "trigger) holds one, so give more than the external-push ScaledObjects.",
+            envvar="GPUSCALE_KEDA_WORKERS",
+        ),
+    ] = 64,
     stream_period: Annotated[
         float,
         typer.Option(
@@ -208,7 +218,7 @@ def keda_scaler(
             "give a free [HOST]:PORT",
         ) from None
     try:
-        server = ScalerServer(service, host, port, tls)
+        server = ScalerServer(service, host, port, tls, workers=workers)
     except (OSError, RuntimeError) as exc:
         telemetry.stop()
         raise config_error(
