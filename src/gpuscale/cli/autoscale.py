@@ -23,9 +23,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpuscale.cli.source_options import (
+    Kubeconfig,
+    KubeContext,
+    PrometheusBasicAuthFile,
+    PrometheusBearerTokenFile,
+    PrometheusCaFile,
+    PrometheusCertFile,
+    PrometheusInsecureSkipVerify,
+    PrometheusKeyFile,
+    PrometheusTimeout,
+    PrometheusUrl,
+    prometheus_source,
+)
 from gpuscale.durations import positive_seconds_option, whole_seconds_option
 from gpuscale.errors import config_error
-from gpuscale.inputs import read_text_file
 from gpuscale.redact import redact_url
 
 if TYPE_CHECKING:
@@ -47,15 +59,6 @@ def _lease_namespace(given: str | None) -> str:
         return _SA_NAMESPACE.read_text().strip() or "default"
     except OSError:
         return "default"
-
-
-_SECRET_MAX_BYTES = 64 * 1024  # a token or USER:PASSWORD; a JWT is a few KiB
-
-
-def _read_secret(path: Path | None, flag: str) -> str | None:
-    if path is None:
-        return None
-    return read_text_file(path, flag, limit=_SECRET_MAX_BYTES).strip()
 
 
 def _show_version(value: bool) -> None:
@@ -102,80 +105,16 @@ def autoscale(
             envvar="GPUSCALE_AUTOSCALE_CONFIG",
         ),
     ],
-    kubeconfig: Annotated[
-        str | None,
-        typer.Option(
-            help="Kubeconfig file (default: in-cluster config, else ~/.kube/config).",
-            envvar="GPUSCALE_KUBECONFIG",
-        ),
-    ] = None,
-    context: Annotated[
-        str | None,
-        typer.Option(
-            help="Kubeconfig context (default: the current one).", envvar="GPUSCALE_CONTEXT"
-        ),
-    ] = None,
-    prometheus: Annotated[
-        str,
-        typer.Option(
-            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, "
-            "Thanos); a malformed one exits 2, one that does not answer at start is a warning "
-            "and every target holds until it does.",
-            envvar="GPUSCALE_PROMETHEUS",
-        ),
-    ] = "http://localhost:9090",
-    prometheus_timeout: Annotated[
-        float,
-        typer.Option(
-            parser=positive_seconds_option,
-            metavar="<duration>",
-            help="Seconds before a query is abandoned.",
-            envvar="GPUSCALE_PROMETHEUS_TIMEOUT",
-        ),
-    ] = 5.0,
-    prometheus_bearer_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="File holding a bearer token for Prometheus.",
-            envvar="GPUSCALE_PROMETHEUS_BEARER_TOKEN_FILE",
-        ),
-    ] = None,
-    prometheus_ca_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM CA bundle to verify Prometheus' certificate.",
-            envvar="GPUSCALE_PROMETHEUS_CA_FILE",
-        ),
-    ] = None,
-    prometheus_basic_auth_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="File holding USER:PASSWORD for Prometheus basic auth.",
-            envvar="GPUSCALE_PROMETHEUS_BASIC_AUTH_FILE",
-        ),
-    ] = None,
-    prometheus_cert_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM client certificate for Prometheus (with --prometheus-key-file).",
-            envvar="GPUSCALE_PROMETHEUS_CERT_FILE",
-        ),
-    ] = None,
-    prometheus_key_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM private key of --prometheus-cert-file.",
-            envvar="GPUSCALE_PROMETHEUS_KEY_FILE",
-        ),
-    ] = None,
-    prometheus_insecure_skip_verify: Annotated[
-        bool,
-        typer.Option(
-            "--prometheus-insecure-skip-verify",
-            help="Do not verify Prometheus' certificate (KEDA's unsafeSsl).",
-            envvar="GPUSCALE_PROMETHEUS_INSECURE_SKIP_VERIFY",
-        ),
-    ] = False,
+    kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
+    prometheus: PrometheusUrl = "http://localhost:9090",
+    prometheus_timeout: PrometheusTimeout = 5.0,
+    prometheus_bearer_token_file: PrometheusBearerTokenFile = None,
+    prometheus_ca_file: PrometheusCaFile = None,
+    prometheus_basic_auth_file: PrometheusBasicAuthFile = None,
+    prometheus_cert_file: PrometheusCertFile = None,
+    prometheus_key_file: PrometheusKeyFile = None,
+    prometheus_insecure_skip_verify: PrometheusInsecureSkipVerify = False,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -310,7 +249,7 @@ def autoscale(
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.control.targets import runtimes
     from gpuscale.exporter.server import parse_address
-    from gpuscale.metrics.prometheus import PrometheusSource, check_url
+    from gpuscale.metrics.prometheus import check_url
 
     if leader_elect and not renew_deadline < lease_duration:
         raise config_error(
@@ -338,26 +277,11 @@ def autoscale(
         from gpuscale.exporter.webconfig import load_web_config
 
         gate = load_web_config(web_config_file)
-    token = _read_secret(prometheus_bearer_token_file, "--prometheus-bearer-token-file")
-    basic = _read_secret(prometheus_basic_auth_file, "--prometheus-basic-auth-file")
-    user, sep, password = (basic or "").partition(":")
-    if basic is not None and not (sep and user):
-        raise config_error(
-            f"--prometheus-basic-auth-file {prometheus_basic_auth_file}",
-            "does not hold USER:PASSWORD",
-            "write one line: the user, a colon, the password",
-        )
-    if token is not None and basic is not None:
-        raise config_error(
-            "--prometheus-bearer-token-file/--prometheus-basic-auth-file",
-            "both are given",
-            "choose one way to authenticate to Prometheus",
-        )
-    source = PrometheusSource(
+    source = prometheus_source(
         prometheus,
         timeout_s=prometheus_timeout,
-        bearer_token=token,
-        basic_auth=(user, password) if basic is not None else None,
+        bearer_token_file=prometheus_bearer_token_file,
+        basic_auth_file=prometheus_basic_auth_file,
         ca_file=prometheus_ca_file,
         cert_file=prometheus_cert_file,
         key_file=prometheus_key_file,

@@ -50,6 +50,10 @@ SUBCOMMANDS = {
         "gpuscale.cli.autoscale",
         "Scale GPU workloads from Prometheus with the gpuscale policies, through /scale.",
     ),
+    "keda-scaler": Subcommand(
+        "gpuscale.cli.keda",
+        "Serve KEDA's external scaler API, so ScaledObjects scale by gpuscale policies.",
+    ),
     "up": Subcommand(
         "gpuscale.cli.up",
         "Run the exporter, evaluate the alert rules in process and serve their alerts.",

@@ -1,11 +1,8 @@
 """`gpuscale autoscale`'s front door: bad inputs end with one line and exit status 2."""
 
-import logging
-import os
-
 import pytest
 
-from gpuscale.cli.app import main
+from tests.support import cli as support_cli
 
 GOOD = """\
 apiVersion: gpuscale.io/v1alpha1
@@ -19,32 +16,12 @@ spec:
 """
 
 
-@pytest.fixture(autouse=True)
-def clean_process(monkeypatch):
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    for name in list(os.environ):
-        if name.startswith("GPUSCALE_"):
-            monkeypatch.delenv(name)
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+clean_process = pytest.fixture(autouse=True)(support_cli.clean_process)
+one_line = support_cli.one_line
 
 
 def run(capsys, *args: str) -> tuple[int, str]:
-    code = 0
-    try:
-        main(["autoscale", *args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, capsys.readouterr().err
-
-
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("gpuscale: error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
+    return support_cli.run(capsys, "autoscale", *args)
 
 
 def test_invalid_config_names_file_line_and_key(capsys, tmp_path):
