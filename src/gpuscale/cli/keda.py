@@ -28,6 +28,7 @@ from gpuscale.cli.source_options import (
     PrometheusUrl,
     prometheus_source,
 )
+from gpuscale.durations import positive_seconds_option
 from gpuscale.errors import config_error, require
 from gpuscale.inputs import read_text_file
 from gpuscale.redact import redact_url
@@ -136,7 +137,8 @@ def keda_scaler(
     sync_period: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds a ScaledObject's decision is reused: KEDA asks in pairs, and a "
             "policy's state moves on once per decision (as the controller's sync period).",
             envvar="GPUSCALE_SYNC_PERIOD",
@@ -155,7 +157,8 @@ def keda_scaler(
     stream_period: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds between decisions of an open StreamIsActive (external-push).",
             envvar="GPUSCALE_KEDA_STREAM_PERIOD",
         ),

@@ -153,7 +153,7 @@ def test_a_dry_run_without_a_cluster_decides_from_assumed_replicas(capsys, tmp_p
 def _stdout(capsys, *args: str) -> list[str]:
     code = 0
     try:
-        main(["autoscale", *args])
+        support_cli.main(["autoscale", *args])
     except SystemExit as exc:
         code = int(exc.code or 0)
     captured = capsys.readouterr()
