@@ -137,7 +137,8 @@ def backtest(
         typer.Option(
             help="A fault to inject, each on its own simulated host (repeatable): "
             "gpu-lost@SECONDS:gpu=N, xid@SECONDS:code=N:gpu=N, ecc-dbe@SECONDS:gpu=N, "
-            "row-remap@SECONDS:gpu=N, thermal@SECONDS:gpu=N[:rise_c=C][:duration=SECONDS].",
+            "row-remap@SECONDS:gpu=N, thermal@SECONDS:gpu=N (optionally :rise_c=C, "
+            ":duration=SECONDS).",
             envvar="GPUSCALE_BACKTEST_FAULTS",
         ),
     ] = None,
