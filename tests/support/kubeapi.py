@@ -6,7 +6,8 @@ tested against this. It answers with the JSON shapes and status codes of the Kub
 API reference: discovery (``/api``, ``/apis``, ``/version``, APIResourceLists), apps/v1
 Deployments and StatefulSets with their ``scale`` subresource (autoscaling/v1 Scale,
 ``status.selector`` as a string), core/v1 Pods (labelSelector, fieldSelector), Nodes,
-Events, coordination.k8s.io/v1 Leases, and any scalable custom kind a test registers.
+Events, ConfigMaps (key names and the 1 MiB total checked), coordination.k8s.io/v1
+Leases, and any scalable custom kind a test registers.
 Every object has ``metadata.resourceVersion``; a PUT or PATCH naming a stale one answers
 409 Conflict; merge, strategic-merge (as a merge) and JSON patches are applied; errors
 are meta/v1 Status objects with the real reasons and message shapes.

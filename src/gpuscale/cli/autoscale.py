@@ -195,6 +195,14 @@ def autoscale(
             envvar="GPUSCALE_LEASE_NAMESPACE",
         ),
     ] = None,
+    state_configmap: Annotated[
+        str,
+        typer.Option(
+            help="ConfigMap holding each target's policy state, in the Lease's namespace "
+            "(created on the first write).",
+            envvar="GPUSCALE_STATE_CONFIGMAP",
+        ),
+    ] = "gpuscale-autoscaler-state",
     lease_duration: Annotated[
         int,
         typer.Option(
@@ -240,13 +248,14 @@ def autoscale(
 ) -> None:
     """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
     del show_version  # its callback has run (and exited) when given
-    from gpuscale.control.config import load
+    from gpuscale.control.config import DNS1123_SUBDOMAIN, load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
     from gpuscale.control.kubernetes import KubeActuator, cluster_config_found
     from gpuscale.control.offline import AssumedCluster, assumed_replicas
     from gpuscale.control.seams import Settings, label
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
+    from gpuscale.control.statestore import StateConfigMap
     from gpuscale.control.targets import runtimes
     from gpuscale.exporter.server import parse_address
     from gpuscale.metrics.prometheus import check_url
@@ -258,6 +267,12 @@ def autoscale(
             "lower it (client-go's defaults are 10 s and 15 s)",
         )
     check_url(prometheus, "--prometheus")
+    if DNS1123_SUBDOMAIN.fullmatch(state_configmap) is None:
+        raise config_error(
+            f"--state-configmap {state_configmap}",
+            "is not a valid ConfigMap name",
+            "use lower-case letters, digits, '-' and '.' (at most 253 characters)",
+        )
     if assume_replicas and not dry_run:
         raise config_error(
             "--assume-replicas",
@@ -302,7 +317,8 @@ def autoscale(
             ", ".join(f"{label(ref)}={n}" for ref, n in assumed.items()),
         )
     else:
-        actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
+        state = StateConfigMap(_lease_namespace(lease_namespace), state_configmap)
+        actuator = KubeActuator.connect(kubeconfig, context, retry=retry, state=state)
     elector = None
     if elect and isinstance(actuator, KubeActuator):
         from gpuscale.control.lease import LeaseElector
