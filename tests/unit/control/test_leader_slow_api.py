@@ -9,6 +9,10 @@ Then the API turns slow for the leader alone: its Lease requests wait past their
 timeout (renewals fail) while its other requests wait just under it (its syncs go on,
 slowly). The double logs every write it applies with the Lease's holder at that
 moment; no write by a replica that did not hold the Lease may ever land.
+
+The second test runs the same check long: over at least a hundred syncs of each
+replica, every request slowed, with the API stalled past the lease duration for one
+replica at seeded random points, so the Lease changes hands again and again.
 """
 
 import itertools
@@ -25,58 +29,82 @@ from tests.support.kubeapi_model import parse_time
 
 TARGETS = [f"web-{i}" for i in range(4)]
 """Several targets: a slow sync is long, so a lease may lapse in the middle of one."""
-STATIC = """\
+
+
+def static_scaler(names: list[str]) -> str:
+    """A GPUScaler of static targets, each wanting ``{want}`` replicas (``start`` fills it)."""
+    head = """\
 apiVersion: gpuscale.io/v1alpha1
 kind: GPUScaler
 metadata: {{name: test, namespace: default}}
 spec:
   targets:
-""" + "".join(
-    f"""\
+"""
+    return head + "".join(
+        f"""\
   - scaleTargetRef: {{{{name: {name}}}}}
     minReplicas: 1
     maxReplicas: 10
     policy: {{{{name: static, replicas: {{want}}, intervalSeconds: 0.05}}}}
 """
-    for name in TARGETS
-)
-ONE_TARGET = """\
-apiVersion: gpuscale.io/v1alpha1
-kind: GPUScaler
-metadata: {{name: test, namespace: default}}
-spec:
-  targets:
-  - scaleTargetRef: {{name: web-0}}
-    minReplicas: 1
-    maxReplicas: 10
-    policy: {{name: static, replicas: {want}, intervalSeconds: 0.05}}
-"""
+        for name in names
+    )
+
+
+STATIC = static_scaler(TARGETS)
+ONE_TARGET = static_scaler(["web-0"])
 TIMEOUT_S = 0.4
 TWO = {"spec": {"replicas": 2}}
 LEASE = {"lease_duration_s": 3.0, "renew_deadline_s": 2.0, "retry_period_s": 0.25}
 
 
-def start(api, tmp_path, identity: str, want: int, stop: threading.Event):
+def start(
+    api,
+    tmp_path,
+    identity: str,
+    want: int,
+    stop: threading.Event,
+    *,
+    config: str = STATIC,
+    lease: dict = LEASE,
+    timeout_s: float = TIMEOUT_S,
+    syncs: dict | None = None,
+):
+    """One controller over the double as ``controller-<identity>``, its loop on a thread
+    (its syncs counted into ``syncs``); returns (controller, actuator, thread)."""
     from gpuscale.control.config import load
     from gpuscale.control.controller import Controller
     from gpuscale.control.targets import runtimes
     from gpuscale.metrics.store import MetricStore
 
-    retry = RetryPolicy(attempts=3, base_s=0.02, max_s=0.05, total_s=0.8, timeout_s=TIMEOUT_S)
+    retry = RetryPolicy(
+        attempts=3, base_s=0.02, max_s=0.05, total_s=2 * timeout_s, timeout_s=timeout_s
+    )
     act = KubeActuator.connect(str(api.write_kubeconfig(tmp_path / f"kc-{identity}")), retry=retry)
     act.api_client.user_agent = f"controller-{identity}"
     cfg = tmp_path / f"{identity}.yaml"
-    cfg.write_text(STATIC.format(want=want))
-    elector = LeaseElector(act.api_client, "default", "gpuscale", identity, **LEASE)
+    cfg.write_text(config.format(want=want))
+    elector = LeaseElector(act.api_client, "default", "gpuscale", identity, **lease)
     ctl = Controller(
         runtimes(load(cfg)),
         MetricStore(),
         act,
         settings=Settings(
-            sync_period_s=0.05, retry_period_s=0.25, workers=1, write_margin_s=TIMEOUT_S
+            sync_period_s=0.05,
+            retry_period_s=lease["retry_period_s"],
+            workers=1,
+            write_margin_s=timeout_s,
         ),
         elector=elector,
     )
+    if syncs is not None:
+        sync = ctl.sync
+
+        def counted():
+            syncs[identity] += 1
+            return sync()
+
+        ctl.sync = counted
     thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
     thread.start()
     return ctl, act, thread
@@ -149,48 +177,6 @@ LEASE_STALL_S = 2.5
 """A stalled replica's Lease requests wait past the lease duration (2 s)."""
 
 
-def replica(api, tmp_path, identity: str, want: int, stop: threading.Event, syncs: dict):
-    """One controller over the double, its syncs counted; returns (controller, actuator, thread)."""
-    from gpuscale.control.config import load
-    from gpuscale.control.controller import Controller
-    from gpuscale.control.statestore import StateConfigMap
-    from gpuscale.control.targets import runtimes
-    from gpuscale.metrics.store import MetricStore
-
-    retry = RetryPolicy(attempts=3, base_s=0.01, max_s=0.03, total_s=0.5, timeout_s=WRITE_S)
-    act = KubeActuator.connect(
-        str(api.write_kubeconfig(tmp_path / f"kc-{identity}")),
-        retry=retry,
-        state=StateConfigMap("default"),
-    )
-    act.api_client.user_agent = f"controller-{identity}"
-    cfg = tmp_path / f"many-{identity}.yaml"
-    cfg.write_text(ONE_TARGET.format(want=want))
-    elector = LeaseElector(act.api_client, "default", "gpuscale", identity, **LONG)
-    ctl = Controller(
-        runtimes(load(cfg)),
-        MetricStore(),
-        act,
-        settings=Settings(
-            sync_period_s=0.05,
-            retry_period_s=LONG["retry_period_s"],
-            workers=1,
-            write_margin_s=WRITE_S,
-        ),
-        elector=elector,
-    )
-    sync = ctl.sync
-
-    def counted():
-        syncs[identity] += 1
-        return sync()
-
-    ctl.sync = counted
-    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
-    thread.start()
-    return ctl, act, thread
-
-
 def non_holder_writes(api) -> list[str]:
     """Writes by a replica that did not hold the Lease when the double applied them.
 
@@ -252,8 +238,9 @@ def test_no_non_holder_write_over_a_hundred_slowed_syncs_each(tmp_path):
             api.agent_stalls[f"controller-{who}"] = [("", base)]
         syncs = {"a": 0, "b": 0}
         stop = threading.Event()
-        a, act_a, thread_a = replica(api, tmp_path, "a", 4, stop, syncs)
-        b, act_b, thread_b = replica(api, tmp_path, "b", 7, stop, syncs)
+        many = {"config": ONE_TARGET, "lease": LONG, "timeout_s": WRITE_S, "syncs": syncs}
+        a, act_a, thread_a = start(api, tmp_path, "a", 4, stop, **many)
+        b, act_b, thread_b = start(api, tmp_path, "b", 7, stop, **many)
 
         def chaos() -> None:
             while not stop.wait(0.15):
@@ -266,9 +253,9 @@ def test_no_non_holder_write_over_a_hundred_slowed_syncs_each(tmp_path):
             lease = api.get("coordination.k8s.io/v1", "leases", "gpuscale", "default") or {}
             return (lease.get("spec") or {}).get("holderIdentity") or ""
 
-        start = time.monotonic()
+        began = time.monotonic()
         stalls = {"a": 0, "b": 0}
-        while time.monotonic() - start < RUN_CAP_S and (
+        while time.monotonic() - began < RUN_CAP_S and (
             min(syncs.values()) < SYNCS or min(stalls.values()) < 2
         ):
             time.sleep(plan.uniform(0.8, 2.0))  # calm: the API is only slowed
@@ -279,7 +266,7 @@ def test_no_non_holder_write_over_a_hundred_slowed_syncs_each(tmp_path):
             api.agent_stalls[agent] = [("/leases/", LEASE_STALL_S), ("", crawl)]
             time.sleep(plan.uniform(2.2, 3.2))  # longer than the lease duration
             api.agent_stalls[agent] = [("", base)]
-        elapsed = time.monotonic() - start
+        elapsed = time.monotonic() - began
         stop.set()
         for t in (mover, thread_a, thread_b):
             t.join(timeout=10)
