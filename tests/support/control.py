@@ -40,13 +40,18 @@ def events(api: KubeApiDouble, reason: str | None = None) -> list[dict]:
     return [e for e in found if reason is None or e.get("reason") == reason]
 
 
+def state_path(where: StateConfigMap = STATE) -> str:
+    """The state ConfigMap's path."""
+    return f"/api/v1/namespaces/{where.namespace}/configmaps/{where.name}"
+
+
 def state_writes(api: KubeApiDouble, where: StateConfigMap = STATE) -> int:
     """Writes the double applied to the state ConfigMap (its creation included)."""
-    collection = f"/api/v1/namespaces/{where.namespace}/configmaps"
+    path = state_path(where)
     return sum(
         1
         for _t, _agent, what, _holder in api.writes
-        if what.split(" ")[1] in (collection, f"{collection}/{where.name}")
+        if what.split(" ")[1] in (path, path.rsplit("/", 1)[0])
     )
 
 

@@ -14,6 +14,13 @@ is guarded by the Lease (``KubeCall.guard``), and a precondition would only make
 the leader's own workers conflict. A missing ConfigMap is created on the first write
 (``create`` answering 409 AlreadyExists means another writer made it first: patch it).
 
+Every target's state is read when the controller starts or gains the Lease, all in
+one sync: one GET of the ConfigMap serves every target read within a second of it
+(concurrent readers wait for the one GET in flight), so a sync over N targets reads
+the ConfigMap once, not N times. A second is shorter than any Lease
+(``leaseDurationSeconds`` is a whole number, at least 1), so a copy never outlives a
+change of leader; the controller's own writes are applied to the copy.
+
 Sizes are bounded: a value is refused above 256 KiB (what the annotation that held
 the state before allowed), and the API server refuses a ConfigMap above 1 MiB in all,
 which is turned into one line naming the ConfigMap.
@@ -22,7 +29,9 @@ which is turned into one line naming the ConfigMap.
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +44,8 @@ STATE_CONFIGMAP = "gpuscale-autoscaler-state"
 VALUE_MAX_BYTES = 256 * 1024
 CONFIG_MAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's data
 _KEY_MAX = 253  # a ConfigMap key's longest (IsConfigMapKey)
+REREAD_AFTER_S = 1.0
+"""A read of the ConfigMap serves the loads of this many seconds (under any Lease)."""
 _HASH_CHARS = 16
 
 
@@ -79,11 +90,42 @@ class StateStore:
     Args:
         call: The request chokepoint (retries, the Lease guard on writes).
         where: The ConfigMap.
+        monotonic: Elapsed-time clock for the read's reuse (a seam for tests).
     """
 
-    def __init__(self, call: KubeCall, where: StateConfigMap) -> None:
+    def __init__(
+        self,
+        call: KubeCall,
+        where: StateConfigMap,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.call, self.where = call, where
         self._path = f"/api/v1/namespaces/{where.namespace}/configmaps/{where.name}"
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._read: tuple[float, dict[str, str] | None] | None = None  # (when, data)
+
+    def _data(self) -> dict[str, str] | None:
+        """The ConfigMap's data (None when it does not exist), read at most once a second."""
+        with self._lock:  # held over the GET: concurrent loads wait for its answer
+            if self._read is not None and self._monotonic() - self._read[0] < REREAD_AFTER_S:
+                return self._read[1]
+            try:
+                found: Json = self.call("GET", self._path)
+                data: dict[str, str] | None = dict(found.get("data") or {})
+            except KubeUnavailableError as exc:
+                if exc.status != 404:
+                    raise
+                data = None
+            self._read = (self._monotonic(), data)
+            return data
+
+    def _wrote(self, key: str, text: str) -> None:
+        """Keep a recent read in step with this replica's own write."""
+        with self._lock:
+            if self._read is not None:
+                self._read = (self._read[0], {**(self._read[1] or {}), key: text})
 
     def load(self, key: str) -> dict[str, Any] | None:
         """The JSON object under ``key``.
@@ -92,13 +134,7 @@ class StateStore:
             The saved state; {} when the value is not a JSON object (logged); None when
             the ConfigMap or the key is absent.
         """
-        try:
-            found: Json = self.call("GET", self._path)
-        except KubeUnavailableError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        text = (found.get("data") or {}).get(key)
+        text = (self._data() or {}).get(key)
         if text is None:
             return None
         try:
@@ -134,6 +170,7 @@ class StateStore:
             if exc.status != 404:
                 raise
             self._create(key, text)
+        self._wrote(key, text)
 
     def _patch(self, key: str, text: str) -> None:
         try:

@@ -7,8 +7,9 @@ import logging
 
 import pytest
 
+from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.scaling.recommendations import HpaState
-from tests.support.control import STATE, feed, pod_names, saved_state
+from tests.support.control import STATE, feed, pod_names, saved_state, state_path
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 LEGACY = "gpuscale.io/state"
@@ -57,7 +58,7 @@ def test_a_state_left_in_the_old_annotation_loads_as_the_policy_s_own_type_and_m
 
 
 def test_the_configmap_wins_over_the_old_annotation_which_is_then_not_read(
-    kapi, kclock, store, make_controller
+    kapi, kclock, store, make_controller, tmp_path
 ):
     stale = {"policy": "hpa", "state": HpaState(recommendations=((kclock() - 30.0, 9),)).to_json()}
     kapi.create_deployment("web", replicas=2, annotations={LEGACY: json.dumps(stale)})
@@ -72,9 +73,13 @@ def test_the_configmap_wins_over_the_old_annotation_which_is_then_not_read(
     )
     path = "/apis/apps/v1/namespaces/default/deployments/web"
     reads = kapi.count("GET", path)
-    restarted = make_controller(HPA)
+    fresh = KubeActuator.connect(  # a restarted process: nothing read before
+        str(kapi.write_kubeconfig(tmp_path / "kc-restarted")), clock=kclock, state=STATE
+    )
+    restarted = make_controller(HPA, actuator=fresh)
     feed(store, kclock() - 1, UTIL, dict.fromkeys(pod_names(kapi), 10.0))
     restarted.sync()
+    fresh.close()
     assert restarted._states[restarted.targets[0].ref].recommendations[0] == (kclock() - 10.0, 3)
     assert kapi.count("GET", path) == reads  # the annotation is not read again
     assert workload_writes(kapi) == []
@@ -91,8 +96,12 @@ def test_every_target_keeps_its_own_key_when_workers_write_at_once(
     )
     for name in names:
         feed(store, kclock() - 1, UTIL, dict.fromkeys(pod_names(kapi, name), 100.0))
+    reads = kapi.count("GET", state_path())
     outcomes = ctl.sync()
     assert [o.error for o in outcomes] == [None] * 6
+    # one read of the ConfigMap served the six concurrent loads (regression check: the
+    # loads start together, well within the read's one-second reuse)
+    assert kapi.count("GET", state_path()) - reads == 1
     for name in names:
         state = saved_state(kapi, name)
         assert state is not None, name

@@ -4,12 +4,19 @@ ConfigMap, Events on the target, pod deletion and node cordon."""
 import json
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from gpuscale.control.kubecall import KubeUnavailableError
 from gpuscale.control.kubernetes import LEGACY_STATE_ANNOTATION, KubeActuator, TargetRef
-from gpuscale.control.statestore import VALUE_MAX_BYTES, StateConfigMap, state_key
+from gpuscale.control.statestore import (
+    REREAD_AFTER_S,
+    VALUE_MAX_BYTES,
+    StateConfigMap,
+    StateStore,
+    state_key,
+)
 from gpuscale.errors import ConfigError
 from tests.support.kubeapi import KubeApiDouble, ManualClock
 
@@ -165,6 +172,31 @@ def test_a_configmap_past_1_mib_is_one_line_naming_it(api, actuator):
     assert "1048576 bytes in all" in message
     assert "\n" not in message
     assert actuator.load_state(refs[3]) == {"x": "a" * 250_000}  # the others are intact
+
+
+def test_one_read_serves_the_loads_of_a_second_and_sees_its_own_writes(api, actuator):
+    now = [0.0]
+    states = StateStore(actuator.call, STATE, monotonic=lambda: now[0])
+    states.save("a", {"x": 1})
+    states.save("b", {"y": 2})
+    assert (states.load("a"), states.load("b"), states.load("c")) == ({"x": 1}, {"y": 2}, None)
+    assert api.count("GET", CM_PATH) == 1
+    states.save("a", {"x": 3})  # this replica's own write is in the copy
+    assert states.load("a") == {"x": 3}
+    api.patch_object("v1", "configmaps", STATE.name, STATE.namespace, {"data": {"b": "{}"}})
+    now[0] = REREAD_AFTER_S  # a second on: read again, another writer's change seen
+    assert states.load("b") == {}
+    assert api.count("GET", CM_PATH) == 2
+
+
+def test_concurrent_loads_share_one_read(api, actuator):
+    actuator.save_state(DEPLOY, {"x": 1})
+    states = StateStore(actuator.call, STATE, monotonic=lambda: 0.0)
+    api.stall_next(0.3, method="GET", path=CM_PATH)  # the first read is slow
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(states.load, [KEY] * 8))
+    assert found == [{"x": 1}] * 8
+    assert api.count("GET", CM_PATH) == 1
 
 
 @pytest.mark.parametrize(
