@@ -17,12 +17,12 @@ the leader's own workers conflict. A missing ConfigMap is created on the first w
 Every target's state is read when the controller starts or gains the Lease, all in
 one sync: one GET of the ConfigMap serves every target read within a second of it
 (concurrent readers wait for the one GET in flight), so a sync over N targets reads
-the ConfigMap once, not N times. A second is shorter than any Lease
+the ConfigMap at most once a second, not N times. A second is shorter than any Lease
 (``leaseDurationSeconds`` is a whole number, at least 1), so a copy never outlives a
 change of leader; the controller's own writes are applied to the copy.
 
-Sizes are bounded: a value is refused above 256 KiB (what the annotation that held
-the state before allowed), and the API server refuses a ConfigMap above 1 MiB in all,
+Sizes are bounded: a value is refused above 256 KiB (the API server's limit on all
+of an object's annotations, where earlier versions kept it), and the API server refuses a ConfigMap above 1 MiB in all,
 which is turned into one line naming the ConfigMap.
 """
 
