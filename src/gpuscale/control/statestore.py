@@ -22,8 +22,9 @@ the ConfigMap at most once a second, not N times. A second is shorter than any L
 change of leader; the controller's own writes are applied to the copy.
 
 Sizes are bounded: a value is refused above 256 KiB (the API server's limit on all
-of an object's annotations, where earlier versions kept it), and the API server refuses a ConfigMap above 1 MiB in all,
-which is turned into one line naming the ConfigMap.
+of an object's annotations, where earlier versions kept it), and the API server
+refuses a ConfigMap above 1 MiB in all, which is turned into one line naming the
+ConfigMap.
 """
 
 import hashlib
