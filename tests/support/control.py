@@ -56,9 +56,14 @@ def state_writes(api: KubeApiDouble, where: StateConfigMap = STATE) -> int:
 
 
 def saved_state(
-    api: KubeApiDouble, name: str = "web", *, kind: str = "Deployment", where=STATE
+    api: KubeApiDouble,
+    name: str = "web",
+    *,
+    kind: str = "Deployment",
+    namespace: str = "default",
+    where: StateConfigMap = STATE,
 ) -> dict[str, Any] | None:
     """A Deployment's (or StatefulSet's) stored policy state; None when none is stored."""
     found = api.get("v1", "configmaps", where.name, where.namespace)
-    text = ((found or {}).get("data") or {}).get(state_key("apps/v1", kind, "default", name))
+    text = ((found or {}).get("data") or {}).get(state_key("apps/v1", kind, namespace, name))
     return None if text is None else json.loads(text)

@@ -34,6 +34,9 @@ from gpuscale.cli.source_options import (
     PrometheusKeyFile,
     PrometheusTimeout,
     PrometheusUrl,
+    StateConfigMapName,
+    check_state_configmap,
+    own_namespace,
     prometheus_source,
 )
 from gpuscale.durations import positive_seconds_option, whole_seconds_option
@@ -45,20 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 WRITE_TIMEOUT_S = 3.0
 """With leader election: one API request's timeout, and the lease time a write needs left
 (a third of the renew deadline where that is shorter)."""
-
-
-def _lease_namespace(given: str | None) -> str:
-    """The flag, else the pod's own namespace in-cluster, else ``default``."""
-    if given:
-        return given
-    try:
-        return _SA_NAMESPACE.read_text().strip() or "default"
-    except OSError:
-        return "default"
 
 
 def _show_version(value: bool) -> None:
@@ -195,14 +187,7 @@ def autoscale(
             envvar="GPUSCALE_LEASE_NAMESPACE",
         ),
     ] = None,
-    state_configmap: Annotated[
-        str,
-        typer.Option(
-            help="ConfigMap holding each target's policy state, in the Lease's namespace "
-            "(created on the first write).",
-            envvar="GPUSCALE_STATE_CONFIGMAP",
-        ),
-    ] = "gpuscale-autoscaler-state",
+    state_configmap: StateConfigMapName = "gpuscale-autoscaler-state",
     lease_duration: Annotated[
         int,
         typer.Option(
@@ -248,7 +233,7 @@ def autoscale(
 ) -> None:
     """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
     del show_version  # its callback has run (and exited) when given
-    from gpuscale.control.config import DNS1123_SUBDOMAIN, load
+    from gpuscale.control.config import load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
     from gpuscale.control.kubernetes import KubeActuator, cluster_config_found
@@ -267,12 +252,7 @@ def autoscale(
             "lower it (client-go's defaults are 10 s and 15 s)",
         )
     check_url(prometheus, "--prometheus")
-    if DNS1123_SUBDOMAIN.fullmatch(state_configmap) is None:
-        raise config_error(
-            f"--state-configmap {state_configmap}",
-            "is not a valid ConfigMap name",
-            "use lower-case letters, digits, '-' and '.' (at most 253 characters)",
-        )
+    check_state_configmap(state_configmap)
     if assume_replicas and not dry_run:
         raise config_error(
             "--assume-replicas",
@@ -317,7 +297,7 @@ def autoscale(
             ", ".join(f"{label(ref)}={n}" for ref, n in assumed.items()),
         )
     else:
-        state = StateConfigMap(_lease_namespace(lease_namespace), state_configmap)
+        state = StateConfigMap(own_namespace(lease_namespace), state_configmap)
         actuator = KubeActuator.connect(kubeconfig, context, retry=retry, state=state)
     elector = None
     if elect and isinstance(actuator, KubeActuator):
@@ -325,7 +305,7 @@ def autoscale(
 
         elector = LeaseElector(
             actuator.api_client,
-            _lease_namespace(lease_namespace),
+            own_namespace(lease_namespace),
             lease_name,
             identity or f"{socket.gethostname()}_{os.getpid()}",
             lease_duration_s=lease_duration,
