@@ -34,6 +34,9 @@ from gpuscale.cli.source_options import (
     PrometheusKeyFile,
     PrometheusTimeout,
     PrometheusUrl,
+    StateConfigMapName,
+    check_state_configmap,
+    own_namespace,
     prometheus_source,
 )
 from gpuscale.durations import positive_seconds_option, whole_seconds_option
@@ -45,20 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 WRITE_TIMEOUT_S = 3.0
 """With leader election: one API request's timeout, and the lease time a write needs left
 (a third of the renew deadline where that is shorter)."""
-
-
-def _lease_namespace(given: str | None) -> str:
-    """The flag, else the pod's own namespace in-cluster, else ``default``."""
-    if given:
-        return given
-    try:
-        return _SA_NAMESPACE.read_text().strip() or "default"
-    except OSError:
-        return "default"
 
 
 def _show_version(value: bool) -> None:
@@ -195,6 +187,7 @@ def autoscale(
             envvar="GPUSCALE_LEASE_NAMESPACE",
         ),
     ] = None,
+    state_configmap: StateConfigMapName = "gpuscale-autoscaler-state",
     lease_duration: Annotated[
         int,
         typer.Option(
@@ -247,6 +240,7 @@ def autoscale(
     from gpuscale.control.offline import AssumedCluster, assumed_replicas
     from gpuscale.control.seams import Settings, label
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
+    from gpuscale.control.statestore import StateConfigMap
     from gpuscale.control.targets import runtimes
     from gpuscale.exporter.server import parse_address
     from gpuscale.metrics.prometheus import check_url
@@ -258,6 +252,7 @@ def autoscale(
             "lower it (client-go's defaults are 10 s and 15 s)",
         )
     check_url(prometheus, "--prometheus")
+    check_state_configmap(state_configmap)
     if assume_replicas and not dry_run:
         raise config_error(
             "--assume-replicas",
@@ -302,14 +297,15 @@ def autoscale(
             ", ".join(f"{label(ref)}={n}" for ref, n in assumed.items()),
         )
     else:
-        actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
+        state = StateConfigMap(own_namespace(lease_namespace), state_configmap)
+        actuator = KubeActuator.connect(kubeconfig, context, retry=retry, state=state)
     elector = None
     if elect and isinstance(actuator, KubeActuator):
         from gpuscale.control.lease import LeaseElector
 
         elector = LeaseElector(
             actuator.api_client,
-            _lease_namespace(lease_namespace),
+            own_namespace(lease_namespace),
             lease_name,
             identity or f"{socket.gethostname()}_{os.getpid()}",
             lease_duration_s=lease_duration,

@@ -26,6 +26,9 @@ from gpuscale.cli.source_options import (
     PrometheusKeyFile,
     PrometheusTimeout,
     PrometheusUrl,
+    StateConfigMapName,
+    check_state_configmap,
+    own_namespace,
     prometheus_source,
 )
 from gpuscale.durations import positive_seconds_option
@@ -154,6 +157,7 @@ def keda_scaler(
             envvar="GPUSCALE_KEDA_WORKERS",
         ),
     ] = 64,
+    state_configmap: StateConfigMapName = "gpuscale-autoscaler-state",
     stream_period: Annotated[
         float,
         typer.Option(
@@ -178,10 +182,12 @@ def keda_scaler(
         )
     from gpuscale.control.kubernetes import KubeActuator
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
+    from gpuscale.control.statestore import StateConfigMap
     from gpuscale.exporter.server import parse_address
     from gpuscale.keda.scaler import KedaScaler
     from gpuscale.keda.service import ExternalScalerService, ScalerServer, ServerTls
 
+    check_state_configmap(state_configmap)
     host, port = parse_address(address)
     metrics_host, metrics_port = parse_address(metrics_address)
     gate = None
@@ -206,7 +212,8 @@ def keda_scaler(
         key_file=prometheus_key_file,
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
-    actuator = KubeActuator.connect(kubeconfig, context)
+    state = StateConfigMap(own_namespace(), state_configmap)
+    actuator = KubeActuator.connect(kubeconfig, context, state=state)
     metrics = ControllerMetrics()
     health = HealthState(3 * HEALTH_BEAT_S)
     scaler = KedaScaler(source, actuator, sync_period_s=sync_period, metrics=metrics)

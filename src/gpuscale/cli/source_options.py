@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 
 _SECRET_MAX_BYTES = 64 * 1024  # a token or USER:PASSWORD; a JWT is a few KiB
 
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+StateConfigMapName = Annotated[
+    str,
+    typer.Option(
+        "--state-configmap",
+        help="ConfigMap holding each target's policy state, one key per target, in this "
+        "process's own namespace (the Lease's, for autoscale); created on the first write.",
+        envvar="GPUSCALE_STATE_CONFIGMAP",
+    ),
+]
 Kubeconfig = Annotated[
     str | None,
     typer.Option(
@@ -155,3 +166,33 @@ def prometheus_source(
         key_file=key_file,
         insecure_skip_verify=insecure_skip_verify,
     )
+
+
+def own_namespace(given: str | None = None) -> str:
+    """The namespace given, else the pod's own in-cluster, else ``default``.
+
+    Returns:
+        The namespace.
+    """
+    if given:
+        return given
+    try:
+        return _SA_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def check_state_configmap(name: str) -> None:
+    """Refuse a ``--state-configmap`` that is not a ConfigMap name, before any request.
+
+    Raises:
+        ConfigError: Not a DNS-1123 subdomain.
+    """
+    from gpuscale.control.config import DNS1123_SUBDOMAIN
+
+    if DNS1123_SUBDOMAIN.fullmatch(name) is None:
+        raise config_error(
+            f"--state-configmap {name}",
+            "is not a valid ConfigMap name",
+            "use lower-case letters, digits, '-' and '.' (at most 253 characters)",
+        )

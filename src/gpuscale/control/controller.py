@@ -6,8 +6,9 @@ the policy's ``Observation``, holds on data the fail-safe finds unfit, runs the
 unchanged policy, bounds the result, deletes the pods the policy replaces and,
 with ``remediate``, a pod on a broken GPU, and writes ``/scale``
 (``seams.KubeWorkload``). Around the step the loop persists the policy's state
-in an annotation on the target (only when a decision-relevant part changed, or
-once a minute), records Events and logs the decision. Targets are
+in the controller's own ConfigMap, one key per target (only when a
+decision-relevant part changed, or once a minute), records Events and logs the
+decision. Targets are
 reconciled concurrently and each in isolation: an exception in one (a 403, an
 API server hiccup, a policy bug) is logged, counted and leaves the others
 untouched.
@@ -15,7 +16,7 @@ untouched.
 With an elector (``control.lease.LeaseElector``) only the replica holding the
 Lease acts; the others keep renewing their claim every ``retry_period_s`` and do
 nothing else. A replica that gains the lease reloads every target's state from
-its annotation, so it carries on where the previous leader stopped.
+the ConfigMap, so it carries on where the previous leader stopped.
 
 Time comes from ``clock`` and waiting from ``wait`` (seams: tests run the loop on a
 fake clock). Every decision is logged with the inputs that drove it, and the JSON
@@ -39,7 +40,6 @@ from typing import Any
 from gpuscale.control.kubecall import KubeForbiddenError, KubeUnavailableError, NotLeaderError
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.seams import (
-    STATE_KEY,
     STATE_REWRITE_S,
     Actuator,
     Elector,
@@ -191,7 +191,7 @@ class Controller:
             )
 
     def _reload_if_gained(self) -> None:
-        """After gaining the Lease, forget cached states (the annotations are the truth)."""
+        """After gaining the Lease, forget cached states (the stored ones are the truth)."""
         if self._gained.is_set():
             self._gained.clear()
             self._states.clear()
@@ -327,13 +327,13 @@ class Controller:
     # ------------------------------------------------------------------ state
     def _state(self, rt: TargetRuntime) -> PolicyState:
         if rt.ref not in self._states:
-            saved = self.actuator.load_state(rt.ref, STATE_KEY)
+            saved = self.actuator.load_state(rt.ref)
             self._states[rt.ref] = self._saved_state(rt, saved)
             self._saved[rt.ref] = SavedState(json.dumps(saved, sort_keys=True), None, -math.inf)
         return self._states[rt.ref]
 
     def _saved_state(self, rt: TargetRuntime, saved: Mapping[str, Any]) -> PolicyState:
-        """The state saved in the annotation, or a fresh one (with a warning) if unusable."""
+        """The stored state, or a fresh one (with a warning) if unusable."""
         policy: ScalingPolicy[PolicyState] = rt.policy
         if not saved:
             return policy.initial_state()
@@ -353,11 +353,11 @@ class Controller:
         return policy.initial_state()
 
     def _keep_state(self, rt: TargetRuntime, state: PolicyState, now: float) -> None:
-        """Keep the state; write the annotation when a decision-relevant field changed.
+        """Keep the state; store it when a decision-relevant field changed.
 
         A state whose only change is time passing (``PolicyState.essential`` unchanged)
         is written at most once per ``STATE_REWRITE_S``: each write is an etcd write
-        and a watch event for every watcher of the workload.
+        and a watch event for every watcher of the ConfigMap.
         """
         self._states[rt.ref] = state
         if self.settings.dry_run:
@@ -369,7 +369,7 @@ class Controller:
             return
         if last is not None and essential == last.essential and now - last.at < STATE_REWRITE_S:
             return
-        self.actuator.save_state(rt.ref, STATE_KEY, json.loads(text))
+        self.actuator.save_state(rt.ref, json.loads(text))
         self.metrics.state_writes.labels(label(rt.ref)).inc()
         self._saved[rt.ref] = SavedState(text, essential, now)
 

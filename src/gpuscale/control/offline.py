@@ -87,13 +87,13 @@ class AssumedCluster:
         del node_slots  # no nodes to read: policies see their room as unknown
         return TargetStatus(desired=self.replicas[ref])
 
-    def load_state(self, ref: TargetRef, key: str) -> dict[str, Any]:
-        """No annotation to read: every policy starts from its initial state.
+    def load_state(self, ref: TargetRef) -> dict[str, Any]:
+        """No stored state to read: every policy starts from its initial state.
 
         Returns:
             {}.
         """
-        del ref, key
+        del ref
         return {}
 
     def guard_writes(self, guard: WriteGuard | None) -> None:
@@ -107,9 +107,9 @@ class AssumedCluster:
         """Refuse: a dry run writes nothing (the loop never calls it)."""
         raise _refused(f"scale {ref} to {replicas}")
 
-    def save_state(self, ref: TargetRef, key: str, state: Mapping[str, Any]) -> None:
+    def save_state(self, ref: TargetRef, state: Mapping[str, Any]) -> None:
         """Refuse: a dry run writes nothing (the loop never calls it)."""
-        del key, state
+        del state
         raise _refused(f"save the state of {ref}")
 
     def record_event(

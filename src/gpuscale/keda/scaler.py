@@ -98,17 +98,17 @@ class HpaWrites:
         """Nothing: the HPA KEDA made reads the decision from the metric and writes it."""
         logger.debug("%s: %d replicas left to KEDA's HPA", ref, replicas)
 
-    def load_state(self, ref: TargetRef, key: str) -> dict[str, Any]:
+    def load_state(self, ref: TargetRef) -> dict[str, Any]:
         """The wrapped actuator's saved state.
 
         Returns:
             The state's JSON ({} when none).
         """
-        return self.actuator.load_state(ref, key)
+        return self.actuator.load_state(ref)
 
-    def save_state(self, ref: TargetRef, key: str, state: Mapping[str, Any]) -> None:
+    def save_state(self, ref: TargetRef, state: Mapping[str, Any]) -> None:
         """Save the state as the controller does."""
-        self.actuator.save_state(ref, key, state)
+        self.actuator.save_state(ref, state)
 
     def record_event(
         self, ref: TargetRef, reason: str, message: str, *, warning: bool = False

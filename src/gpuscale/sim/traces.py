@@ -69,6 +69,7 @@ def find_file(directory: Path, name: str) -> Path | None:
     """The first of ``file_names(name)`` that is a file in ``directory``, or None."""
     return next((directory / n for n in file_names(name) if (directory / n).is_file()), None)
 
+
 GENTD26_QPS_FILE = "gentd26_qps.csv.gz"
 """Alibaba GenTD26 request-rate samples, about 57 s apart."""
 

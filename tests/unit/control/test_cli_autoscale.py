@@ -54,6 +54,17 @@ def test_renew_deadline_must_be_shorter_than_the_lease(capsys, tmp_path):
     assert "--renew-deadline 5: must be shorter than --lease-duration 5" in one_line(err)
 
 
+@pytest.mark.parametrize("name", ["Has_Upper", "a/../b", "x" * 254])
+def test_state_configmap_must_be_a_configmap_name(capsys, tmp_path, name):
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    code, err = run(capsys, "--config", str(path), "--state-configmap", name)
+    assert code == 2
+    line = one_line(err)
+    assert f"--state-configmap {name}: is not a valid ConfigMap name" in line
+    assert "253 characters" in line
+
+
 def test_bad_prometheus_url(capsys, tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text(GOOD)

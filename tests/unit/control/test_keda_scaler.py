@@ -10,8 +10,6 @@ metric the scaler returns, with the HPA's tolerance set to 0 as
 docs/keda-scaler.md asks. Decision by decision, the two must agree.
 """
 
-import json
-
 import grpc
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.keda import externalscaler_pb2 as pb
 from gpuscale.keda.scaler import METRIC_NAME, TARGET_SIZE, KedaScaler
+from tests.support.control import saved_state
 from tests.support.keda import (
     gpuscaler,
     hpa_replicas,
@@ -131,15 +130,9 @@ def test_keda_sequence_over_mutual_tls_gives_the_controllers_replicas(
     assert wanted[-1] < max(wanted), f"{policy} must scale in: {wanted}"
     assert wanted[:peak] == sorted(wanted[:peak])
     assert [replicas_of(kapi, ns) for ns in (CTL, KEDA)] == [wanted[-1], wanted[-1]]
-    # The policy's state is kept where the controller keeps it, in the same form.
-    saved = {
-        ns: json.loads(
-            kapi.get("apps/v1", "deployments", "web", ns)["metadata"]["annotations"][
-                "gpuscale.io/state"
-            ]
-        )
-        for ns in (CTL, KEDA)
-    }
+    # The policy's state is kept where the controller keeps it (the state ConfigMap),
+    # in the same form.
+    saved = {ns: saved_state(kapi, "web", namespace=ns) for ns in (CTL, KEDA)}
     assert saved[KEDA]["policy"] == saved[CTL]["policy"] == policy
     assert saved[KEDA]["state"].keys() == saved[CTL]["state"].keys()
 
@@ -258,7 +251,7 @@ def test_a_cluster_failure_is_unavailable_and_the_next_call_decides_again(
             keda.IsActive(ref, timeout=10)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert err.value.details() == (
-            "kube_unavailable: GET /apis/apps/v1/namespaces/keda/deployments/web: "
+            "kube_unavailable: GET /apis/apps/v1/namespaces/keda/deployments/web/scale: "
             'HTTP 404: deployments.apps "web" not found'
         )
         kapi.create_deployment("web", KEDA, replicas=2)
