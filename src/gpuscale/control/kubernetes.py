@@ -369,8 +369,13 @@ class KubeActuator:
     def record_object_event(
         self, involved: Mapping[str, str], reason: str, message: str, *, warning: bool = False
     ) -> None:
-        """Record a core/v1 Event on any object (``involved``: its apiVersion, kind, name,
-        namespace and uid), e.g. a GPUScaler whose spec does not validate.
+        """Record a core/v1 Event on any object, e.g. a GPUScaler whose spec does not validate.
+
+        Args:
+            involved: The object's apiVersion, kind, name, namespace and uid.
+            reason: The Event's reason (one CamelCase word).
+            message: What happened.
+            warning: A Warning rather than a Normal Event.
         """
         now = self._clock()
         seq = next(self._event_seq)  # keeps names unique when the clock has not moved
