@@ -61,13 +61,40 @@ def _show_version(value: bool) -> None:
 
 def autoscale(
     config: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--config",
-            help="GPUScaler YAML file: targets, policies, bounds (docs/autoscaler.md).",
+            help="GPUScaler YAML file: targets, policies, bounds (docs/autoscaler.md). "
+            "Give this or --watch-gpuscalers.",
             envvar="GPUSCALE_AUTOSCALE_CONFIG",
         ),
-    ],
+    ] = None,
+    watch_gpuscalers: Annotated[
+        bool,
+        typer.Option(
+            "--watch-gpuscalers",
+            help="Reconcile the cluster's GPUScaler objects (the CRD in deploy/crd/) and "
+            "write their status, instead of reading --config.",
+            envvar="GPUSCALE_WATCH_GPUSCALERS",
+        ),
+    ] = False,
+    watch_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="With --watch-gpuscalers: only this namespace's GPUScalers (default: all "
+            "namespaces).",
+            envvar="GPUSCALE_WATCH_NAMESPACE",
+        ),
+    ] = None,
+    resync_period: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="With --watch-gpuscalers: seconds between full relists of the GPUScalers "
+            "(events arrive by watch in between).",
+            envvar="GPUSCALE_RESYNC_PERIOD",
+        ),
+    ] = 300.0,
     kubeconfig: Annotated[
         str | None,
         typer.Option(
@@ -245,6 +272,7 @@ def autoscale(
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
     from gpuscale.control.kubernetes import KubeActuator
+    from gpuscale.control.owners import OtherAutoscalers
     from gpuscale.control.seams import Settings
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.control.targets import runtimes
@@ -257,7 +285,19 @@ def autoscale(
             f"must be shorter than --lease-duration {lease_duration:g}",
             "lower it (client-go's defaults are 10 s and 15 s)",
         )
-    targets = runtimes(load(config))
+    if (config is None) == (not watch_gpuscalers):
+        raise config_error(
+            "--config/--watch-gpuscalers",
+            "both are given" if config is not None else "neither is given",
+            "give a GPUScaler file with --config, or --watch-gpuscalers to read the cluster's",
+        )
+    if watch_namespace is not None and not watch_gpuscalers:
+        raise config_error(
+            f"--watch-namespace {watch_namespace}",
+            "needs --watch-gpuscalers",
+            "add --watch-gpuscalers, or drop --watch-namespace",
+        )
+    targets = runtimes(load(config)) if config is not None else []
     host, port = parse_address(address)
     gate = None
     if web_config_file is not None:
@@ -308,6 +348,15 @@ def autoscale(
             renew_deadline_s=renew_deadline,
             retry_period_s=retry_period,
         )
+    catalog, informer = None, None
+    if watch_gpuscalers:
+        from gpuscale.control.informer import Informer
+        from gpuscale.control.scalers import ClusterScalers, collection_path
+
+        informer = Informer(
+            actuator.call, collection_path(watch_namespace or None), resync_s=resync_period
+        )
+        catalog = ClusterScalers(informer, actuator, dry_run=dry_run)
     settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=write_s)
     metrics = ControllerMetrics()
     health = HealthState(3 * max(sync_period, retry_period, 10.0))
@@ -319,7 +368,17 @@ def autoscale(
         metrics=metrics,
         elector=elector,
         health=health,
+        catalog=catalog,
+        owners=OtherAutoscalers(actuator.call),
     )
+    stop = threading.Event()
+    if informer is not None:
+        if once:
+            informer.relist()
+        else:
+            threading.Thread(
+                target=informer.run, args=(stop,), name="informer", daemon=True
+            ).start()
     if once:
         outcomes = controller.sync()
         failed = [o for o in outcomes if o.error is not None]
@@ -336,15 +395,14 @@ def autoscale(
         ) from None
     server.start()
     logger.info(
-        "autoscaling %d targets from %s every %g s%s; /metrics and /healthz on %s:%d",
-        len(targets),
+        "autoscaling %s from %s every %g s%s; /metrics and /healthz on %s:%d",
+        f"{len(targets)} targets" if catalog is None else "the cluster's GPUScalers",
         redact_url(prometheus),
         sync_period,
         " (dry run)" if dry_run else "",
         host,
         server.port,
     )
-    stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
