@@ -643,7 +643,9 @@ def _route(
         )
         if as_table:
             return 200, table(res, items, str(store.version), api.clock())
-        strip = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
+        # built-in lists leave kind and apiVersion out of items; custom resources keep them
+        drop = ("kind", "apiVersion") if res.builtin else ()
+        strip = [{k: v for k, v in o.items() if k not in drop} for o in items]
         meta = {"resourceVersion": str(store._rv)}
         return 200, {
             "kind": f"{res.kind}List",

@@ -273,7 +273,9 @@ class Controller:
                     previous.policy.name,
                     rt.policy.name,
                 )
-                self._forget(rt.ref)
+                self._steps.pop(rt.ref, None)
+                if rt.ref in self._states:  # not reloaded: the saved one is the old policy's
+                    self._states[rt.ref] = rt.policy.initial_state()
         self.targets = list(targets)
 
     def _forget(self, ref: TargetRef) -> None:

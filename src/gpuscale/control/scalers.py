@@ -71,7 +71,8 @@ class _Scaler:
     uid: str
     generation: int
     runtimes: list[TargetRuntime]
-    problem: str
+    invalid: str  # why the spec does not validate ("" when it does)
+    problem: str = ""  # why it runs nothing this sync: invalid, or a target taken
     previous: Json = field(default_factory=dict)  # the status seen on the object
 
 
@@ -97,7 +98,7 @@ class ClusterScalers:
         self._scalers: dict[tuple[str, str], _Scaler] = {}
         self._written: dict[tuple[str, str], _Written] = {}
         self._scaled_at: dict[TargetRef, float] = {}
-        self._warned: set[tuple[str, int]] = set()
+        self._warned: set[tuple[str, int, str]] = set()
 
     # ------------------------------------------------------------------ targets
     def runtimes(self) -> list[TargetRuntime]:
@@ -119,8 +120,7 @@ class ClusterScalers:
             if scaler is None or (scaler.uid, scaler.generation) != (uid, generation):
                 scaler = self._build(obj, uid, generation)
             scaler.previous = obj.get("status") or {}
-            if not scaler.problem:
-                scaler.problem = self._claim(key, scaler.runtimes, claimed)
+            scaler.problem = scaler.invalid or self._claim(key, scaler.runtimes, claimed)
             built[key] = scaler
             if scaler.problem:
                 self._warn(obj, scaler)
@@ -130,7 +130,9 @@ class ClusterScalers:
 
     def _build(self, obj: Json, uid: str, generation: int) -> _Scaler:
         namespace, name = _key(obj)
-        data = {k: v for k, v in obj.items() if k != "status"}
+        # a list's items may leave out their kind (built-in lists do); a watch event's do not
+        data = {"apiVersion": API_VERSION, "kind": KIND}
+        data.update((k, v) for k, v in obj.items() if k != "status")
         try:
             doc = validate(data, object_where(namespace, name))
             built = [runtime(doc, t) for t in doc.spec.targets]
@@ -158,10 +160,11 @@ class ClusterScalers:
         return ""
 
     def _warn(self, obj: Json, scaler: _Scaler) -> None:
-        """Log and record one Warning Event per invalid generation of an object."""
-        if (scaler.uid, scaler.generation) in self._warned:
+        """Log and record one Warning Event per problem and generation of an object."""
+        episode = (scaler.uid, scaler.generation, scaler.problem)
+        if episode in self._warned:
             return
-        self._warned.add((scaler.uid, scaler.generation))
+        self._warned.add(episode)
         logger.warning("%s; its targets are not reconciled", scaler.problem)
         if self.dry_run:
             return
@@ -228,6 +231,8 @@ class ClusterScalers:
                 reason=out.reason,
                 held=out.held,
                 scaled=out.scaled,
+                replicas=out.replicas,
+                bounds=(rt.spec.min_replicas, rt.spec.max_replicas),
                 owned_by=out.owned_by,
             )
             per_target.append((label(rt.ref), verdicts))

@@ -222,6 +222,8 @@ def target_verdicts(
     reason: str,
     held: str | None,
     scaled: bool,
+    replicas: int | None = None,
+    bounds: tuple[int, int] = (0, 2**31 - 1),
     owned_by: str = "",
 ) -> list[Verdict]:
     """One target's conditions from what its reconcile did.
@@ -231,6 +233,10 @@ def target_verdicts(
         reason: The decision's reason, or the error.
         held: The fail-safe's hold reason, None when the policy decided.
         scaled: Whether replicas were changed.
+        replicas: The count set or held.
+        bounds: The target's (minReplicas, maxReplicas): a count at one is limited by it,
+            as the HPA reports a count its bounds cut (the policies bound themselves, so
+            the count they wanted beyond a bound is not known here).
         owned_by: The other autoscaler scaling the target ("" when none).
 
     Returns:
@@ -259,12 +265,15 @@ def target_verdicts(
         reason if scaled else "the target's /scale can be read and written",
     )
     limit = next((code for text, code in _LIMITS if text in reason), None)
+    why = reason
+    if limit is None and replicas is not None and replicas >= bounds[1]:
+        limit, why = "TooManyReplicas", f"the count is at maxReplicas {bounds[1]}: {reason}"
+    elif limit is None and replicas is not None and replicas <= bounds[0]:
+        limit, why = "TooFewReplicas", f"the count is at minReplicas {bounds[0]}: {reason}"
     limited = (
-        Verdict(SCALING_LIMITED, "True", limit, reason)
+        Verdict(SCALING_LIMITED, "True", limit, why)
         if limit is not None
-        else Verdict(
-            SCALING_LIMITED, "False", "DesiredWithinRange", "the policy's count is in range"
-        )
+        else Verdict(SCALING_LIMITED, "False", "DesiredWithinRange", "the count is within bounds")
     )
     if held is not None:
         return [
