@@ -6,10 +6,25 @@ tested against this. It answers with the JSON shapes and status codes of the Kub
 API reference: discovery (``/api``, ``/apis``, ``/version``, APIResourceLists), apps/v1
 Deployments and StatefulSets with their ``scale`` subresource (autoscaling/v1 Scale,
 ``status.selector`` as a string), core/v1 Pods (labelSelector, fieldSelector), Nodes,
-Events, coordination.k8s.io/v1 Leases, and any scalable custom kind a test registers.
-Every object has ``metadata.resourceVersion``; a PUT or PATCH naming a stale one answers
-409 Conflict; merge, strategic-merge (as a merge) and JSON patches are applied; errors
-are meta/v1 Status objects with the real reasons and message shapes.
+Events, coordination.k8s.io/v1 Leases, autoscaling/v2 HorizontalPodAutoscalers (stored
+only: nothing acts on them), any scalable custom kind a test registers, a
+CustomResourceDefinition's kind a test installs (``install_crd``: the GPUScaler CRD from
+``gpuscale.control.crd``) and KEDA's ScaledObject when a test serves it (``serve_keda``;
+stored only). Every object has ``metadata.resourceVersion``; a PUT or PATCH naming a
+stale one answers 409 Conflict; merge, strategic-merge (as a merge) and JSON patches are
+applied; errors are meta/v1 Status objects with the real reasons and message shapes.
+
+A kind with a ``status`` subresource behaves as the API server's does for a CRD that
+declares one: ``.status`` is dropped on create and ignored by writes of the main
+resource, ``/status`` writes change only ``.status``, and ``metadata.generation``
+starts at 1 and moves only when ``spec`` changes. ``watch=true`` on a collection streams
+chunked JSON event lines (ADDED, MODIFIED, DELETED, each object with its
+resourceVersion) from the given resourceVersion (none or "0": the current objects as
+ADDED first), for ``timeoutSeconds`` (at most ``WATCH_MAX_S``); a version older than the
+last ``WATCH_WINDOW`` writes answers an ERROR event with 410 Expired, as after etcd
+compaction. A list or get asking for ``as=Table`` of a kind with printer columns answers
+the meta.k8s.io/v1 Table the API server builds from a CRD's additionalPrinterColumns
+(kubeapi_table.py), so Debian's ``kubectl get`` prints against the double.
 
 A minimal controller (kubeapi_workloads.py) keeps each Deployment and StatefulSet at its
 ``spec.replicas``: it creates pods (``<name>-<template hash>-<5 chars>`` or
@@ -22,8 +37,13 @@ What the double does not model (and so what these tests cannot show):
   when a test injects one;
 - admission (webhooks, quotas, limit ranges, defaulting beyond a few fields) and most
   validation (only Scale.spec.replicas >= 0, names, and Time/MicroTime formats are checked);
-- watches (``watch=true`` answers 400), list pagination (``limit``/``continue``), server-side
-  apply (``application/apply-patch+yaml`` answers 415), dry run, protobuf/CBOR;
+- watches of one object (``watch=true`` with a name answers 400), labelSelector and
+  fieldSelector on watches, bookmarks, list pagination (``limit``/``continue``),
+  server-side apply (``application/apply-patch+yaml`` answers 415), dry run,
+  protobuf/CBOR, aggregated discovery (kubectl falls back to the legacy documents);
+- a CRD's OpenAPI schema, defaulting and CEL rules are not applied to its objects (an
+  object the real API server would refuse can be stored: tests use that to show the
+  controller's own validation); Tables only for kinds with printer columns;
 - strategic merge patch list semantics: a strategic merge patch is applied as a JSON
   merge patch (lists are replaced, not merged by key);
 - garbage collection: deleting a workload leaves its pods; no ReplicaSet or
