@@ -106,12 +106,15 @@ def restart_prometheus(prom, log_name: str = "prometheus-again.log") -> None:
 
 
 class Autoscaler:
-    """``gpuscale autoscale`` as a child process, JSON logs, its /metrics on a free port."""
+    """``gpuscale autoscale`` as a child process, JSON logs, its /metrics on a free port.
+
+    With no ``config``, ``args`` say where the targets come from (``--watch-gpuscalers``).
+    """
 
     def __init__(
         self,
         tmp: Path,
-        config: Path,
+        config: Path | None,
         kubeconfig: Path,
         prometheus: str,
         *args: str,
@@ -125,8 +128,7 @@ class Autoscaler:
                 "--log-format",
                 "json",
                 "autoscale",
-                "--config",
-                str(config),
+                *(["--config", str(config)] if config is not None else []),
                 "--kubeconfig",
                 str(kubeconfig),
                 "--prometheus",
