@@ -268,7 +268,7 @@ def autoscale(
 ) -> None:
     """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
     del show_version  # its callback has run (and exited) when given
-    from gpuscale.control.config import load
+    from gpuscale.control.config import DNS1123_LABEL, load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
     from gpuscale.control.kubernetes import KubeActuator
@@ -296,6 +296,12 @@ def autoscale(
             f"--watch-namespace {watch_namespace}",
             "needs --watch-gpuscalers",
             "add --watch-gpuscalers, or drop --watch-namespace",
+        )
+    if watch_namespace and DNS1123_LABEL.fullmatch(watch_namespace) is None:
+        raise config_error(
+            "--watch-namespace",
+            "is not a namespace name",
+            "give lower-case letters, digits and '-', 63 at most (or leave it out for all)",
         )
     targets = runtimes(load(config)) if config is not None else []
     host, port = parse_address(address)

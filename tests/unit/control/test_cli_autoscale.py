@@ -107,3 +107,30 @@ def test_basic_auth_file_must_hold_user_and_password(capsys, tmp_path):
     )
     assert code == 2
     assert "both are given" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((), "--config/--watch-gpuscalers: neither is given"),
+        (
+            ("--config", "CONFIG", "--watch-gpuscalers"),
+            "--config/--watch-gpuscalers: both are given",
+        ),
+        (
+            ("--config", "CONFIG", "--watch-namespace", "a"),
+            "--watch-namespace a: needs --watch-gpuscalers",
+        ),
+        (
+            ("--watch-gpuscalers", "--watch-namespace", "../x"),
+            "--watch-namespace: is not a namespace name",
+        ),
+    ],
+)
+def test_where_the_targets_come_from_is_checked_first(capsys, tmp_path, args, expected):
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    given = [str(path) if a == "CONFIG" else a for a in args]
+    code, err = run(capsys, *given)
+    assert code == 2
+    assert expected in one_line(err)
