@@ -13,15 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuscale.control.crd import manifest
-from tests.support.autoscale import (
-    Autoscaler,
-    DoubleKubelet,
-    KubeletServer,
-    exporter_at,
-    wait_until,
-)
-from tests.support.kubeapi import KubeApiDouble
-from tests.support.servers import Prometheus, free_port
+from tests.support.autoscale import QUICK_LEASE, Autoscaler, SimChain, wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -49,46 +41,15 @@ def gpuscaler(max_replicas: int) -> dict:
     }
 
 
-class Rig:
-    """The chain, the CRD installed; load changes restart the exporter on the same port."""
+class Rig(SimChain):
+    """The chain with the GPUScaler CRD installed, and the controller watching GPUScalers."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.api = KubeApiDouble().start()
-        self.kubelet = self.exporter = self.prom = self.ctl = None
-        try:
-            self.api.install_crd(manifest())
-            self.api.create_deployment("llm", replicas=2)
-            self.kubeconfig = self.api.write_kubeconfig(tmp / "kubeconfig")
-            self.kubelet = KubeletServer(DoubleKubelet(self.api))
-            self.port = free_port()
-            self.exporter = self.start_exporter(0.2)
-            (tmp / "prom").mkdir()
-            self.prom = Prometheus("prometheus", tmp / "prom", [f"127.0.0.1:{self.port}"])
-        except BaseException:
-            self.stop()
-            raise
-
-    def start_exporter(self, load: float):
-        return exporter_at(
-            self.tmp,
-            self.port,
-            "--source",
-            "sim",
-            "--gpus",
-            "8",
-            "--load",
-            f"constant:{load}",
-            "--kubernetes",
-            "--pod-resources-kubelet-socket",
-            self.kubelet.socket,
-        )
-
-    def set_load(self, load: float) -> None:
-        self.exporter.stop()
-        self.exporter = self.start_exporter(load)
+        self.ctl: Autoscaler | None = None
+        super().__init__(tmp, lambda api: api.install_crd(manifest()))
 
     def autoscaler(self) -> Autoscaler:
+        assert self.prom is not None
         self.ctl = Autoscaler(
             self.tmp,
             None,
@@ -97,17 +58,9 @@ class Rig:
             "--watch-gpuscalers",
             "--sync-period",
             str(SYNC_S),
-            "--lease-duration",
-            "4",
-            "--renew-deadline",
-            "3",
-            "--retry-period",
-            "0.5",
+            *QUICK_LEASE,
         )
         return self.ctl
-
-    def replicas(self) -> int:
-        return int(self.api.get("apps/v1", "deployments", "llm", "default")["spec"]["replicas"])
 
     def status(self) -> dict:
         obj = self.api.get(GV, PLURAL, "llm", "default")
@@ -117,20 +70,8 @@ class Rig:
         found = [c for c in self.status().get("conditions", []) if c["type"] == kind]
         return found[0] if found else {}
 
-    def avg_util(self) -> float | None:
-        found = self.prom.query('avg(DCGM_FI_DEV_GPU_UTIL{namespace="default"})')
-        return float(found[0]["value"][1]) if found else None
-
-    def stop(self) -> None:
-        for part in (
-            self.ctl,
-            self.prom.process if self.prom else None,
-            self.exporter,
-            self.kubelet,
-        ):
-            if part is not None:
-                part.stop()
-        self.api.stop()
+    def stop(self, *first: Autoscaler) -> None:
+        super().stop(*first, *([self.ctl] if self.ctl else []))
 
 
 @pytest.fixture

@@ -12,6 +12,15 @@ reconciled concurrently and each in isolation: an exception in one (a 403, an
 API server hiccup, a policy bug) is logged, counted and leaves the others
 untouched.
 
+The targets come from the config file, or from the cluster's GPUScaler objects
+(``catalog``, ``control.scalers.ClusterScalers``): then the catalog is asked for
+the targets before each sync (a deleted object's targets are dropped, their
+replicas left as they are; a new policy kind starts from its first state) and
+told the outcomes after it, to write each object's status. With ``owners``
+(``control.owners.OtherAutoscalers``) a target another autoscaler (an HPA, a
+ScaledObject) already scales is only read: no ``/scale`` write, one Warning Event
+per episode.
+
 With an elector (``control.lease.LeaseElector``) only the replica holding the
 Lease acts; the others keep renewing their claim every ``retry_period_s`` and do
 nothing else. A replica that gains the lease reloads every target's state from

@@ -18,7 +18,8 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from gpuscale.control.kubecall import Json, KubeCall, KubeForbiddenError, KubeUnavailableError
 
@@ -71,7 +72,7 @@ class Informer:
         answer = self.call("GET", self.path)
         items = answer.get("items") or []
         with self._lock:
-            self._objects = {_key(o): o for o in items}
+            self._objects = {object_key(o): o for o in items}
             self._version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
             self._listed_at = self._monotonic()
         self.synced.set()
@@ -99,9 +100,9 @@ class Informer:
             version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
             with self._lock:
                 if kind in ("ADDED", "MODIFIED"):
-                    self._objects[_key(obj)] = obj
+                    self._objects[object_key(obj)] = obj
                 elif kind == "DELETED":
-                    self._objects.pop(_key(obj), None)
+                    self._objects.pop(object_key(obj), None)
                 if version:
                     self._version = version
         return True
@@ -131,6 +132,11 @@ class Informer:
                 backoff = min(backoff * 2, 30.0)
 
 
-def _key(obj: Json) -> tuple[str, str]:
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of an object ("" for a cluster-scoped one's namespace).
+
+    Returns:
+        The key.
+    """
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscale.control.config import API_VERSION, KIND, object_where, validate
-from gpuscale.control.informer import Informer
+from gpuscale.control.informer import Informer, object_key
 from gpuscale.control.kubecall import (
     Json,
     KubeForbiddenError,
@@ -109,12 +109,12 @@ class ClusterScalers:
         """
         objects = sorted(
             self.informer.objects(),
-            key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), _key(o)),
+            key=lambda o: (str(o["metadata"].get("creationTimestamp") or ""), object_key(o)),
         )
         claimed: dict[tuple[str, str, str], str] = {}
         built: dict[tuple[str, str], _Scaler] = {}
         for obj in objects:
-            key, meta = _key(obj), obj["metadata"]
+            key, meta = object_key(obj), obj["metadata"]
             uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 1)
             scaler = self._scalers.get(key)
             if scaler is None or (scaler.uid, scaler.generation) != (uid, generation):
@@ -129,7 +129,7 @@ class ClusterScalers:
         return [rt for s in built.values() if not s.problem for rt in s.runtimes]
 
     def _build(self, obj: Json, uid: str, generation: int) -> _Scaler:
-        namespace, name = _key(obj)
+        namespace, name = object_key(obj)
         # a list's items may leave out their kind (built-in lists do); a watch event's do not
         data = {"apiVersion": API_VERSION, "kind": KIND}
         data.update((k, v) for k, v in obj.items() if k != "status")
@@ -168,7 +168,7 @@ class ClusterScalers:
         logger.warning("%s; its targets are not reconciled", scaler.problem)
         if self.dry_run:
             return
-        namespace, name = _key(obj)
+        namespace, name = object_key(obj)
         involved = {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -284,11 +284,6 @@ class ClusterScalers:
             logger.warning("GPUScaler %s/%s: could not write status: %s", key[0], key[1], exc)
             return
         self._written[key] = _Written(text, now)
-
-
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _ref_json(ref: TargetRef) -> dict[str, str]:
