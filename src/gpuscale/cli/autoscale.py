@@ -11,13 +11,16 @@ import signal
 import socket
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpuscale.errors import config_error
 from gpuscale.inputs import read_text_file
 from gpuscale.redact import redact_url
+
+if TYPE_CHECKING:
+    from gpuscale.control.informer import Informer
 
 logger = logging.getLogger(__name__)
 
@@ -379,9 +382,8 @@ def autoscale(
     )
     stop = threading.Event()
     if informer is not None:
-        if once:
-            informer.relist()
-        else:
+        _first_list(informer, once=once)
+        if not once:
             threading.Thread(
                 target=informer.run, args=(stop,), name="informer", daemon=True
             ).start()
@@ -418,6 +420,29 @@ def autoscale(
         source.close()
         actuator.close()
         logger.info("stopped")
+
+
+def _first_list(informer: "Informer", *, once: bool) -> None:
+    """List the GPUScalers once before the loop: a cluster without the CRD is a usage error.
+
+    Any other failure is the informer's to retry (with ``--once``, it ends the run).
+
+    Raises:
+        ConfigError: The API server serves no GPUScaler kind (404).
+    """
+    from gpuscale.control.kubecall import KubeUnavailableError
+
+    try:
+        informer.relist()
+    except KubeUnavailableError as exc:
+        if exc.status == 404:
+            raise config_error(
+                "--watch-gpuscalers",
+                "the API server serves no gpuscalers.gpuscale.io (the CRD is not installed)",
+                "kubectl apply -f deploy/crd/, or use --config",
+            ) from None
+        if once:
+            raise
 
 
 def register(app: typer.Typer) -> None:

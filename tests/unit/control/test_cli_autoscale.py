@@ -134,3 +134,15 @@ def test_where_the_targets_come_from_is_checked_first(capsys, tmp_path, args, ex
     code, err = run(capsys, *given)
     assert code == 2
     assert expected in one_line(err)
+
+
+def test_watching_gpuscalers_where_the_crd_is_not_installed_is_a_usage_error(capsys, tmp_path):
+    from tests.support.kubeapi import KubeApiDouble
+
+    with KubeApiDouble() as api:
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        code, err = run(
+            capsys, "--watch-gpuscalers", "--kubeconfig", str(config), "--once", "--dry-run"
+        )
+    assert code == 2
+    assert "--watch-gpuscalers: the API server serves no gpuscalers.gpuscale.io" in one_line(err)
