@@ -348,6 +348,7 @@ class Controller:
         if problem is not None and problem.reason == failsafe.UNAVAILABLE:
             self.metrics.errors.labels(out.target, "metrics_unavailable").inc()
         out.replicas, out.reason, out.scaled = result.replicas, result.reason, result.scaled
+        out.forecast = result.forecast
         if problem is not None:
             out.held = problem.reason
             self._hold(rt, out, problem)

@@ -35,6 +35,7 @@ from gpuscale.control.kubernetes import KubeActuator, TargetRef
 from gpuscale.control.seams import Outcome, label
 from gpuscale.control.status import Decision as DecisionReport
 from gpuscale.control.status import (
+    ForecastReport,
     GPUScalerStatus,
     TargetReport,
     carry_transitions,
@@ -250,6 +251,16 @@ class ClusterScalers:
                     ),
                     last_decision=DecisionReport(
                         replicas=out.replicas, reason=out.reason[:1024], held=out.held
+                    ),
+                    forecast=(
+                        ForecastReport(
+                            mean=round(out.forecast.mean, 3),
+                            upper=round(out.forecast.upper, 3),
+                            model=out.forecast.model,
+                            horizon_seconds=round(out.forecast.horizon_s, 1),
+                        )
+                        if out.forecast is not None
+                        else None
                     ),
                     conditions=carry_transitions(verdicts, old.get("conditions") or [], now),
                 )

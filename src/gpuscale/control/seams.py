@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from gpuscale.control.kubecall import WriteGuard
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.targets import TargetRuntime
-from gpuscale.scaling.policy import Observation, TargetStatus
+from gpuscale.scaling.policy import Forecast, Observation, TargetStatus
 
 STATE_KEY = "state"
 """The annotation ``gpuscale.io/state`` holds ``{"policy": name, "state": <the state's JSON>}``."""
@@ -195,6 +195,7 @@ class Outcome:
         scaled: Whether ``spec.replicas`` was changed (or would be, in a dry run).
         owned_by: The other autoscaler that scales the target ("" when none): then
             nothing was decided and nothing written.
+        forecast: The demand forecast a forecasting policy planned for, else None.
     """
 
     target: str
@@ -212,6 +213,7 @@ class Outcome:
     duration_s: float = 0.0
     scaled: bool = False
     owned_by: str = ""
+    forecast: Forecast | None = None
 
 
 def label(ref: TargetRef) -> str:

@@ -62,6 +62,17 @@ class Decision(_Status):
     held: str | None = Field(default=None, description="The fail-safe's hold reason, when it held.")
 
 
+class ForecastReport(_Status):
+    """The demand forecast a forecasting policy (predictive, hybrid) planned for."""
+
+    mean: float = Field(description="Point forecast, in the signal's unit.")
+    upper: float = Field(description="Upper bound at the policy's quantile, same unit.")
+    model: str = Field(description="seasonal, trend (the fallback line) or none (no data).")
+    horizon_seconds: float = Field(
+        serialization_alias="horizonSeconds", description="How far ahead, seconds."
+    )
+
+
 class TargetReport(_Status):
     """What the controller last did to one target."""
 
@@ -86,6 +97,9 @@ class TargetReport(_Status):
         description="When the controller last changed replicas.",
     )
     last_decision: Decision | None = Field(default=None, serialization_alias="lastDecision")
+    forecast: ForecastReport | None = Field(
+        default=None, description="The policy's forecast, where it makes one."
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
 

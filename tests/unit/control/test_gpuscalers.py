@@ -12,6 +12,7 @@ import logging
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from gpuscale.control.controller import Controller
@@ -297,3 +298,29 @@ def test_kubectl_get_prints_the_crds_columns(cluster, kapi, tmp_path):
     ]
     # created at the double's t0, printed 15 s later
     assert row.split() == ["web", "web", "hpa", "1", "6", "2", "4", "True", "15s"]
+
+
+def test_a_forecasting_policys_forecast_is_in_the_status(cluster, kapi, kclock, store):
+    kapi.create_deployment("web", replicas=2)
+    kapi.create_object(
+        GV, PLURAL, scaler(policy={"name": "predictive", "perReplica": 1}), "default"
+    )
+    for i in range(40):  # ten minutes of a steady 3 requests in flight and none queued
+        at = kclock() - 600 + 15 * i
+        for metric, value in (
+            ("gpuscale_serving_requests_in_flight", 3.0),
+            ("gpuscale_serving_queue_requests", 0.0),
+        ):
+            store.ingest(at, metric, [{"namespace": "default"}], np.array([value]))
+    [out] = cluster.sync()
+    assert out.held is None, out.reason
+    forecast = cluster.status()["targets"][0]["forecast"]
+    assert forecast["model"] in ("seasonal", "trend")
+    assert forecast["mean"] == pytest.approx(3.0, abs=0.5)  # a flat series forecasts itself
+    assert forecast["upper"] >= forecast["mean"]
+    assert forecast["horizonSeconds"] > 0
+    # a policy without a forecast reports none
+    kapi.create_deployment("api", replicas=1)
+    kapi.create_object(GV, PLURAL, scaler("api", "api"), "default")
+    cluster.sync(load=10.0, name="api")
+    assert "forecast" not in cluster.status("api")["targets"][0]
