@@ -2,7 +2,14 @@
 
 Everything a user can get wrong (the GPUScaler file, the Prometheus URL and
 its TLS files, the kubeconfig, the listen address) is checked before the loop
-starts, with one line naming the input and exit status 2.
+starts, with one line naming the input and exit status 2. Prometheus itself is
+asked once at start: one that does not answer (down, a wrong port, DNS, TLS,
+401/403) is a WARNING naming ``--prometheus`` and the cause, and the controller
+runs on, every target holding with that cause until it answers, since it may be
+starting too.
+
+A dry run needs no cluster: with ``--assume-replicas``, or with no kubeconfig
+outside a pod, it decides from assumed replica counts (``control.offline``).
 """
 
 import logging
@@ -10,17 +17,32 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpuscale.cli.source_options import (
+    Kubeconfig,
+    KubeContext,
+    PrometheusBasicAuthFile,
+    PrometheusBearerTokenFile,
+    PrometheusCaFile,
+    PrometheusCertFile,
+    PrometheusInsecureSkipVerify,
+    PrometheusKeyFile,
+    PrometheusTimeout,
+    PrometheusUrl,
+    prometheus_source,
+)
+from gpuscale.durations import positive_seconds_option, whole_seconds_option
 from gpuscale.errors import config_error
-from gpuscale.inputs import read_text_file
 from gpuscale.redact import redact_url
 
 if TYPE_CHECKING:
     from gpuscale.control.informer import Informer
+    from gpuscale.metrics.prometheus import PrometheusSource
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +62,6 @@ def _lease_namespace(given: str | None) -> str:
         return "default"
 
 
-_SECRET_MAX_BYTES = 64 * 1024  # a token or USER:PASSWORD; a JWT is a few KiB
-
-
-def _read_secret(path: Path | None, flag: str) -> str | None:
-    if path is None:
-        return None
-    return read_text_file(path, flag, limit=_SECRET_MAX_BYTES).strip()
-
-
 def _show_version(value: bool) -> None:
     """``--version``: print gpuscale's version, then exit (a container's entrypoint check)."""
     if value:
@@ -60,6 +73,28 @@ def _show_version(value: bool) -> None:
             ours = "unknown (not installed)"
         typer.echo(f"gpuscale autoscale version {ours}")
         raise typer.Exit
+
+
+def _probe(source: "PrometheusSource", url: str) -> None:
+    """Ask Prometheus once at start; say so at WARNING if it does not answer, and go on.
+
+    A Prometheus that is down, unnamed in DNS, refuses our certificate or our
+    credentials may come right without a restart (it is starting too, a Secret is
+    being rotated): the controller runs and every target holds, with the same cause
+    in its hold reason and its ``MetricsUnhealthy`` Event.
+    """
+    from gpuscale.metrics.signal import MetricsUnavailable
+
+    try:
+        source.check(time.time())
+    except MetricsUnavailable as exc:
+        logger.warning(
+            "--prometheus %s does not answer (%s: %s); every target holds its replicas until "
+            "it does: check the address, its TLS and credential flags",
+            redact_url(url),
+            exc.reason,
+            exc,
+        )
 
 
 def autoscale(
@@ -92,100 +127,60 @@ def autoscale(
     resync_period: Annotated[
         float,
         typer.Option(
-            min=1.0,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="With --watch-gpuscalers: seconds between full relists of the GPUScalers "
             "(events arrive by watch in between).",
             envvar="GPUSCALE_RESYNC_PERIOD",
         ),
     ] = 300.0,
-    kubeconfig: Annotated[
-        str | None,
-        typer.Option(
-            help="Kubeconfig file (default: in-cluster config, else ~/.kube/config).",
-            envvar="GPUSCALE_KUBECONFIG",
-        ),
-    ] = None,
-    context: Annotated[
-        str | None,
-        typer.Option(
-            help="Kubeconfig context (default: the current one).", envvar="GPUSCALE_CONTEXT"
-        ),
-    ] = None,
-    prometheus: Annotated[
-        str,
-        typer.Option(
-            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, Thanos).",
-            envvar="GPUSCALE_PROMETHEUS",
-        ),
-    ] = "http://localhost:9090",
-    prometheus_timeout: Annotated[
-        float,
-        typer.Option(
-            min=0.1,
-            help="Seconds before a query is abandoned.",
-            envvar="GPUSCALE_PROMETHEUS_TIMEOUT",
-        ),
-    ] = 5.0,
-    prometheus_bearer_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="File holding a bearer token for Prometheus.",
-            envvar="GPUSCALE_PROMETHEUS_BEARER_TOKEN_FILE",
-        ),
-    ] = None,
-    prometheus_ca_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM CA bundle to verify Prometheus' certificate.",
-            envvar="GPUSCALE_PROMETHEUS_CA_FILE",
-        ),
-    ] = None,
-    prometheus_basic_auth_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="File holding USER:PASSWORD for Prometheus basic auth.",
-            envvar="GPUSCALE_PROMETHEUS_BASIC_AUTH_FILE",
-        ),
-    ] = None,
-    prometheus_cert_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM client certificate for Prometheus (with --prometheus-key-file).",
-            envvar="GPUSCALE_PROMETHEUS_CERT_FILE",
-        ),
-    ] = None,
-    prometheus_key_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM private key of --prometheus-cert-file.",
-            envvar="GPUSCALE_PROMETHEUS_KEY_FILE",
-        ),
-    ] = None,
-    prometheus_insecure_skip_verify: Annotated[
-        bool,
-        typer.Option(
-            "--prometheus-insecure-skip-verify",
-            help="Do not verify Prometheus' certificate (KEDA's unsafeSsl).",
-            envvar="GPUSCALE_PROMETHEUS_INSECURE_SKIP_VERIFY",
-        ),
-    ] = False,
+    kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
+    prometheus: PrometheusUrl = "http://localhost:9090",
+    prometheus_timeout: PrometheusTimeout = 5.0,
+    prometheus_bearer_token_file: PrometheusBearerTokenFile = None,
+    prometheus_ca_file: PrometheusCaFile = None,
+    prometheus_basic_auth_file: PrometheusBasicAuthFile = None,
+    prometheus_cert_file: PrometheusCertFile = None,
+    prometheus_key_file: PrometheusKeyFile = None,
+    prometheus_insecure_skip_verify: PrometheusInsecureSkipVerify = False,
     dry_run: Annotated[
         bool,
         typer.Option(
             "--dry-run",
-            help="Decide and log, but change nothing in the cluster.",
+            help="Decide and log, but change nothing in the cluster; with no kubeconfig "
+            "outside a pod, decide without a cluster (see --assume-replicas).",
             envvar="GPUSCALE_DRY_RUN",
         ),
     ] = False,
+    assume_replicas: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--assume-replicas",
+            metavar="[NAMESPACE/]NAME=N",
+            help="With --dry-run: decide without a cluster, from [NAMESPACE/]NAME=N replicas "
+            "of the target of that scaleTargetRef name (repeatable; other targets: their "
+            "minReplicas). A dry run with no kubeconfig and outside a pod does so anyway.",
+            envvar="GPUSCALE_ASSUME_REPLICAS",
+            show_default=False,
+        ),
+    ] = None,
     once: Annotated[
         bool,
         typer.Option(
-            "--once", help="Run one sync over every target and exit.", envvar="GPUSCALE_ONCE"
+            "--once",
+            help="Run one sync over every target, print each decision, and exit.",
+            envvar="GPUSCALE_ONCE",
         ),
     ] = False,
     sync_period: Annotated[
         float,
-        typer.Option(min=0.1, help="Seconds between syncs.", envvar="GPUSCALE_SYNC_PERIOD"),
+        typer.Option(
+            parser=positive_seconds_option,
+            metavar="<duration>",
+            help="Seconds between syncs.",
+            envvar="GPUSCALE_SYNC_PERIOD",
+        ),
     ] = 15.0,
     workers: Annotated[
         int,
@@ -232,7 +227,8 @@ def autoscale(
     lease_duration: Annotated[
         int,
         typer.Option(
-            min=1,
+            parser=whole_seconds_option,
+            metavar="<duration>",
             help="Seconds a Lease is valid without renewal.",
             envvar="GPUSCALE_LEASE_DURATION",
         ),
@@ -240,7 +236,8 @@ def autoscale(
     renew_deadline: Annotated[
         float,
         typer.Option(
-            min=0.5,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds the leader keeps trying to renew before it stops acting.",
             envvar="GPUSCALE_RENEW_DEADLINE",
         ),
@@ -248,7 +245,8 @@ def autoscale(
     retry_period: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds between tries to take or renew the Lease.",
             envvar="GPUSCALE_RETRY_PERIOD",
         ),
@@ -274,19 +272,33 @@ def autoscale(
     from gpuscale.control.config import DNS1123_LABEL, load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
-    from gpuscale.control.kubernetes import KubeActuator
+    from gpuscale.control.kubernetes import KubeActuator, cluster_config_found
+    from gpuscale.control.offline import AssumedCluster, assumed_replicas
     from gpuscale.control.owners import OtherAutoscalers
-    from gpuscale.control.seams import Settings
+    from gpuscale.control.seams import Settings, label
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.control.targets import runtimes
     from gpuscale.exporter.server import parse_address
-    from gpuscale.metrics.prometheus import PrometheusSource
+    from gpuscale.metrics.prometheus import check_url
 
     if leader_elect and not renew_deadline < lease_duration:
         raise config_error(
             f"--renew-deadline {renew_deadline:g}",
             f"must be shorter than --lease-duration {lease_duration:g}",
             "lower it (client-go's defaults are 10 s and 15 s)",
+        )
+    check_url(prometheus, "--prometheus")
+    if assume_replicas and not dry_run:
+        raise config_error(
+            "--assume-replicas",
+            "only a dry run can assume replicas (a real run scales what is there)",
+            "add --dry-run, or leave --assume-replicas out",
+        )
+    if assume_replicas and kubeconfig is not None:
+        raise config_error(
+            "--assume-replicas/--kubeconfig",
+            "both are given: replicas would come from the file and the cluster",
+            "choose one",
         )
     if (config is None) == (not watch_gpuscalers):
         raise config_error(
@@ -306,6 +318,12 @@ def autoscale(
             "is not a namespace name",
             "give lower-case letters, digits and '-', 63 at most (or leave it out for all)",
         )
+    if watch_gpuscalers and assume_replicas:
+        raise config_error(
+            "--assume-replicas/--watch-gpuscalers",
+            "both are given: GPUScaler objects are read from a cluster",
+            "choose one",
+        )
     targets = runtimes(load(config)) if config is not None else []
     host, port = parse_address(address)
     gate = None
@@ -313,39 +331,40 @@ def autoscale(
         from gpuscale.exporter.webconfig import load_web_config
 
         gate = load_web_config(web_config_file)
-    token = _read_secret(prometheus_bearer_token_file, "--prometheus-bearer-token-file")
-    basic = _read_secret(prometheus_basic_auth_file, "--prometheus-basic-auth-file")
-    user, sep, password = (basic or "").partition(":")
-    if basic is not None and not (sep and user):
-        raise config_error(
-            f"--prometheus-basic-auth-file {prometheus_basic_auth_file}",
-            "does not hold USER:PASSWORD",
-            "write one line: the user, a colon, the password",
-        )
-    if token is not None and basic is not None:
-        raise config_error(
-            "--prometheus-bearer-token-file/--prometheus-basic-auth-file",
-            "both are given",
-            "choose one way to authenticate to Prometheus",
-        )
-    source = PrometheusSource(
+    source = prometheus_source(
         prometheus,
         timeout_s=prometheus_timeout,
-        bearer_token=token,
-        basic_auth=(user, password) if basic is not None else None,
+        bearer_token_file=prometheus_bearer_token_file,
+        basic_auth_file=prometheus_basic_auth_file,
         ca_file=prometheus_ca_file,
         cert_file=prometheus_cert_file,
         key_file=prometheus_key_file,
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
-    elect = leader_elect and not once
+    offline = dry_run and (bool(assume_replicas) or not cluster_config_found(kubeconfig))
+    if offline and watch_gpuscalers:
+        raise config_error(
+            "--watch-gpuscalers",
+            "needs a cluster, and this dry run has no kubeconfig and runs outside a pod",
+            "pass --kubeconfig, or read a file with --config",
+        )
+    elect = leader_elect and not once and not offline
     # With leader election, one request (and one call's retries) must end well inside
     # the renew deadline: a write is sent only while the lease outlasts its timeout.
     write_s = min(WRITE_TIMEOUT_S, renew_deadline / 3)
     retry = RetryPolicy(timeout_s=write_s, total_s=renew_deadline / 2) if elect else None
-    actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
+    actuator: KubeActuator | AssumedCluster
+    if offline:
+        assumed = assumed_replicas(targets, assume_replicas or [])
+        actuator = AssumedCluster(assumed)
+        logger.info(
+            "dry run without a cluster: no pods, no saved policy state, replicas assumed: %s",
+            ", ".join(f"{label(ref)}={n}" for ref, n in assumed.items()),
+        )
+    else:
+        actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
     elector = None
-    if elect:
+    if elect and isinstance(actuator, KubeActuator):
         from gpuscale.control.lease import LeaseElector
 
         elector = LeaseElector(
@@ -357,15 +376,18 @@ def autoscale(
             renew_deadline_s=renew_deadline,
             retry_period_s=retry_period,
         )
-    catalog, informer = None, None
-    if watch_gpuscalers:
-        from gpuscale.control.informer import Informer
-        from gpuscale.control.scalers import ClusterScalers, collection_path
+    _probe(source, prometheus)
+    catalog, informer, owners = None, None, None
+    if isinstance(actuator, KubeActuator):
+        owners = OtherAutoscalers(actuator.call)
+        if watch_gpuscalers:
+            from gpuscale.control.informer import Informer
+            from gpuscale.control.scalers import ClusterScalers, collection_path
 
-        informer = Informer(
-            actuator.call, collection_path(watch_namespace or None), resync_s=resync_period
-        )
-        catalog = ClusterScalers(informer, actuator, dry_run=dry_run)
+            informer = Informer(
+                actuator.call, collection_path(watch_namespace or None), resync_s=resync_period
+            )
+            catalog = ClusterScalers(informer, actuator, dry_run=dry_run)
     settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=write_s)
     metrics = ControllerMetrics()
     health = HealthState(3 * max(sync_period, retry_period, 10.0))
@@ -378,7 +400,7 @@ def autoscale(
         elector=elector,
         health=health,
         catalog=catalog,
-        owners=OtherAutoscalers(actuator.call),
+        owners=owners,
     )
     stop = threading.Event()
     if informer is not None:
@@ -389,6 +411,8 @@ def autoscale(
             ).start()
     if once:
         outcomes = controller.sync()
+        for o in outcomes:  # the result, on stdout; the log (stderr) has the inputs too
+            typer.echo(f"{o.target}: {o.current} -> {o.replicas} ({o.reason})")
         failed = [o for o in outcomes if o.error is not None]
         if failed:
             raise typer.Exit(1)

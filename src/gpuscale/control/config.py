@@ -38,6 +38,7 @@ from gpuscale.control.params import (
 )
 from gpuscale.errors import ConfigError, config_error
 from gpuscale.inputs import file_where, load_yaml, read_text_file
+from gpuscale.metrics.serving_stacks import StackName
 from gpuscale.scaling.catalogue import PolicyKind
 
 API_VERSION = "gpuscale.io/v1alpha1"
@@ -124,6 +125,21 @@ class MetricsSpec(_Strict):
     signals: dict[str, SIGNAL_MODEL] = Field(  # type: ignore[valid-type]
         default_factory=dict,
         description="Replaces a policy signal by its key (the metric name the policy reads).",
+    )
+    serving_stack: StackName | None = Field(
+        None,
+        alias="servingStack",
+        description="Read the serving stack's own series in place of gpuscale's serving "
+        "series (requests running, queued and completed) and, for hybrid, its TTFT "
+        "histogram as a quantile. A key in signals still wins.",
+    )
+    latency_quantile: float = Field(
+        0.99,
+        alias="latencyQuantile",
+        gt=0,
+        lt=1,
+        description="With servingStack: the quantile its latency histograms are read at, "
+        "the SLO's percentile (0.99 reads p99).",
     )
 
 

@@ -27,8 +27,12 @@ nothing else. A replica that gains the lease reloads every target's state from
 its annotation, so it carries on where the previous leader stopped.
 
 Time comes from ``clock`` and waiting from ``wait`` (seams: tests run the loop on a
-fake clock). Every decision is logged at INFO with the inputs that drove it; the
-JSON log format carries them as structured fields (``decision``).
+fake clock). Every decision is logged with the inputs that drove it, and the JSON
+log format carries them as structured fields (``decision``): a change (replicas
+read or set, a hold ending) at INFO, a hold starting or changing cause at WARNING, a
+sync that decides as the one before at DEBUG, so a steady target writes one line
+per change, and one Event (``SuccessfulRescale``, ``MetricsUnhealthy``,
+``MetricsHealthy``) per scale or hold episode.
 """
 
 import json
@@ -117,6 +121,8 @@ class Controller:
         self._holding: dict[TargetRef, str] = {}
         self._steps: dict[TargetRef, DecisionStep[Any]] = {}
         self._reported: set[str] = set()
+        # Per target label: (replicas read, replicas set, hold reason) last logged.
+        self._last: dict[str, tuple[int | None, int | None, str | None]] = {}
         self._gained = threading.Event()  # set by the renewal, cleared by the loop
 
     # ------------------------------------------------------------------ loop
@@ -480,20 +486,26 @@ class Controller:
     def _hold(self, rt: TargetRuntime, out: Outcome, problem: failsafe.Problem) -> None:
         self.metrics.holds.labels(out.target, problem.reason).inc()
         self.metrics.metrics_healthy.labels(out.target).set(0)
+        message = f"holding replicas at {out.current}, never scaling in: {problem}"
         if rt.ref not in self._holding:  # one Event when a hold starts, whatever its reasons
-            logger.warning("%s: holding at %s replicas: %s", out.target, out.current, problem)
-            self._event(
-                rt,
-                "MetricsUnhealthy",
-                f"holding replicas at {out.current}, never scaling in: {problem}",
-                warning=True,
-            )
-        self._holding[rt.ref] = problem.reason
+            self._event(rt, "MetricsUnhealthy", message, warning=True)
+        self._holding[rt.ref] = message
+
+    def unhealthy(self, ref: TargetRef) -> str | None:
+        """Why the target's metrics are unfit now, as its ``MetricsUnhealthy`` Event said.
+
+        What a ``MetricsHealthy`` status condition reports: the latest sync's hold
+        message while a hold goes on, None while the policy is in control.
+
+        Returns:
+            E.g. ``holding replicas at 2, never scaling in: metrics unavailable: connect:
+            ...``, or None.
+        """
+        return self._holding.get(ref)
 
     def _recover(self, rt: TargetRuntime, out: Outcome) -> None:
         self.metrics.metrics_healthy.labels(out.target).set(1)
-        if self._holding.pop(rt.ref, None) is not None:
-            logger.info("%s: metrics healthy again; policy %s in control", out.target, out.policy)
+        if self._holding.pop(rt.ref, None) is not None:  # the decision line says so in the log
             self._event(rt, "MetricsHealthy", f"metrics healthy again; {out.policy} in control")
 
     # ------------------------------------------------------------ deletions
@@ -536,11 +548,25 @@ class Controller:
 
     # ---------------------------------------------------------------- logging
     def _log(self, out: Outcome) -> None:
-        record = asdict(out)
+        """One line per decision change: a hold (starting, or with a new cause) at WARNING.
+
+        A decision like the target's previous one (the same replicas read and set,
+        the same hold or none) is logged at DEBUG: a steady state, or a steady hold
+        through an outage, writes one line, not one per sync.
+        """
         if out.error is not None:
+            self._last.pop(out.target, None)  # the next decision is news again
             return  # reported by _fail
+        key = (out.current, out.replicas, out.held)
+        if self._last.get(out.target) == key:
+            level = logging.DEBUG
+        else:
+            level = logging.WARNING if out.held is not None else logging.INFO
+        self._last[out.target] = key
+        record = asdict(out)
         prefix = "dry run: " if out.dry_run else ""
-        logger.info(
+        logger.log(
+            level,
             "%s%s: %s -> %s (%s)",
             prefix,
             out.target,

@@ -109,6 +109,38 @@ def _holds(node: Json, per_pod: int, ours: int) -> int | None:
     return _gpus(node.get("status", {}).get("allocatable")) // per_pod
 
 
+def default_kubeconfigs() -> list[str]:
+    """The files the client reads when no kubeconfig is named: ``$KUBECONFIG``'s, else one.
+
+    Returns:
+        Each path of ``$KUBECONFIG`` (separated as the OS separates paths), else
+        ``~/.kube/config``; ``~`` expanded.
+    """
+    paths = os.environ.get("KUBECONFIG", "") or "~/.kube/config"
+    return [os.path.expanduser(p) for p in paths.split(os.pathsep) if p]
+
+
+def in_cluster() -> bool:
+    """Whether this process runs in a pod (the kubelet sets ``KUBERNETES_SERVICE_HOST``).
+
+    Returns:
+        True in a pod.
+    """
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def cluster_config_found(kubeconfig: str | None) -> bool:
+    """Whether ``KubeActuator.connect(kubeconfig)`` has anything to connect with.
+
+    Returns:
+        True for a named kubeconfig (``connect`` judges it), in a pod, or when a
+        default kubeconfig file exists.
+    """
+    if kubeconfig is not None or in_cluster():
+        return True
+    return any(os.path.isfile(p) for p in default_kubeconfigs())
+
+
 class KubeActuator:
     """Reads and writes scale targets, pods, nodes and Events through the API server.
 
@@ -163,23 +195,31 @@ class KubeActuator:
             The actuator.
 
         Raises:
-            ConfigError: When the kubeconfig is missing, unreadable or lacks the context.
+            ConfigError: When the kubeconfig is missing (the one named, or every default
+                one outside a pod), unreadable or lacks the context.
         """
         cfg = k8s.Configuration()
-        in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        pod = kubeconfig is None and in_cluster()
         if kubeconfig is not None and not os.path.isfile(kubeconfig):
             raise config_error(
                 f"--kubeconfig {kubeconfig}", "no such file", "pass an existing kubeconfig"
             )
+        if not cluster_config_found(kubeconfig):
+            raise config_error(
+                f"kubeconfig {os.pathsep.join(default_kubeconfigs())}",
+                "no such file, and not in a pod (KUBERNETES_SERVICE_HOST is not set)",
+                "pass --kubeconfig PATH, run in a pod with a service account, or add "
+                "--dry-run to decide without a cluster",
+            )
         try:
-            if in_cluster:
+            if pod:
                 k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             else:
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
         except k8s_config.ConfigException as exc:
-            if in_cluster:
+            if pod:
                 where, fix = (
                     "in-cluster config",
                     "mount the service account token or pass --kubeconfig",

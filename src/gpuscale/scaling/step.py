@@ -231,7 +231,7 @@ class DecisionStep(Generic[S]):
                     self.source, self._fresh_signals, at, cfg.stale_after_s
                 )
         except MetricsUnavailable as exc:
-            problem = failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
+            problem = failsafe.unavailable(exc)
         delete: tuple[str, ...] = ()
         forecast: Forecast | None = None
         if problem is not None or obs is None:
@@ -302,7 +302,7 @@ class DecisionStep(Generic[S]):
                 self._per_pod, self._fresh_signals, at, self.settings.stale_after_s, ready
             )
         except MetricsUnavailable as exc:
-            return failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
+            return failsafe.unavailable(exc)
 
     def _remediate(
         self, status: TargetStatus, at: float, gone: set[str]

@@ -67,7 +67,7 @@ def make_controller(tmp_path, kact, kclock, store) -> Callable[..., Controller]:
 
 @pytest.fixture
 def decisions(caplog) -> Callable[[], list[dict]]:
-    caplog.set_level(logging.INFO, logger="gpuscale.control.controller")
+    caplog.set_level(logging.DEBUG, logger="gpuscale.control.controller")
 
     def get() -> list[dict]:
         return [r.decision for r in caplog.records if hasattr(r, "decision")]
