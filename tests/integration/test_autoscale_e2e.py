@@ -10,16 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.autoscale import (
+    QUICK_LEASE,
     Autoscaler,
-    DoubleKubelet,
-    KubeletServer,
-    exporter_at,
+    SimChain,
     restart_prometheus,
     wait_until,
 )
 from tests.support.control import STATE, saved_state, state_writes
-from tests.support.kubeapi import KubeApiDouble
-from tests.support.servers import Prometheus, free_port
 
 pytestmark = [
     pytest.mark.integration,
@@ -51,46 +48,14 @@ spec:
 """
 
 
-class Rig:
+class Rig(SimChain):
     """The chain on this machine; load changes restart the exporter on the same port."""
 
     def __init__(self, tmp: Path, window_s: int) -> None:
-        self.tmp = tmp
         self.controllers: list[Autoscaler] = []
-        self.api = KubeApiDouble().start()
-        self.kubelet = self.exporter = self.prom = None
-        try:
-            self.api.create_deployment("llm", replicas=2)
-            self.kubeconfig = self.api.write_kubeconfig(tmp / "kubeconfig")
-            self.kubelet = KubeletServer(DoubleKubelet(self.api))
-            self.port = free_port()
-            self.exporter = self.start_exporter(0.2)
-            (tmp / "prom").mkdir()
-            self.prom = Prometheus("prometheus", tmp / "prom", [f"127.0.0.1:{self.port}"])
-            self.config = tmp / "scaler.yaml"
-            self.config.write_text(CONFIG % window_s)
-        except BaseException:
-            self.stop()
-            raise
-
-    def start_exporter(self, load: float):
-        return exporter_at(
-            self.tmp,
-            self.port,
-            "--source",
-            "sim",
-            "--gpus",
-            "8",
-            "--load",
-            f"constant:{load}",
-            "--kubernetes",
-            "--pod-resources-kubelet-socket",
-            self.kubelet.socket,
-        )
-
-    def set_load(self, load: float) -> None:
-        self.exporter.stop()
-        self.exporter = self.start_exporter(load)
+        super().__init__(tmp)
+        self.config = tmp / "scaler.yaml"
+        self.config.write_text(CONFIG % window_s)
 
     def autoscaler(self, name: str = "autoscaler") -> Autoscaler:
         ctl = Autoscaler(
@@ -100,12 +65,7 @@ class Rig:
             self.prom.url,
             "--sync-period",
             str(SYNC_S),
-            "--lease-duration",
-            "4",
-            "--renew-deadline",
-            "3",
-            "--retry-period",
-            "0.5",
+            *QUICK_LEASE,
             "--lease-namespace",
             STATE.namespace,
             name=name,
@@ -113,20 +73,8 @@ class Rig:
         self.controllers.append(ctl)
         return ctl
 
-    def replicas(self) -> int:
-        return int(self.api.get("apps/v1", "deployments", "llm", "default")["spec"]["replicas"])
-
-    def avg_util(self) -> float | None:
-        found = self.prom.query('avg(DCGM_FI_DEV_GPU_UTIL{namespace="default"})')
-        return float(found[0]["value"][1]) if found else None
-
-    def stop(self) -> None:
-        for ctl in self.controllers:
-            ctl.stop()
-        for part in (self.prom.process if self.prom else None, self.exporter, self.kubelet):
-            if part is not None:
-                part.stop()
-        self.api.stop()
+    def stop(self, *first: Autoscaler) -> None:
+        super().stop(*first, *self.controllers)
 
 
 @pytest.fixture

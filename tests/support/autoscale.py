@@ -106,12 +106,15 @@ def restart_prometheus(prom, log_name: str = "prometheus-again.log") -> None:
 
 
 class Autoscaler:
-    """``gpuscale autoscale`` as a child process, JSON logs, its /metrics on a free port."""
+    """``gpuscale autoscale`` as a child process, JSON logs, its /metrics on a free port.
+
+    With no ``config``, ``args`` say where the targets come from (``--watch-gpuscalers``).
+    """
 
     def __init__(
         self,
         tmp: Path,
-        config: Path,
+        config: Path | None,
         kubeconfig: Path,
         prometheus: str,
         *args: str,
@@ -128,8 +131,7 @@ class Autoscaler:
                 "--log-level",
                 "debug",
                 "autoscale",
-                "--config",
-                str(config),
+                *(["--config", str(config)] if config is not None else []),
                 "--kubeconfig",
                 str(kubeconfig),
                 "--prometheus",
@@ -205,6 +207,79 @@ def exporter_at(tmp: Path, port: int, *args: str, name: str = "exporter") -> Pro
     )
     wait_http(f"http://127.0.0.1:{port}/metrics", 60)
     return proc
+
+
+QUICK_LEASE = ("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5")
+"""Leader-election flags of a few seconds, so a test's controller leads at once."""
+
+
+class SimChain:
+    """The production chain on this machine: the API double with a Deployment ``llm`` (2
+    replicas), a kubelet naming its pods' GPUs, ``gpuscale exporter --source sim`` at a
+    constant load, and a real Prometheus scraping it. A load change restarts the
+    exporter on the same port, so Prometheus keeps scraping it.
+
+    Args:
+        tmp: Working directory (logs, Prometheus data, kubeconfig).
+        prepare: Runs on the double before the Deployment is made (e.g. a CRD installed).
+    """
+
+    def __init__(self, tmp: Path, prepare: Callable[[KubeApiDouble], object] = bool) -> None:
+        self.tmp = tmp
+        self.api = KubeApiDouble().start()
+        self.kubelet: KubeletServer | None = None
+        self.exporter: Process | None = None
+        self.prom: Prometheus | None = None
+        try:
+            prepare(self.api)
+            self.api.create_deployment("llm", replicas=2)
+            self.kubeconfig = self.api.write_kubeconfig(tmp / "kubeconfig")
+            self.kubelet = KubeletServer(DoubleKubelet(self.api))
+            self.port = free_port()
+            self.exporter = self.start_exporter(0.2)
+            (tmp / "prom").mkdir()
+            self.prom = Prometheus("prometheus", tmp / "prom", [f"127.0.0.1:{self.port}"])
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_exporter(self, load: float) -> Process:
+        assert self.kubelet is not None
+        return exporter_at(
+            self.tmp,
+            self.port,
+            "--source",
+            "sim",
+            "--gpus",
+            "8",
+            "--load",
+            f"constant:{load}",
+            "--kubernetes",
+            "--pod-resources-kubelet-socket",
+            self.kubelet.socket,
+        )
+
+    def set_load(self, load: float) -> None:
+        assert self.exporter is not None
+        self.exporter.stop()
+        self.exporter = self.start_exporter(load)
+
+    def replicas(self) -> int:
+        return int(self.api.get("apps/v1", "deployments", "llm", "default")["spec"]["replicas"])
+
+    def avg_util(self) -> float | None:
+        assert self.prom is not None
+        found = self.prom.query('avg(DCGM_FI_DEV_GPU_UTIL{namespace="default"})')
+        return float(found[0]["value"][1]) if found else None
+
+    def stop(self, *first: Autoscaler) -> None:
+        """Stop ``first`` (the controllers), then the chain, newest part first."""
+        for ctl in first:
+            ctl.stop()
+        for part in (self.prom.process if self.prom else None, self.exporter, self.kubelet):
+            if part is not None:
+                part.stop()
+        self.api.stop()
 
 
 def faulted_chain(

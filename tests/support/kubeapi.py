@@ -7,10 +7,25 @@ API reference: discovery (``/api``, ``/apis``, ``/version``, APIResourceLists), 
 Deployments and StatefulSets with their ``scale`` subresource (autoscaling/v1 Scale,
 ``status.selector`` as a string), core/v1 Pods (labelSelector, fieldSelector), Nodes,
 Events, ConfigMaps (key names and the 1 MiB total checked), coordination.k8s.io/v1
-Leases, and any scalable custom kind a test registers.
-Every object has ``metadata.resourceVersion``; a PUT or PATCH naming a stale one answers
-409 Conflict; merge, strategic-merge (as a merge) and JSON patches are applied; errors
-are meta/v1 Status objects with the real reasons and message shapes.
+Leases, autoscaling/v2 HorizontalPodAutoscalers (stored
+only: nothing acts on them), any scalable custom kind a test registers, a
+CustomResourceDefinition's kind a test installs (``install_crd``: the GPUScaler CRD from
+``gpuscale.control.crd``) and KEDA's ScaledObject when a test serves it (``serve_keda``;
+stored only). Every object has ``metadata.resourceVersion``; a PUT or PATCH naming a
+stale one answers 409 Conflict; merge, strategic-merge (as a merge) and JSON patches are
+applied; errors are meta/v1 Status objects with the real reasons and message shapes.
+
+A kind with a ``status`` subresource behaves as the API server's does for a CRD that
+declares one: ``.status`` is dropped on create and ignored by writes of the main
+resource, ``/status`` writes change only ``.status``, and ``metadata.generation``
+starts at 1 and moves only when ``spec`` changes. ``watch=true`` on a collection streams
+chunked JSON event lines (ADDED, MODIFIED, DELETED, each object with its
+resourceVersion) from the given resourceVersion (none or "0": the current objects as
+ADDED first), for ``timeoutSeconds`` (at most ``WATCH_MAX_S``); a version older than the
+last ``WATCH_WINDOW`` writes answers an ERROR event with 410 Expired, as after etcd
+compaction. A list or get asking for ``as=Table`` of a kind with printer columns answers
+the meta.k8s.io/v1 Table the API server builds from a CRD's additionalPrinterColumns
+(kubeapi_table.py), so Debian's ``kubectl get`` prints against the double.
 
 A minimal controller (kubeapi_workloads.py) keeps each Deployment and StatefulSet at its
 ``spec.replicas``: it creates pods (``<name>-<template hash>-<5 chars>`` or
@@ -23,8 +38,13 @@ What the double does not model (and so what these tests cannot show):
   when a test injects one;
 - admission (webhooks, quotas, limit ranges, defaulting beyond a few fields) and most
   validation (only Scale.spec.replicas >= 0, names, and Time/MicroTime formats are checked);
-- watches (``watch=true`` answers 400), list pagination (``limit``/``continue``), server-side
-  apply (``application/apply-patch+yaml`` answers 415), dry run, protobuf/CBOR;
+- watches of one object (``watch=true`` with a name answers 400), labelSelector and
+  fieldSelector on watches, bookmarks, list pagination (``limit``/``continue``),
+  server-side apply (``application/apply-patch+yaml`` answers 415), dry run,
+  protobuf/CBOR, aggregated discovery (kubectl falls back to the legacy documents);
+- a CRD's OpenAPI schema, defaulting and CEL rules are not applied to its objects (an
+  object the real API server would refuse can be stored: tests use that to show the
+  controller's own validation); Tables only for kinds with printer columns;
 - strategic merge patch list semantics: a strategic merge patch is applied as a JSON
   merge patch (lists are replaced, not merged by key);
 - garbage collection: deleting a workload leaves its pods; no ReplicaSet or
@@ -57,6 +77,7 @@ import yaml
 from tests.support import kubeapi_model as m
 from tests.support.kubeapi_model import Obj, Resource
 from tests.support.kubeapi_store import ApiError, Store
+from tests.support.kubeapi_table import table
 from tests.support.kubeapi_workloads import GPU, Workloads, is_ready
 
 DEFAULT_USER = "system:serviceaccount:gpuscale:gpuscale-autoscaler"
@@ -269,6 +290,53 @@ class KubeApiDouble:
             self.store.add_resource(res)
         return res
 
+    def install_crd(self, crd: Obj) -> Resource:
+        """Serve a CustomResourceDefinition's kind (its first served version): the
+        ``status`` subresource and printer columns as the CRD declares them."""
+        spec = crd["spec"]
+        version = next(v for v in spec["versions"] if v.get("served"))
+        columns = tuple(
+            (c["name"], c["type"], c["jsonPath"], c.get("description", ""))
+            for c in version.get("additionalPrinterColumns", ())
+        )
+        names = spec["names"]
+        res = Resource(
+            spec["group"],
+            version["name"],
+            names["plural"],
+            names["kind"],
+            namespaced=spec["scope"] == "Namespaced",
+            short_names=tuple(names.get("shortNames", ())),
+            status="status" in (version.get("subresources") or {}),
+            printer_columns=columns,
+            builtin=False,
+        )
+        with self.store.lock:
+            self.store.add_resource(res)
+        return res
+
+    def serve_keda(self) -> Resource:
+        """Serve KEDA's ScaledObject (keda.sh/v1alpha1), as a cluster with KEDA installed does."""
+        res = Resource(
+            "keda.sh",
+            "v1alpha1",
+            "scaledobjects",
+            "ScaledObject",
+            short_names=("so",),
+            status=True,
+            builtin=False,
+        )
+        with self.store.lock:
+            self.store.add_resource(res)
+        return res
+
+    def delete_object(
+        self, group_version: str, plural: str, name: str, namespace: str = ""
+    ) -> None:
+        """Delete an object as another API client would."""
+        with self.store.lock:
+            self.store.delete(self._res(group_version, plural), namespace, name)
+
     def create_object(self, group_version: str, plural: str, body: Obj, namespace: str = "") -> Obj:
         with self.store.lock:
             obj = self.store.create(self._res(group_version, plural), namespace, body)
@@ -417,16 +485,26 @@ class _Handler(BaseHTTPRequestHandler):
                     break
         if stall:
             time.sleep(stall)  # outside the lock: other requests are answered meanwhile
+        watch: _Watch | None = None
         with api.store.lock:
             try:
                 _authenticate(api, self.headers.get("Authorization"))
                 api.workloads.sync()
                 code, body = _route(
-                    api, method, path, query, raw, self.headers.get("Content-Type", "")
+                    api,
+                    method,
+                    path,
+                    query,
+                    raw,
+                    self.headers.get("Content-Type", ""),
+                    self.headers.get("Accept", ""),
                 )
                 api.workloads.sync()
             except ApiError as exc:
                 code, body = exc.code, exc.body
+            except _Watch as started:
+                watch = started
+                code, body = 200, {}
             if method != "GET" and 200 <= code < 300:
                 holder = ""
                 if "/leases/" in path or path.endswith("/leases"):
@@ -437,7 +515,48 @@ class _Handler(BaseHTTPRequestHandler):
                     holder = spec.get("holderIdentity") or ""
                     api.lease_specs.append((len(api.writes), dict(spec)))
                 api.writes.append((api.clock(), agent, f"{method} {path}", holder))
+        if watch is not None:
+            self._stream(watch)
+            return
         self._send(code, body)
+
+    def _stream(self, watch: "_Watch") -> None:
+        """Answer a watch: chunked JSON event lines until ``timeoutSeconds`` (bounded)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        store, deadline = self.api.store, time.monotonic() + watch.timeout_s
+        version = watch.version
+        try:
+            with store.lock:
+                if version is None:  # no resourceVersion: the current objects first
+                    version = store.version
+                    for obj in store.list(watch.res, watch.ns):
+                        self._chunk({"type": "ADDED", "object": obj})
+            while time.monotonic() < deadline and self.api._server is not None:
+                with store.lock:
+                    found = store.events_since(watch.res, watch.ns, version)
+                    if found == []:
+                        store.changed.wait(min(0.2, max(deadline - time.monotonic(), 0)))
+                        found = store.events_since(watch.res, watch.ns, version)
+                    lines = found
+                if lines is None:
+                    gone = m.status(410, "Expired", f"too old resource version: {version}")
+                    self._chunk({"type": "ERROR", "object": gone})
+                    break
+                for rv, kind, obj in lines:
+                    self._chunk({"type": kind, "object": obj})
+                    version = rv
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _chunk(self, event: Obj) -> None:
+        data = json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
 
 def body_name(body: Obj) -> str:
@@ -454,8 +573,25 @@ def _authenticate(api: KubeApiDouble, header: str | None) -> None:
         raise ApiError(m.status(401, "Unauthorized", "Unauthorized"))
 
 
+class _Watch(Exception):  # noqa: N818 - not an error: the route's answer is a stream
+    """A watch to stream once the store lock is released."""
+
+    def __init__(self, res: Resource, ns: str, version: int | None, timeout_s: float) -> None:
+        super().__init__("watch")
+        self.res, self.ns, self.version, self.timeout_s = res, ns, version, timeout_s
+
+
+WATCH_MAX_S = 60.0  # the double bounds every watch (the real default is 30-60 min)
+
+
 def _route(
-    api: KubeApiDouble, method: str, path: str, query: dict[str, list[str]], raw: bytes, ctype: str
+    api: KubeApiDouble,
+    method: str,
+    path: str,
+    query: dict[str, list[str]],
+    raw: bytes,
+    ctype: str,
+    accept: str = "",
 ) -> tuple[int, Obj]:
     segs = path.strip("/").split("/")
     discovery = _discovery(api, segs)
@@ -482,7 +618,12 @@ def _route(
     verb = _verb(method, name, query)
     _fault(api, method, path, (res, verb, ns, name, sub))
     if verb == "watch":
-        raise ApiError(m.bad_request("watch is not modelled by the API double"))
+        if name or sub:
+            raise ApiError(m.bad_request("the API double watches collections only"))
+        given = query.get("resourceVersion", [""])[0]
+        timeout = float(query.get("timeoutSeconds", [str(WATCH_MAX_S)])[0])
+        version = int(given) if given not in ("", "0") else None
+        raise _Watch(res, ns, version, min(timeout, WATCH_MAX_S))
     body: Any = None
     if raw:
         try:
@@ -504,17 +645,33 @@ def _route(
             patched = store.apply_patch(res, current, ctype, body)
             return 200, store.write_scale(res, ns, name, patched)
         raise ApiError(m.status(405, "MethodNotAllowed", f"{method} is not supported on scale"))
+    if sub == "status" and res.status:
+        if method == "GET":
+            return 200, store.get(res, ns, name)
+        if method == "PUT":
+            return 200, store.write_status(res, ns, name, body or {})
+        if method == "PATCH":
+            patched = store.apply_patch(res, store.get(res, ns, name), ctype, body)
+            return 200, store.write_status(res, ns, name, patched)
+        raise ApiError(m.status(405, "MethodNotAllowed", f"{method} is not supported on status"))
     if sub:
         raise ApiError(
             m.status(404, "NotFound", "the server could not find the requested resource")
         )
+    as_table = "as=Table" in accept and bool(res.printer_columns)
     if method == "GET" and name:
+        if as_table:
+            return 200, table(res, [store.get(res, ns, name)], str(store.version), api.clock())
         return 200, store.get(res, ns, name)
     if method == "GET":
         items = store.list(
             res, ns, query.get("labelSelector", [""])[0], query.get("fieldSelector", [""])[0]
         )
-        strip = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
+        if as_table:
+            return 200, table(res, items, str(store.version), api.clock())
+        # built-in lists leave kind and apiVersion out of items; custom resources keep them
+        drop = ("kind", "apiVersion") if res.builtin else ()
+        strip = [{k: v for k, v in o.items() if k not in drop} for o in items]
         meta = {"resourceVersion": str(store._rv)}
         return 200, {
             "kind": f"{res.kind}List",

@@ -26,6 +26,10 @@ class Resource:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     scale: bool = False  # has the /scale subresource
+    status: bool = False  # has the /status subresource (a CRD's ``subresources.status``)
+    # a CRD's additionalPrinterColumns as (name, type, jsonPath, description), served as a
+    # meta.k8s.io/v1 Table (kubeapi_table.py)
+    printer_columns: tuple[tuple[str, str, str, str], ...] = ()
     # CRD-style scale paths (specReplicasPath, statusReplicasPath, labelSelectorPath)
     spec_replicas: str = ".spec.replicas"
     status_replicas: str = ".status.replicas"
@@ -64,6 +68,16 @@ class Resource:
         if self.short_names:
             main["shortNames"] = list(self.short_names)
         out = [main]
+        if self.status:
+            out.append(
+                {
+                    "name": f"{self.plural}/status",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "kind": self.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         if self.scale:
             out.append(
                 {
@@ -114,6 +128,14 @@ BUILTIN = (
     Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",), scale=True),
     Resource("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",), scale=True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease"),
+    Resource(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        short_names=("hpa",),
+        status=True,
+    ),
 )
 
 

@@ -17,6 +17,7 @@ from tests.support import kubeapi_model as m
 from tests.support.kubeapi_model import Obj, Resource
 
 Key = tuple[str, str, str, str]  # (groupVersion, plural, namespace, name)
+WATCH_WINDOW = 2000
 
 _TIME_FIELDS = {
     "leases": (("spec.acquireTime", True), ("spec.renewTime", True)),
@@ -51,6 +52,11 @@ class Store:
         self.objects: dict[Key, Obj] = {}
         self._rv = 1000
         self.on_write: Callable[[Resource, Obj], None] = lambda res, obj: None
+        # The watch cache: every write as (resourceVersion, event type, resource, object),
+        # the last WATCH_WINDOW of them (older versions answer 410 Gone, as after etcd
+        # compaction); ``changed`` wakes the watchers.
+        self.history: list[tuple[int, str, Resource, Obj]] = []
+        self.changed = threading.Condition(self.lock)
         for res in m.BUILTIN:
             self.add_resource(res)
 
@@ -125,10 +131,13 @@ class Store:
         meta["creationTimestamp"] = m.fmt_time(self.clock())
         meta["resourceVersion"] = self.next_rv()
         meta.pop("deletionTimestamp", None)
-        if res.scale:
+        if res.scale or res.status:
             meta["generation"] = 1
+        if res.status:
+            obj.pop("status", None)  # status is written only through /status
         self.objects[key] = obj
         self.on_write(res, obj)
+        self._record("ADDED", res, obj)
         return obj
 
     def replace(self, res: Resource, ns: str, name: str, body: Obj) -> Obj:
@@ -185,7 +194,48 @@ class Store:
     def delete(self, res: Resource, ns: str, name: str) -> Obj:
         obj = self.get(res, ns, name)
         del self.objects[(res.group_version, res.plural, ns, name)]
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = self.next_rv()
+        self._record("DELETED", res, gone)
         return obj
+
+    def write_status(self, res: Resource, ns: str, name: str, new: Obj) -> Obj:
+        """Apply ``new``'s status only (PUT or patched /status): no generation bump."""
+        old = self.get(res, ns, name)
+        rv = (new.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise ApiError(m.conflict(res, name))
+        obj = copy.deepcopy(old)
+        if "status" in new:
+            obj["status"] = copy.deepcopy(new["status"])
+        else:
+            obj.pop("status", None)
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        self.objects[(res.group_version, res.plural, ns, name)] = obj
+        self.on_write(res, obj)
+        self._record("MODIFIED", res, obj)
+        return obj
+
+    def _record(self, kind: str, res: Resource, obj: Obj) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        self.history.append((rv, kind, res, copy.deepcopy(obj)))
+        del self.history[:-WATCH_WINDOW]
+        self.changed.notify_all()
+
+    def events_since(self, res: Resource, ns: str, rv: int) -> "list[tuple[int, str, Obj]] | None":
+        """Watch events of ``res`` (in ``ns``, or all when "") after ``rv``; None when ``rv``
+        is older than the window (the real server's 410 Gone)."""
+        if self.history and rv < self.history[0][0] - 1:
+            return None
+        return [
+            (v, kind, obj)
+            for v, kind, r, obj in self.history
+            if v > rv and r == res and (not ns or obj["metadata"].get("namespace") == ns)
+        ]
+
+    @property
+    def version(self) -> int:
+        return self._rv
 
     def _store(self, res: Resource, old: Obj, new: Obj) -> Obj:
         """Write ``new`` over ``old``: keep immutable metadata, bump rv and generation."""
@@ -204,15 +254,20 @@ class Store:
             if keep in old["metadata"]:
                 meta[keep] = old["metadata"][keep]
         new["apiVersion"], new["kind"] = res.group_version, res.kind
-        if res.scale and new.get("spec") != old.get("spec"):
+        if (res.scale or res.status) and new.get("spec") != old.get("spec"):
             meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
-        if res.scale and res.builtin:
+        if res.status:
             # the main resource ignores status writes (they go through /status)
+            new.pop("status", None)
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+        elif res.scale and res.builtin:
             new["status"] = copy.deepcopy(old.get("status", {}))
         meta["resourceVersion"] = self.next_rv()
         key = (res.group_version, res.plural, meta.get("namespace", ""), meta["name"])
         self.objects[key] = new
         self.on_write(res, new)
+        self._record("MODIFIED", res, new)
         return new
 
     @staticmethod

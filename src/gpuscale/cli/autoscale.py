@@ -44,6 +44,7 @@ from gpuscale.errors import config_error
 from gpuscale.redact import redact_url
 
 if TYPE_CHECKING:
+    from gpuscale.control.informer import Informer
     from gpuscale.metrics.prometheus import PrometheusSource
 
 logger = logging.getLogger(__name__)
@@ -90,13 +91,41 @@ def _probe(source: "PrometheusSource", url: str) -> None:
 
 def autoscale(
     config: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--config",
-            help="GPUScaler YAML file: targets, policies, bounds (docs/autoscaler.md).",
+            help="GPUScaler YAML file: targets, policies, bounds (docs/autoscaler.md). "
+            "Give this or --watch-gpuscalers.",
             envvar="GPUSCALE_AUTOSCALE_CONFIG",
         ),
-    ],
+    ] = None,
+    watch_gpuscalers: Annotated[
+        bool,
+        typer.Option(
+            "--watch-gpuscalers",
+            help="Reconcile the cluster's GPUScaler objects (the CRD in deploy/crd/) and "
+            "write their status, instead of reading --config.",
+            envvar="GPUSCALE_WATCH_GPUSCALERS",
+        ),
+    ] = False,
+    watch_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="With --watch-gpuscalers: only this namespace's GPUScalers (default: all "
+            "namespaces).",
+            envvar="GPUSCALE_WATCH_NAMESPACE",
+        ),
+    ] = None,
+    resync_period: Annotated[
+        float,
+        typer.Option(
+            parser=positive_seconds_option,
+            metavar="<duration>",
+            help="With --watch-gpuscalers: seconds between full relists of the GPUScalers "
+            "(events arrive by watch in between).",
+            envvar="GPUSCALE_RESYNC_PERIOD",
+        ),
+    ] = 300.0,
     kubeconfig: Kubeconfig = None,
     context: KubeContext = None,
     prometheus: PrometheusUrl = "http://localhost:9090",
@@ -233,11 +262,12 @@ def autoscale(
 ) -> None:
     """Scale GPU workloads from Prometheus with the gpuscale policies, through /scale."""
     del show_version  # its callback has run (and exited) when given
-    from gpuscale.control.config import load
+    from gpuscale.control.config import DNS1123_LABEL, load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
     from gpuscale.control.kubernetes import KubeActuator, cluster_config_found
     from gpuscale.control.offline import AssumedCluster, assumed_replicas
+    from gpuscale.control.owners import OtherAutoscalers
     from gpuscale.control.seams import Settings, label
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.control.statestore import StateConfigMap
@@ -265,7 +295,31 @@ def autoscale(
             "both are given: replicas would come from the file and the cluster",
             "choose one",
         )
-    targets = runtimes(load(config))
+    if (config is None) == (not watch_gpuscalers):
+        raise config_error(
+            "--config/--watch-gpuscalers",
+            "both are given" if config is not None else "neither is given",
+            "give a GPUScaler file with --config, or --watch-gpuscalers to read the cluster's",
+        )
+    if watch_namespace is not None and not watch_gpuscalers:
+        raise config_error(
+            f"--watch-namespace {watch_namespace}",
+            "needs --watch-gpuscalers",
+            "add --watch-gpuscalers, or drop --watch-namespace",
+        )
+    if watch_namespace and DNS1123_LABEL.fullmatch(watch_namespace) is None:
+        raise config_error(
+            "--watch-namespace",
+            "is not a namespace name",
+            "give lower-case letters, digits and '-', 63 at most (or leave it out for all)",
+        )
+    if watch_gpuscalers and assume_replicas:
+        raise config_error(
+            "--assume-replicas/--watch-gpuscalers",
+            "both are given: GPUScaler objects are read from a cluster",
+            "choose one",
+        )
+    targets = runtimes(load(config)) if config is not None else []
     host, port = parse_address(address)
     gate = None
     if web_config_file is not None:
@@ -283,6 +337,12 @@ def autoscale(
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
     offline = dry_run and (bool(assume_replicas) or not cluster_config_found(kubeconfig))
+    if offline and watch_gpuscalers:
+        raise config_error(
+            "--watch-gpuscalers",
+            "needs a cluster, and this dry run has no kubeconfig and runs outside a pod",
+            "pass --kubeconfig, or read a file with --config",
+        )
     elect = leader_elect and not once and not offline
     # With leader election, one request (and one call's retries) must end well inside
     # the renew deadline: a write is sent only while the lease outlasts its timeout.
@@ -313,6 +373,17 @@ def autoscale(
             retry_period_s=retry_period,
         )
     _probe(source, prometheus)
+    catalog, informer, owners = None, None, None
+    if isinstance(actuator, KubeActuator):
+        owners = OtherAutoscalers(actuator.call)
+        if watch_gpuscalers:
+            from gpuscale.control.informer import Informer
+            from gpuscale.control.scalers import ClusterScalers, collection_path
+
+            informer = Informer(
+                actuator.call, collection_path(watch_namespace or None), resync_s=resync_period
+            )
+            catalog = ClusterScalers(informer, actuator, dry_run=dry_run)
     settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=write_s)
     metrics = ControllerMetrics()
     health = HealthState(3 * max(sync_period, retry_period, 10.0))
@@ -324,7 +395,16 @@ def autoscale(
         metrics=metrics,
         elector=elector,
         health=health,
+        catalog=catalog,
+        owners=owners,
     )
+    stop = threading.Event()
+    if informer is not None:
+        _first_list(informer, once=once)
+        if not once:
+            threading.Thread(
+                target=informer.run, args=(stop,), name="informer", daemon=True
+            ).start()
     if once:
         outcomes = controller.sync()
         for o in outcomes:  # the result, on stdout; the log (stderr) has the inputs too
@@ -343,15 +423,14 @@ def autoscale(
         ) from None
     server.start()
     logger.info(
-        "autoscaling %d targets from %s every %g s%s; /metrics and /healthz on %s:%d",
-        len(targets),
+        "autoscaling %s from %s every %g s%s; /metrics and /healthz on %s:%d",
+        f"{len(targets)} targets" if catalog is None else "the cluster's GPUScalers",
         redact_url(prometheus),
         sync_period,
         " (dry run)" if dry_run else "",
         host,
         server.port,
     )
-    stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
@@ -361,6 +440,29 @@ def autoscale(
         source.close()
         actuator.close()
         logger.info("stopped")
+
+
+def _first_list(informer: "Informer", *, once: bool) -> None:
+    """List the GPUScalers once before the loop: a cluster without the CRD is a usage error.
+
+    Any other failure is the informer's to retry (with ``--once``, it ends the run).
+
+    Raises:
+        ConfigError: The API server serves no GPUScaler kind (404).
+    """
+    from gpuscale.control.kubecall import KubeUnavailableError
+
+    try:
+        informer.relist()
+    except KubeUnavailableError as exc:
+        if exc.status == 404:
+            raise config_error(
+                "--watch-gpuscalers",
+                "the API server serves no gpuscalers.gpuscale.io (the CRD is not installed)",
+                "kubectl apply -f deploy/crd/, or use --config",
+            ) from None
+        if once:
+            raise
 
 
 def register(app: typer.Typer) -> None:

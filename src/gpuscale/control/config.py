@@ -303,15 +303,9 @@ def load(path: str | Path) -> list[GPUScaler]:
             place = f"{path}:{line}" if line else str(path)
             return f"{place} {key}" if key else place
 
-        try:
-            doc = GPUScaler.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            problem, fix = _problem(err)
-            raise config_error(where(tuple(err["loc"])), problem, fix) from None
+        doc = validate(data, where)
         for t, target in enumerate(doc.spec.targets):
-            ref = target.scale_target_ref
-            ident = (ref.kind, ref.namespace or doc.metadata.namespace, ref.name)
+            ident = target_ident(doc, target)
             loc: tuple[int | str, ...] = ("spec", "targets", t)
             if ident in seen:
                 raise config_error(
@@ -320,12 +314,46 @@ def load(path: str | Path) -> list[GPUScaler]:
                     "scale each workload from one target only",
                 )
             seen[ident] = where(loc)
-            try:
-                policy_config(target)
-            except ConfigError as exc:
-                raise _policy_error(exc, loc, where) from None
         out.append(doc)
     return out
+
+
+def target_ident(doc: GPUScaler, target: Target) -> tuple[str, str, str]:
+    """(kind, namespace, name) of a target: two targets with one ident fight over it.
+
+    Returns:
+        The ident.
+    """
+    ref = target.scale_target_ref
+    return (ref.kind, ref.namespace or doc.metadata.namespace, ref.name)
+
+
+def validate(data: Any, where: Callable[[Sequence[int | str]], str]) -> GPUScaler:  # noqa: ANN401 - parsed YAML or JSON
+    """Validate one GPUScaler document, from a file or from the cluster, the same way.
+
+    Args:
+        data: The parsed document.
+        where: Names the place of a key path (``FILE:LINE key`` for a file,
+            ``GPUScaler NAMESPACE/NAME key`` for an object).
+
+    Returns:
+        The validated GPUScaler.
+
+    Raises:
+        ConfigError: One line naming the place, the problem and the fix.
+    """
+    try:
+        doc = GPUScaler.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        problem, fix = _problem(err)
+        raise config_error(where(tuple(err["loc"])), problem, fix) from None
+    for t, target in enumerate(doc.spec.targets):
+        try:
+            policy_config(target)
+        except ConfigError as exc:
+            raise _policy_error(exc, ("spec", "targets", t), where) from None
+    return doc
 
 
 _DATACLASS_MESSAGE = re.compile(r"^\w+\.(\w+)=(.*?): (.*)$")
@@ -362,3 +390,16 @@ def policy_config(target: Target) -> Any:  # noqa: ANN401 - the policy's config 
         else {}
     )
     return build(target.policy, **bounds)
+
+
+def object_where(namespace: str, name: str) -> Callable[[Sequence[int | str]], str]:
+    """Names a key of a GPUScaler object in the cluster, as ``validate`` reports it.
+
+    Returns:
+        ``loc`` -> ``GPUScaler NAMESPACE/NAME key.path``.
+    """
+
+    def where(loc: Sequence[int | str]) -> str:
+        return f"GPUScaler {namespace}/{name} {_path(loc)}".rstrip()
+
+    return where

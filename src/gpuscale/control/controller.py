@@ -13,6 +13,15 @@ reconciled concurrently and each in isolation: an exception in one (a 403, an
 API server hiccup, a policy bug) is logged, counted and leaves the others
 untouched.
 
+The targets come from the config file, or from the cluster's GPUScaler objects
+(``catalog``, ``control.scalers.ClusterScalers``): then the catalog is asked for
+the targets before each sync (a deleted object's targets are dropped, their
+replicas left as they are; a new policy kind starts from its first state) and
+told the outcomes after it, to write each object's status. With ``owners``
+(``control.owners.OtherAutoscalers``) a target another autoscaler (an HPA, a
+ScaledObject) already scales is only read: no ``/scale`` write, one Warning Event
+per episode.
+
 With an elector (``control.lease.LeaseElector``) only the replica holding the
 Lease acts; the others keep renewing their claim every ``retry_period_s`` and do
 nothing else. A replica that gains the lease reloads every target's state from
@@ -42,9 +51,11 @@ from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.seams import (
     STATE_REWRITE_S,
     Actuator,
+    Catalog,
     Elector,
     KubeWorkload,
     Outcome,
+    OwnerCheck,
     SavedState,
     Settings,
     inputs,
@@ -73,6 +84,10 @@ class Controller:
         elector: Leader election; None acts always (a single replica).
         clock: Wall clock, seconds since the epoch (decision time, metric timestamps).
         health: What ``/healthz`` reads (made here when None).
+        catalog: Where targets come from when they are GPUScaler objects in the
+            cluster: asked for the targets before each sync and told the outcomes
+            after it (``targets`` is then only the starting list).
+        owners: Finds another autoscaler on a target; such a target is left alone.
     """
 
     def __init__(
@@ -86,8 +101,13 @@ class Controller:
         elector: Elector | None = None,
         clock: Callable[[], float] = time.time,
         health: HealthState | None = None,
+        catalog: Catalog | None = None,
+        owners: OwnerCheck | None = None,
     ) -> None:
         self.targets = list(targets)
+        self.catalog = catalog
+        self.owners = owners
+        self._owned: set[TargetRef] = set()
         self.source = source
         self.actuator = actuator
         self.settings = settings or Settings()
@@ -228,14 +248,55 @@ class Controller:
             One outcome per target, in config order.
         """
         start = time.perf_counter()
+        if self.catalog is not None:
+            self._adopt(self.catalog.runtimes())
+        if self.owners is not None:
+            self.owners.begin_sync()
         workers = max(1, min(self.settings.workers, len(self.targets)))
         if workers == 1:
             outcomes = [self.reconcile(t) for t in self.targets]
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix="reconcile") as pool:
                 outcomes = list(pool.map(self.reconcile, self.targets))
+        if self.catalog is not None:
+            self.catalog.report(list(zip(self.targets, outcomes, strict=True)), self.clock())
         self.metrics.sync_duration.set(time.perf_counter() - start)
         return outcomes
+
+    def _adopt(self, targets: list[TargetRuntime]) -> None:
+        """Take the catalog's targets: forget the ones gone, reset state on a new policy kind.
+
+        A target whose GPUScaler was deleted is no longer reconciled and its replicas
+        stay where they are; one whose policy kind changed starts from the new
+        policy's first state; any other spec change keeps the state.
+        """
+        before = {rt.ref: rt for rt in self.targets}
+        now = {rt.ref for rt in targets}
+        for ref in before:
+            if ref not in now:
+                logger.info(
+                    "%s: its GPUScaler is gone; no longer scaled (replicas left as they are)",
+                    label(ref),
+                )
+                self._forget(ref)
+        for rt in targets:
+            previous = before.get(rt.ref)
+            if previous is not None and previous.policy.name != rt.policy.name:
+                logger.info(
+                    "%s: policy changed from %s to %s; starting from its first state",
+                    label(rt.ref),
+                    previous.policy.name,
+                    rt.policy.name,
+                )
+                self._steps.pop(rt.ref, None)
+                if rt.ref in self._states:  # not reloaded: the saved one is the old policy's
+                    self._states[rt.ref] = rt.policy.initial_state()
+        self.targets = list(targets)
+
+    def _forget(self, ref: TargetRef) -> None:
+        for cache in (self._states, self._saved, self._holding, self._steps):
+            cache.pop(ref, None)
+        self._owned.discard(ref)
 
     # -------------------------------------------------------------- one target
     def reconcile(self, rt: TargetRuntime) -> Outcome:
@@ -277,6 +338,8 @@ class Controller:
         logger.error("%s: %s", out.target, exc)
 
     def _reconcile(self, rt: TargetRuntime, out: Outcome) -> None:
+        if self._owned_elsewhere(rt, out):
+            return
         workload = KubeWorkload(self.actuator, rt.ref, dry_run=self.settings.dry_run)
         state = self._state(rt)
         result = self._step(rt).run(workload, self.clock, state)
@@ -290,7 +353,8 @@ class Controller:
             out.inputs = inputs(result.observation)
         if problem is not None and problem.reason == failsafe.UNAVAILABLE:
             self.metrics.errors.labels(out.target, "metrics_unavailable").inc()
-        out.replicas, out.reason = result.replicas, result.reason
+        out.replicas, out.reason, out.scaled = result.replicas, result.reason, result.scaled
+        out.forecast = result.forecast
         if problem is not None:
             out.held = problem.reason
             self._hold(rt, out, problem)
@@ -302,6 +366,35 @@ class Controller:
             message = f"New size: {result.replicas}; reason: {out.reason}"
             self._event(rt, "SuccessfulRescale", message)
         out.remediation = self._report_deletions(rt, result)
+
+    def _owned_elsewhere(self, rt: TargetRuntime, out: Outcome) -> bool:
+        """Whether another autoscaler scales the target; then only read its replicas.
+
+        One Warning Event (and one WARNING line) per episode: when the other
+        autoscaler appears, not at every sync while it stays.
+        """
+        owner = self.owners.owner_of(rt.ref) if self.owners is not None else ""
+        if not owner:
+            if rt.ref in self._owned:
+                self._owned.discard(rt.ref)
+                logger.info(
+                    "%s: no other autoscaler scales it now; %s in control",
+                    out.target,
+                    rt.policy.name,
+                )
+            return False
+        out.owned_by = owner
+        out.current = self.actuator.status(rt.ref).desired
+        out.reason = f"not scaling: {owner} scales this target"
+        if rt.ref not in self._owned:
+            self._owned.add(rt.ref)
+            message = (
+                f"{owner} already scales this {rt.ref.kind}; gpuscale ({rt.owner or 'config'}) "
+                "will not write /scale while it does: delete one of the two"
+            )
+            logger.warning("%s: %s", out.target, message)
+            self._event(rt, "OwnedByOtherAutoscaler", message, warning=True)
+        return True
 
     def _step(self, rt: TargetRuntime) -> DecisionStep[Any]:
         """The target's decision step, built once (the source's capabilities found once)."""

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from gpuscale.control.config import API_VERSION, KIND, GPUScalerSpec
+from gpuscale.control.status import GPUScalerStatus
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "gpuscalers"
@@ -200,6 +201,45 @@ def spec_schema() -> dict[str, Any]:
     return spec
 
 
+def status_schema() -> dict[str, Any]:
+    """The structural schema of ``status``, from the models the controller writes it with.
+
+    Returns:
+        OpenAPI v3.0 schema.
+    """
+    raw = GPUScalerStatus.model_json_schema(by_alias=True, mode="serialization")
+    resolved = _resolve({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
+    return dict(structural(resolved))
+
+
+PRINTER_COLUMNS = (
+    ("Target", "string", ".spec.targets[0].scaleTargetRef.name", "The (first) target's name."),
+    ("Policy", "string", ".spec.targets[0].policy.name", "The (first) target's policy."),
+    ("Min", "integer", ".spec.targets[0].minReplicas", "The (first) target's minReplicas."),
+    ("Max", "integer", ".spec.targets[0].maxReplicas", "The (first) target's maxReplicas."),
+    ("Current", "integer", ".status.currentReplicas", "Replicas now, all targets."),
+    ("Desired", "integer", ".status.desiredReplicas", "Replicas wanted, all targets."),
+    ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Every target scaled."),
+    ("Age", "date", ".metadata.creationTimestamp", ""),
+)
+"""``kubectl get gpuscalers`` columns: (name, type, JSONPath, description)."""
+
+
+def printer_columns() -> list[dict[str, str]]:
+    """The CRD's ``additionalPrinterColumns``.
+
+    Returns:
+        One entry per column, in order.
+    """
+    out = []
+    for name, kind, path, text in PRINTER_COLUMNS:
+        column = {"name": name, "type": kind, "jsonPath": path}
+        if text:
+            column["description"] = text
+        out.append(column)
+    return out
+
+
 def manifest() -> dict[str, Any]:
     """The CustomResourceDefinition object.
 
@@ -236,9 +276,12 @@ def manifest() -> dict[str, Any]:
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema(),
+                                "status": status_schema(),
                             },
                         }
                     },
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": printer_columns(),
                 }
             ],
         },

@@ -13,9 +13,9 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import urllib3
 
@@ -44,6 +44,15 @@ class Response(Protocol):
 
     def read(self) -> bytes:
         """The whole body."""
+        ...
+
+
+class StreamingResponse(Response, Protocol):
+    """A ``RESTResponse`` whose body is still unread: ``response`` yields it line by line."""
+
+    @property
+    def response(self) -> Iterable[bytes]:
+        """The underlying urllib3 response (iterating it yields lines)."""
         ...
 
 
@@ -256,6 +265,51 @@ class KubeCall:
             delay = float(after) if after and after.isdigit() else None
             raise _RetryableError(f"HTTP {code}: {_message(text)}", code, delay)
         raise KubeUnavailableError(f"{method} {path}: HTTP {code}: {_message(text)}", code)
+
+    def stream(self, path: str, *, query: Mapping[str, str], timeout_s: float) -> Iterator[Json]:
+        """Open one watch (``GET`` with ``watch=1``) and yield its events as they arrive.
+
+        The API server ends the watch after the query's ``timeoutSeconds``; the read
+        timeout is a little longer, so a quiet watch is not mistaken for a dead one. A
+        watch is not retried here: the informer relists or rewatches.
+
+        Args:
+            path: The collection's path.
+            query: Query parameters (``watch``, ``resourceVersion``, ``timeoutSeconds``).
+            timeout_s: Longest wait for the next line, seconds.
+
+        Yields:
+            Each watch event (``{"type": ..., "object": ...}``).
+
+        Raises:
+            KubeForbiddenError: On 403.
+            KubeUnavailableError: When the watch cannot be opened or breaks.
+        """
+        params = self.api_client.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api_client.call_api(
+                *params, _request_timeout=(self.retry.timeout_s, timeout_s)
+            )
+            if response.status != 200:
+                text = response.read().decode("utf-8", "replace")
+                if response.status == 403:
+                    raise _forbidden("GET", path, text)
+                raise KubeUnavailableError(
+                    f"watch {path}: HTTP {response.status}: {_message(text)}", response.status
+                )
+            for line in cast(StreamingResponse, response).response:
+                if line.strip():
+                    yield json.loads(line)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubeUnavailableError(f"watch {path}: broken: {type(exc).__name__}") from None
+        except ValueError:
+            raise KubeUnavailableError(f"watch {path}: an event is not JSON") from None
 
     def retrying(self, what: str, op: Callable[[], T], *, retry_conflicts: bool = True) -> T:
         """Run ``op`` until it succeeds or the policy's bounds run out.

@@ -424,6 +424,26 @@ class KubeActuator:
         """Record a core/v1 Event on the target (shown by ``kubectl describe``)."""
         if ref not in self._uids:
             self._scale(ref)
+        involved = {
+            "apiVersion": ref.api_version,
+            "kind": ref.kind,
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "uid": self._uids.get(ref, ""),
+        }
+        self.record_object_event(involved, reason, message, warning=warning)
+
+    def record_object_event(
+        self, involved: Mapping[str, str], reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Record a core/v1 Event on any object, e.g. a GPUScaler whose spec does not validate.
+
+        Args:
+            involved: The object's apiVersion, kind, name, namespace and uid.
+            reason: The Event's reason (one CamelCase word).
+            message: What happened.
+            warning: A Warning rather than a Normal Event.
+        """
         now = self._clock()
         seq = next(self._event_seq)  # keeps names unique when the clock has not moved
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -432,16 +452,10 @@ class KubeActuator:
             "kind": "Event",
             # client-go's recorder names events <object>.<unix nanoseconds in hex>
             "metadata": {
-                "name": f"{ref.name}.{int(now * 1e9) + seq:x}",
-                "namespace": ref.namespace,
+                "name": f"{involved['name']}.{int(now * 1e9) + seq:x}",
+                "namespace": involved["namespace"],
             },
-            "involvedObject": {
-                "apiVersion": ref.api_version,
-                "kind": ref.kind,
-                "name": ref.name,
-                "namespace": ref.namespace,
-                "uid": self._uids.get(ref, ""),
-            },
+            "involvedObject": dict(involved),
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
@@ -452,7 +466,7 @@ class KubeActuator:
             "reportingComponent": self._component,
             "reportingInstance": self._instance,
         }
-        path = f"/api/v1/namespaces/{ref.namespace}/events"
+        path = f"/api/v1/namespaces/{involved['namespace']}/events"
         self.call("POST", path, body=event, retry_conflicts=False)
 
     def delete_pod(self, namespace: str, name: str) -> None:

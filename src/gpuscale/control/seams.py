@@ -7,13 +7,14 @@ also the structured record of the decision log line.
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuscale.control.kubecall import WriteGuard
 from gpuscale.control.kubernetes import TargetRef
-from gpuscale.scaling.policy import Observation, TargetStatus
+from gpuscale.control.targets import TargetRuntime
+from gpuscale.scaling.policy import Forecast, Observation, TargetStatus
 
 STATE_REWRITE_S = 60.0
 """A state whose only change is time passing is rewritten at most this often, seconds."""
@@ -87,6 +88,30 @@ class Elector(Protocol):
 
     def release(self) -> object:
         """Give the lease up."""
+        ...
+
+
+class Catalog(Protocol):
+    """Where the targets come from when they live in the cluster (``scalers.ClusterScalers``)."""
+
+    def runtimes(self) -> list[TargetRuntime]:
+        """The targets to reconcile this sync."""
+        ...
+
+    def report(self, done: Sequence[tuple[TargetRuntime, "Outcome"]], now: float) -> None:
+        """Write what this sync did back to the objects the targets come from."""
+        ...
+
+
+class OwnerCheck(Protocol):
+    """Finds another autoscaler of a target (``owners.OtherAutoscalers``)."""
+
+    def begin_sync(self) -> None:
+        """Forget what the last sync listed."""
+        ...
+
+    def owner_of(self, ref: TargetRef) -> str:
+        """The other autoscaler scaling ``ref`` ("" when none)."""
         ...
 
 
@@ -166,6 +191,10 @@ class Outcome:
         remediation: What remediation did or would do, "" when nothing.
         dry_run: Whether writes were skipped.
         duration_s: Time the reconcile took.
+        scaled: Whether ``spec.replicas`` was changed (or would be, in a dry run).
+        owned_by: The other autoscaler that scales the target ("" when none): then
+            nothing was decided and nothing written.
+        forecast: The demand forecast a forecasting policy planned for, else None.
     """
 
     target: str
@@ -181,6 +210,9 @@ class Outcome:
     remediation: str = ""
     dry_run: bool = False
     duration_s: float = 0.0
+    scaled: bool = False
+    owned_by: str = ""
+    forecast: Forecast | None = None
 
 
 def label(ref: TargetRef) -> str:

@@ -41,16 +41,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Any
 
 from gpuscale.errors import require
 from gpuscale.scaling.linefit import fit_line
-from gpuscale.scaling.policy import Series
+from gpuscale.scaling.policy import Forecast, Series
 from gpuscale.scaling.state import JsonState
 
 logger = logging.getLogger(__name__)
-
-Model = Literal["seasonal", "trend", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,23 +95,6 @@ class ForecastConfig:
     def period(self) -> int:
         """Buckets per season."""
         return round(self.season_s / self.bucket_s)
-
-
-@dataclass(frozen=True, slots=True)
-class Forecast:
-    """Demand expected at ``now + horizon_s``.
-
-    Attributes:
-        mean: Point forecast, in the demand's unit.
-        upper: The upper bound at the configured quantile, same unit.
-        model: ``seasonal``, ``trend`` (the fallback) or ``none`` (no data).
-        horizon_s: How far ahead, seconds.
-    """
-
-    mean: float
-    upper: float
-    model: Model
-    horizon_s: float
 
 
 ANCHOR_S = 60.0

@@ -495,7 +495,7 @@ class HybridPolicy(KeepsState[HybridState]):
             reach = horizon_s(cold[0], current + 1, cfg)
             now_points, queued = backlog_demand(now_points, backlog, service, now, reach)
             since = last_saturated(samples, backlog, service, cfg)
-        planned, why, forecast, cold_starts = plan(
+        planned, why, forecast, cold_starts, expected = plan(
             observation, samples, state, cfg, unsaturated_since=since, cold=cold
         )
         need, seen = reactive_need(observation, now_points, sick, cfg, sm_guard(cfg, reach))
@@ -526,4 +526,4 @@ class HybridPolicy(KeepsState[HybridState]):
             sick_since={n: state.sick_since.get(n, now) for n in sick},
             replaced=tuple(sorted({*done, *delete})),
         )
-        return Decision(replicas, reason, new_state, delete=delete)
+        return Decision(replicas, reason, new_state, delete=delete, forecast=expected)

@@ -176,6 +176,27 @@ class Observation:
         return points[-1][1]
 
 
+Model = Literal["seasonal", "trend", "none"]
+"""Which model made a forecast: seasonal, the fallback line (trend), or none (no data)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Demand expected at ``now + horizon_s`` (``scaling.forecast`` makes it).
+
+    Attributes:
+        mean: Point forecast, in the demand's unit.
+        upper: The upper bound at the configured quantile, same unit.
+        model: ``seasonal``, ``trend`` (the fallback) or ``none`` (no data).
+        horizon_s: How far ahead, seconds.
+    """
+
+    mean: float
+    upper: float
+    model: Model
+    horizon_s: float
+
+
 @dataclass(frozen=True, slots=True)
 class Decision(Generic[S]):
     """What a policy wants.
@@ -188,12 +209,15 @@ class Decision(Generic[S]):
             workload keeps ``replicas``, so each is replaced by a new pod (a sick
             replica swapped for a healthy one). Empty for most decisions; a caller
             that cannot delete pods may ignore it.
+        forecast: The demand forecast the decision planned for (forecasting policies),
+            None for the others; the controller reports it in the GPUScaler's status.
     """
 
     replicas: int
     reason: str
     state: S
     delete: tuple[str, ...] = ()
+    forecast: Forecast | None = None
 
 
 class ScalingPolicy(Protocol[S]):

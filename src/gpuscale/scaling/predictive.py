@@ -43,6 +43,7 @@ from gpuscale.scaling.nodes import fewest_nodes, held_by, known_slots
 from gpuscale.scaling.policy import (
     PROMETHEUS_QUERY,
     Decision,
+    Forecast,
     Observation,
     PodStatus,
     Series,
@@ -243,7 +244,7 @@ def plan(
     *,
     unsaturated_since: float | None = None,
     cold: tuple[float, ColdStarts] | None = None,
-) -> tuple[int, str, fc.ForecastState, ColdStarts]:
+) -> tuple[int, str, fc.ForecastState, ColdStarts, Forecast]:
     """Replicas for the forecast's upper bound one horizon ahead.
 
     Args:
@@ -258,7 +259,8 @@ def plan(
         cold: ``cold_start_s``'s answer where the caller has it already; None: read here.
 
     Returns:
-        (replicas before bounds, a reason, the new ``forecast`` and ``cold`` states).
+        (replicas before bounds, a reason, the new ``forecast`` and ``cold`` states,
+        the forecast planned for).
     """
     now = float(observation.now)
     fstate = fc.update(state.forecast, points, now, cfg.forecast)
@@ -280,7 +282,7 @@ def plan(
         f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
         f"at +{horizon:.0f} s -> {need}"
     )
-    return need, why, fstate, cold_state
+    return need, why, fstate, cold_state, f
 
 
 def settle(
@@ -484,7 +486,7 @@ class PredictivePolicy(KeepsState[PredictiveState]):
         # The forecast fits the samples (a trailing mean would lag a rise) and bounds
         # their mean over smoothing_s; the observed peak is smoothed.
         samples, points = points, smooth(points, cfg.smoothing_s)
-        need, why, forecast, cold = plan(observation, samples, state, cfg)
+        need, why, forecast, cold, planned = plan(observation, samples, state, cfg)
         started = now if state.started_at is None else state.started_at
         proposal, up, agreed = agree(need, current, points, now, cfg, started, samples)
         slots = observation.target.node_slots
@@ -494,4 +496,4 @@ class PredictivePolicy(KeepsState[PredictiveState]):
         new_state = PredictiveState(
             forecast, cold, recs, started, last_scale_in(state, now, current, replicas)
         )
-        return Decision(replicas, reason, new_state)
+        return Decision(replicas, reason, new_state, forecast=planned)

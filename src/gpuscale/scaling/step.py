@@ -33,7 +33,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable, NewestByLabel, Signal
 from gpuscale.scaling import failsafe, remediate
 from gpuscale.scaling.observe import Observer
-from gpuscale.scaling.policy import Observation, ScalingPolicy, SignalPath, TargetStatus
+from gpuscale.scaling.policy import Forecast, Observation, ScalingPolicy, SignalPath, TargetStatus
 from gpuscale.scaling.state import PolicyState
 
 S = TypeVar("S", bound=PolicyState)
@@ -141,6 +141,8 @@ class StepOutcome(Generic[S]):
         blocked: Why remediation deleted nothing although a pod's GPU is broken ("" when
             nothing was found or a pod was deleted).
         observation: What the policy saw (None when the source did not answer).
+        forecast: The forecast the policy planned for (forecasting policies; None when
+            it held on unfit data or has none).
     """
 
     now: float
@@ -154,6 +156,7 @@ class StepOutcome(Generic[S]):
     cordoned: tuple[str, ...] = ()
     blocked: str = ""
     observation: Observation | None = None
+    forecast: Forecast | None = None
 
 
 def freshness_signals(policy: ScalingPolicy[Any]) -> dict[str, Signal]:
@@ -230,6 +233,7 @@ class DecisionStep(Generic[S]):
         except MetricsUnavailable as exc:
             problem = failsafe.unavailable(exc)
         delete: tuple[str, ...] = ()
+        forecast: Forecast | None = None
         if problem is not None or obs is None:
             problem = problem or failsafe.Problem(failsafe.MISSING, "no observation")
             replicas = failsafe.hold(status.desired, cfg.min_replicas, cfg.max_replicas)
@@ -245,7 +249,7 @@ class DecisionStep(Generic[S]):
                 down_step=cfg.down_step,
             )
             reason = f"{decision.reason}; {why}" if why else decision.reason
-            new_state, delete = decision.state, decision.delete
+            new_state, delete, forecast = decision.state, decision.delete, decision.forecast
             if replicas < status.desired:
                 problem = self._partial_view(status, at)
                 if problem is not None:
@@ -285,6 +289,7 @@ class DecisionStep(Generic[S]):
             cordoned=cordoned,
             blocked=blocked,
             observation=obs,
+            forecast=forecast,
         )
 
     def _partial_view(self, status: TargetStatus, at: float) -> failsafe.Problem | None:

@@ -190,3 +190,42 @@ def test_assumed_replicas_are_checked(capsys, tmp_path, no_cluster, extra, words
     code, err = run(capsys, "--config", str(path), "--once", *extra)
     assert code == 2
     assert words in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((), "--config/--watch-gpuscalers: neither is given"),
+        (
+            ("--config", "CONFIG", "--watch-gpuscalers"),
+            "--config/--watch-gpuscalers: both are given",
+        ),
+        (
+            ("--config", "CONFIG", "--watch-namespace", "a"),
+            "--watch-namespace a: needs --watch-gpuscalers",
+        ),
+        (
+            ("--watch-gpuscalers", "--watch-namespace", "../x"),
+            "--watch-namespace: is not a namespace name",
+        ),
+    ],
+)
+def test_where_the_targets_come_from_is_checked_first(capsys, tmp_path, args, expected):
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    given = [str(path) if a == "CONFIG" else a for a in args]
+    code, err = run(capsys, *given)
+    assert code == 2
+    assert expected in one_line(err)
+
+
+def test_watching_gpuscalers_where_the_crd_is_not_installed_is_a_usage_error(capsys, tmp_path):
+    from tests.support.kubeapi import KubeApiDouble
+
+    with KubeApiDouble() as api:
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        code, err = run(
+            capsys, "--watch-gpuscalers", "--kubeconfig", str(config), "--once", "--dry-run"
+        )
+    assert code == 2
+    assert "--watch-gpuscalers: the API server serves no gpuscalers.gpuscale.io" in one_line(err)

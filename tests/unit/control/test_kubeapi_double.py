@@ -37,7 +37,7 @@ def test_discovery_documents(api, http):
     groups = http.get("/apis").json()
     assert groups["kind"] == "APIGroupList"
     names = {g["name"]: g for g in groups["groups"]}
-    assert set(names) == {"apps", "coordination.k8s.io", "serving.example.io"}
+    assert set(names) == {"apps", "autoscaling", "coordination.k8s.io", "serving.example.io"}
     assert names["apps"]["preferredVersion"] == {"groupVersion": "apps/v1", "version": "v1"}
     apps = http.get("/apis/apps/v1").json()
     assert (apps["kind"], apps["groupVersion"]) == ("APIResourceList", "apps/v1")
@@ -285,7 +285,8 @@ def test_injected_server_errors_and_request_counts(api, http):
     codes = [http.get(DEPLOY).status_code for _ in range(3)]
     assert codes == [503, 503, 200]
     assert api.count("GET", DEPLOY) == 3
-    assert http.get(DEPLOY, params={"watch": "true"}).status_code == 400  # not modelled
+    # a watch of one object (not a collection) is not modelled
+    assert http.get(DEPLOY, params={"watch": "true"}).status_code == 400
 
 
 def test_bearer_token_required(clock):

@@ -27,8 +27,12 @@ import gpuscale.control
 from gpuscale.control import kubecall
 from gpuscale.control.config import load
 from gpuscale.control.controller import Controller
+from gpuscale.control.crd import manifest
+from gpuscale.control.informer import Informer
 from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.lease import LeaseElector
+from gpuscale.control.owners import OtherAutoscalers
+from gpuscale.control.scalers import ClusterScalers, collection_path
 from gpuscale.control.seams import Settings
 from gpuscale.control.statestore import StateConfigMap
 from gpuscale.control.targets import runtimes
@@ -132,7 +136,13 @@ def recorded(monkeypatch) -> list[tuple[str, str, dict | None, tuple[str, str]]]
         sent.append((method, path, query, sender()))
         return once(self, method, path, query=query, **kw)
 
+    def streaming(self, path, *, query, **kw):
+        sent.append(("GET", path, query, sender()))
+        return stream(self, path, query=query, **kw)
+
+    stream = kubecall.KubeCall.stream
     monkeypatch.setattr(kubecall.KubeCall, "once", recording)
+    monkeypatch.setattr(kubecall.KubeCall, "stream", streaming)
     return sent
 
 
@@ -143,10 +153,18 @@ def feed(store: MetricStore, t: float, metric: str, pods: dict[str, float], **la
     store.ingest(t, metric, series, np.array(list(pods.values()), dtype=float))
 
 
-def run_controller(tmp_path: Path, config: dict, recorded: list) -> list[Request]:
-    """Two leader-elected syncs and a release over the API double; the requests sent."""
+def run_controller(
+    tmp_path: Path, config: dict, recorded: list, *, cluster: bool = False
+) -> list[Request]:
+    """Two leader-elected syncs and a release over the API double; the requests sent.
+
+    With ``cluster``, the config is a GPUScaler object read by list and watch (the
+    ``--watch-gpuscalers`` mode), whose status the controller writes. KEDA is served,
+    so the search for another autoscaler lists ScaledObjects as well as HPAs.
+    """
     clock = ManualClock()
     with KubeApiDouble(clock=clock) as api:
+        api.serve_keda()
         for name in ("gpu-a", "gpu-b"):
             api.add_node(name, gpus=4)
         api.create_deployment("llm", "serving", replicas=3, gpus=1)
@@ -185,13 +203,23 @@ def run_controller(tmp_path: Path, config: dict, recorded: list) -> list[Request
         elector = LeaseElector(
             actuator.api_client, NAMESPACE, "gpuscale-autoscaler", "replica-0", clock=clock
         )
+        catalog = None
+        if cluster:
+            api.install_crd(manifest())
+            api.create_object("gpuscale.io/v1alpha1", "gpuscalers", config, "serving")
+            informer = Informer(actuator.call, collection_path(None), watch_s=1)
+            informer.relist()
+            informer.watch()
+            catalog = ClusterScalers(informer, actuator)
         controller = Controller(
-            runtimes(load(path)),
+            [] if cluster else runtimes(load(path)),
             store,
             actuator,
             settings=Settings(sync_period_s=15.0, workers=1),
             elector=elector,
             clock=clock,
+            catalog=catalog,
+            owners=OtherAutoscalers(actuator.call),
         )
         turns = iter(range(2))
 
@@ -359,11 +387,30 @@ def test_cordon_and_node_filling_need_exactly_the_node_rights(tmp_path, recorded
     assert unused(requests, nodes) == set()
 
 
+def test_gpuscalers_from_the_cluster_need_exactly_the_gpuscalers_rights(tmp_path, recorded):
+    requests = run_controller(tmp_path, example(), recorded, cluster=True)
+    base = rbac("overlays/prometheus-operator")
+    scalers = rbac("rbac/gpuscalers")
+    assert {(r.verb, r.resource) for r in denied_requests(requests, base)} == {
+        ("list", "gpuscalers"),
+        ("watch", "gpuscalers"),
+        ("patch", "gpuscalers/status"),
+    }
+    assert denied(requests, base + scalers) == set()
+    assert unused(requests, scalers) == set()
+
+
+def denied_requests(requests: list[Request], rules: list[Rule]) -> list[Request]:
+    return [r for r in requests if not any(rule.allows(r) for rule in rules)]
+
+
 def test_every_request_site_in_the_controller_was_exercised(tmp_path, recorded):
     runs = {"a": example(), "b": with_node_rights(example()), "c": with_custom_kind(example())}
     for name, config in runs.items():
         (tmp_path / name).mkdir()
         run_controller(tmp_path / name, config, recorded)
+    (tmp_path / "d").mkdir()
+    run_controller(tmp_path / "d", example(), recorded, cluster=True)
     sent = {(module, function, method) for method, _p, _q, (module, function) in recorded}
     sites = call_sites()
     assert len(sites) >= 10  # the parse found the actuator's and the elector's calls
