@@ -7,7 +7,6 @@ in test_kubeapi_watch.py), so each sync sees exactly the objects the test made.
 """
 
 import copy
-import json
 import logging
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ from gpuscale.control.kubecall import NotLeaderError
 from gpuscale.control.owners import OtherAutoscalers
 from gpuscale.control.scalers import ClusterScalers, collection_path
 from gpuscale.control.seams import Settings
-from tests.support.control import events, feed, pod_names, replicas
+from tests.support.control import events, feed, pod_names, replicas, saved_state
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 GV, PLURAL = "gpuscale.io/v1alpha1", "gpuscalers"
@@ -149,8 +148,9 @@ def test_a_policy_kind_change_starts_from_the_new_policys_first_state(cluster, k
     assert (out.policy, out.replicas) == ("static", 3)
     assert "policy changed from hpa to static" in caplog.text
     assert "saved policy state ignored" not in caplog.text
-    saved = kapi.get("apps/v1", "deployments", "web", "default")["metadata"]["annotations"]
-    assert json.loads(saved["gpuscale.io/state"])["policy"] == "static"
+    saved = saved_state(kapi, "web")
+    assert saved is not None
+    assert saved["policy"] == "static"
 
 
 def test_an_invalid_object_gets_a_condition_and_one_warning_and_the_others_run(cluster, kapi):
