@@ -229,7 +229,7 @@ def evaluate(
         int,
         typer.Option(
             help="Seeds each figure is the mean over (--seed and the ones after it); "
-            "intervals are 95 % Student t.",
+            "intervals are 95 %: Student t, and a bootstrap over seeds for attainment.",
             envvar="GPUSCALE_SEEDS",
         ),
     ] = 10,
