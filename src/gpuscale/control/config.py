@@ -227,8 +227,16 @@ def _line(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
     return line
 
 
+def _renamed_type(err: Any) -> bool:  # noqa: ANN401 - pydantic's ErrorDetails
+    """Whether ``err`` is a rate policy's ``kind``: earlier releases spelled ``type`` so."""
+    loc = tuple(err["loc"])
+    return bool(err["type"] == "extra_forbidden" and loc[-1:] == ("kind",) and "policies" in loc)
+
+
 def _problem(err: Any) -> tuple[str, str]:  # noqa: ANN401 - pydantic's ErrorDetails
     kind, msg = err["type"], str(err["msg"]).removeprefix("Value error, ")
+    if _renamed_type(err):
+        return "unknown key", "rename it to type, as the HPA's behavior spells it"
     if kind == "extra_forbidden":
         return "unknown key", "remove it or check its spelling (keys are camelCase)"
     if kind == "missing":
@@ -290,7 +298,8 @@ def load(path: str | Path) -> list[GPUScaler]:
         try:
             doc = GPUScaler.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
+            errs = exc.errors()
+            err = next((e for e in errs if _renamed_type(e)), errs[0])  # not "type: required"
             problem, fix = _problem(err)
             raise config_error(where(tuple(err["loc"])), problem, fix) from None
         for t, target in enumerate(doc.spec.targets):
@@ -312,20 +321,28 @@ def load(path: str | Path) -> list[GPUScaler]:
     return out
 
 
-_DATACLASS_MESSAGE = re.compile(r"^\w+\.(\w+)=(.*?): (.*)$")
+_DATACLASS_MESSAGE = re.compile(r"^\w+\.([\w.\[\]]+?)=(.*?): (.*)$")
+_INDEXED = re.compile(r"^(\w+)\[(\d+)\]$")
 
 
 def _policy_error(
     exc: ConfigError, loc: tuple[int | str, ...], where: Callable[[Sequence[int | str]], str]
 ) -> ConfigError:
-    """Re-aim a policy config's own ``Config.field=value: problem; fix`` at the YAML key."""
+    """Re-aim a policy config's own ``Config.field=value: problem; fix`` at the YAML key.
+
+    A nested field (``HpaConfig.behavior.scale_up.policies[0].period_s``) is aimed at
+    its own key (``policy.behavior.scaleUp.policies[0].periodSeconds``).
+    """
     m = _DATACLASS_MESSAGE.match(str(exc))
     if m is None:
         return config_error(where((*loc, "policy")), str(exc), "see docs/autoscaler.md")
-    name, value, rest = m.groups()
-    key: tuple[int | str, ...] = (
-        (*loc, camel(name)) if name in BOUNDS else (*loc, "policy", camel(name))
-    )
+    dotted, value, rest = m.groups()
+    keys: list[int | str] = []
+    for part in dotted.split("."):
+        indexed = _INDEXED.match(part)
+        keys += [camel(indexed[1]), int(indexed[2])] if indexed else [camel(part)]
+    name = dotted.split(".")[0]
+    key: tuple[int | str, ...] = (*loc, *keys) if name in BOUNDS else (*loc, "policy", *keys)
     problem, _, fix = rest.partition("; ")
     return config_error(where(key), f"{value} is {problem}", fix or "see docs/autoscaler.md")
 

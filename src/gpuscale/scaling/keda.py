@@ -50,6 +50,7 @@ from gpuscale.scaling.hpa import (
     external_average_value_replicas,
     external_value_replicas,
     reconcile_legacy,
+    tolerances,
 )
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation
 from gpuscale.scaling.recommendations import HpaState
@@ -219,13 +220,10 @@ class KedaPolicy(KeepsState[KedaState]):
     def _proposal(self, observation: Observation, value: float) -> Proposal:
         cfg = self.config
         target = observation.target
+        tol = tolerances(cfg.tolerance, cfg.behavior)
         if cfg.metric_type == "AverageValue":
-            return external_average_value_replicas(
-                len(target.pods), value, cfg.threshold, cfg.tolerance
-            )
-        return external_value_replicas(
-            target.desired, target.ready, value, cfg.threshold, cfg.tolerance
-        )
+            return external_average_value_replicas(len(target.pods), value, cfg.threshold, tol)
+        return external_value_replicas(target.desired, target.ready, value, cfg.threshold, tol)
 
     def decide(self, observation: Observation, state: KedaState) -> Decision[KedaState]:
         """Run whichever of KEDA's poll and the HPA's sync is due.

@@ -80,12 +80,12 @@ def test_nested_dataclasses_round_trip_to_the_policy_config(tmp_path):
     text = BASE.replace(
         "policy: {name: hpa, targetAverageValue: 60}",
         "policy: {name: hpa, targetAverageValue: 60, behavior: "
-        "{scaleUp: {policies: [{kind: Pods, value: 2, periodSeconds: 30}], selectPolicy: Min}}}",
+        "{scaleUp: {policies: [{type: Pods, value: 2, periodSeconds: 30}], selectPolicy: Min}}}",
     )
     cfg = config.policy_config(config.load(write(tmp_path, text))[0].spec.targets[0])
     assert cfg.behavior.scale_up.policies[0].period_s == 30.0
     assert cfg.behavior.scale_up.select_policy == "Min"
-    assert cfg.behavior.scale_down.stabilization_window_s == 300.0  # the dataclass default
+    assert cfg.behavior.scale_down.stabilization_window_s == 300.0  # the API server default
 
 
 def test_several_documents_and_a_list_both_load(tmp_path):
