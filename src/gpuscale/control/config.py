@@ -22,11 +22,13 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from gpuscale.control.params import (
     BOUNDS,
@@ -36,6 +38,7 @@ from gpuscale.control.params import (
     camel,
     policy_model,
 )
+from gpuscale.control.scaledobject import ScaledObjectTarget, is_scaled_object
 from gpuscale.errors import ConfigError, config_error
 from gpuscale.inputs import file_where, load_yaml, read_text_file
 from gpuscale.scaling.catalogue import PolicyKind
@@ -98,6 +101,32 @@ class ScaleTargetRef(_Strict):
     )
 
 
+def _http_url(value: str) -> str:
+    if re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value) is None:
+        raise ValueError("must be an http(s) URL such as http://prometheus:9090")
+    return value
+
+
+class MetricsServer(_Strict):
+    """A Prometheus-compatible server of this target's own (a KEDA trigger's ``serverAddress``)."""
+
+    address: Annotated[str, AfterValidator(_http_url)] = Field(
+        description="Base URL; /api/v1/query is appended."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Request headers (KEDA's customHeaders)."
+    )
+    query_parameters: dict[str, str] = Field(
+        default_factory=dict,
+        alias="queryParameters",
+        description="Added to every query (KEDA's queryParameters and namespace).",
+    )
+    insecure_skip_verify: bool = Field(
+        False, alias="insecureSkipVerify", description="Skip certificate checks (unsafeSsl)."
+    )
+    timeout_seconds: float = Field(5.0, alias="timeoutSeconds", gt=0, description="Per query.")
+
+
 class MetricsSpec(_Strict):
     """How the policy's signals are scoped to this target and when they count as stale."""
 
@@ -124,6 +153,11 @@ class MetricsSpec(_Strict):
     signals: dict[str, SIGNAL_MODEL] = Field(  # type: ignore[valid-type]
         default_factory=dict,
         description="Replaces a policy signal by its key (the metric name the policy reads).",
+    )
+    server: MetricsServer | None = Field(
+        None,
+        description="Where this target's signals are read; absent: the controller's "
+        "--prometheus. No --prometheus-* credentials are sent to it.",
     )
 
 
@@ -180,10 +214,36 @@ class Metadata(BaseModel):
     namespace: NamespaceName = Field("default", min_length=1, max_length=63)
 
 
-class GPUScalerSpec(_Strict):
-    """The targets one GPUScaler scales."""
+def _keda_spelling(targets: object) -> object:
+    """Targets written as KEDA ScaledObject specs, read into gpuscale's spelling.
 
-    targets: list[Target] = Field(min_length=1)
+    Raises:
+        ValidationError: A ScaledObject spec gpuscale refuses, at its own key path.
+    """
+    if not isinstance(targets, list):
+        return targets
+    out: list[object] = []
+    for i, item in enumerate(targets):
+        if not is_scaled_object(item):
+            out.append(item)
+            continue
+        try:
+            out.append(ScaledObjectTarget.model_validate(item).target())
+        except ValidationError as exc:
+            details = [
+                InitErrorDetails(
+                    type=e["type"], loc=(i, *e["loc"]), input=e["input"], ctx=e.get("ctx", {})
+                )
+                for e in exc.errors()
+            ]
+            raise ValidationError.from_exception_data("ScaledObject", details) from None
+    return out
+
+
+class GPUScalerSpec(_Strict):
+    """The targets one GPUScaler scales; each in gpuscale's spelling or a KEDA ScaledObject's."""
+
+    targets: Annotated[list[Target], BeforeValidator(_keda_spelling)] = Field(min_length=1)
 
 
 class GPUScaler(_Strict):

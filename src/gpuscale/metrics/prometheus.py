@@ -114,6 +114,8 @@ class PrometheusSource:
         headers: Extra request headers, e.g. ``X-Scope-OrgID`` for a Mimir tenant.
         client: An httpx client to use instead of one built from the TLS options
             (then it is not closed by ``close``, and TLS options may not be given).
+        params: Extra URL parameters sent with every query (KEDA's ``queryParameters``
+            and ``namespace``, e.g. a Thanos Querier's tenant namespace).
 
     Raises:
         ConfigError: Conflicting or unusable options (both bearer and basic auth, a
@@ -133,6 +135,7 @@ class PrometheusSource:
         insecure_skip_verify: bool = False,
         headers: Mapping[str, str] | None = None,
         client: httpx.Client | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -149,6 +152,7 @@ class PrometheusSource:
         self._shown = redact_url(self.url)
         self.timeout_s = float(timeout_s)
         self._headers = {"Accept": "application/json", **dict(headers or {})}
+        self._params = dict(params or {})
         if bearer_token is not None:
             self._headers["Authorization"] = f"Bearer {bearer_token}"
         self._auth = httpx.BasicAuth(*basic_auth) if basic_auth is not None else None
@@ -258,6 +262,7 @@ class PrometheusSource:
         try:
             resp = self._client.post(
                 f"{self.url}/api/v1/{endpoint}",
+                params=self._params,
                 data=dict(form),
                 headers=self._headers,
                 auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,

@@ -13,8 +13,8 @@ from gpuscale.metrics.store import MetricStore
 from gpuscale.scaling.baseline import HpaBehavior, RatePolicy, ScalingRules
 from gpuscale.scaling.catalogue import get
 from gpuscale.scaling.hpa import HpaConfig
-from gpuscale.scaling.policy import PodStatus, TargetStatus
 from gpuscale.scaling.step import DecisionStep, StepSettings
+from tests.support.dialects import FollowingPods
 
 # The "Scaling policies" and "Stabilization window" examples of
 # https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/
@@ -70,34 +70,13 @@ spec:
     return path
 
 
-class Pods:
-    """A Deployment whose pods follow its replicas at once, all Ready."""
-
-    def __init__(self, desired: int) -> None:
-        self.desired = desired
-
-    def status(self, *, node_slots: bool) -> TargetStatus:
-        del node_slots
-        pods = tuple(PodStatus(f"p{i}", True, 0.0, 0.0) for i in range(self.desired))
-        return TargetStatus(self.desired, pods)
-
-    def scale(self, replicas: int) -> None:
-        self.desired = replicas
-
-    def delete_pod(self, name: str) -> None:
-        raise AssertionError(name)
-
-    def cordon(self, node: str) -> None:
-        raise AssertionError(node)
-
-
 def run(hpa: HpaConfig, utilisation: list[float]) -> list[int]:
     """Each sync's replicas when every pod reports the given GPU utilisation (one per 15 s)."""
     store = MetricStore()
     policy = get("hpa").build(hpa, "hpa")
     settings = StepSettings(hpa.min_replicas, hpa.max_replicas, namespace="serving")
     step = DecisionStep(policy, store, settings, policy.signal_path)
-    workload, state, out = Pods(20), policy.initial_state(), []
+    workload, state, out = FollowingPods(20), policy.initial_state(), []
     for i, util in enumerate(utilisation):
         t = 15.0 * (i + 1)
         pods = [{"pod": f"p{n}", "namespace": "serving"} for n in range(workload.desired)]
