@@ -232,7 +232,10 @@ class PrometheusSource:
         Raises:
             MetricsUnavailable: The server could not answer.
         """
-        found = self._query("query", {"query": newest_query(signal), "time": _format_time(at)})
+        query = newest_query(signal)
+        if not query:  # a raw query that names no series: nothing can be stale
+            return None
+        found = self._query("query", {"query": query, "time": _format_time(at)})
         if not found or not found[0].points:
             return None
         t = found[0].points[-1][1]
@@ -248,6 +251,8 @@ class PrometheusSource:
             MetricsUnavailable: The server could not answer.
         """
         query = newest_by_query(signal, label)
+        if not query:
+            return {}
         found = self._query("query", {"query": query, "time": _format_time(at)})
         out: dict[str, float] = {}
         for res in found:
