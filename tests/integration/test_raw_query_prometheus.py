@@ -13,12 +13,20 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpuscale.control.config import load
+from gpuscale.control.controller import Controller
+from gpuscale.control.kubernetes import KubeActuator
+from gpuscale.control.seams import Settings
+from gpuscale.control.targets import close_sources, runtimes
 from gpuscale.metrics.prometheus import PrometheusSource
 from gpuscale.metrics.signal import Signal
+from gpuscale.metrics.store import MetricStore
 from gpuscale.scaling.catalogue import get
 from gpuscale.scaling.keda import KedaConfig
 from gpuscale.scaling.step import DecisionStep, StepSettings
+from tests.support.control import FAST, replicas
 from tests.support.dialects import FollowingPods
+from tests.support.kubeapi import KubeApiDouble, ManualClock
 from tests.support.tsdb import Series, backfilled_prometheus, history_start
 
 pytestmark = pytest.mark.integration
@@ -112,3 +120,48 @@ def test_keda_with_a_raw_query_decides_through_the_step_on_prometheus(source):
     assert stale.held is not None
     assert "newest sample 120 s old" in stale.reason
     assert stale.replicas == 3
+
+
+def test_a_scaledobjects_server_address_is_the_one_its_target_is_read_from(source, tmp_path):
+    # The controller's own source is an empty store: only the trigger's server has data.
+    scaler = tmp_path / "scaler.yaml"
+    scaler.write_text(
+        f"""\
+apiVersion: gpuscale.io/v1alpha1
+kind: GPUScaler
+metadata: {{name: web, namespace: default}}
+spec:
+  targets:
+  - scaleTargetRef: {{name: web}}
+    minReplicaCount: 1
+    maxReplicaCount: 10
+    triggers:
+    - type: prometheus
+      metadata:
+        serverAddress: {source.url}
+        query: {LLAMA_RATE}
+        threshold: '2'
+        queryParameters: dedup=true
+"""
+    )
+    clock = ManualClock(AT)
+    with KubeApiDouble(clock=clock) as api:
+        api.create_deployment("web", replicas=3)
+        act = KubeActuator.connect(
+            str(api.write_kubeconfig(tmp_path / "kubeconfig")), retry=FAST, clock=clock
+        )
+        try:
+            targets = runtimes(load(scaler))
+            ctl = Controller(
+                targets,
+                MetricStore(),
+                act,
+                settings=Settings(sync_period_s=15.0, workers=1),
+                clock=clock,
+            )
+            [out] = ctl.sync()
+        finally:
+            close_sources(targets)
+            act.close()
+        assert out.held is None, out.reason
+        assert out.replicas == math.ceil(9.0 / 2.0) == replicas(api)

@@ -26,6 +26,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails
@@ -41,6 +42,7 @@ from gpuscale.control.params import (
 from gpuscale.control.scaledobject import ScaledObjectTarget, is_scaled_object
 from gpuscale.errors import ConfigError, config_error
 from gpuscale.inputs import file_where, load_yaml, read_text_file
+from gpuscale.metrics.rawquery import parse
 from gpuscale.scaling.catalogue import PolicyKind
 
 API_VERSION = "gpuscale.io/v1alpha1"
@@ -159,6 +161,17 @@ class MetricsSpec(_Strict):
         description="Where this target's signals are read; absent: the controller's "
         "--prometheus. No --prometheus-* credentials are sent to it.",
     )
+
+    @field_validator("signals")
+    @classmethod
+    def _raw_queries_parse(cls, signals: dict[str, Any]) -> dict[str, Any]:
+        for key, signal in signals.items():
+            if signal.query:
+                try:
+                    parse(signal.query)
+                except ValueError as exc:
+                    raise ValueError(f"signal {key}: {exc}") from None
+        return signals
 
 
 def _policy_union() -> Any:  # noqa: ANN401 - a typing expression

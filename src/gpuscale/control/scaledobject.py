@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpuscale.control.params import build, model_for
 from gpuscale.errors import ConfigError
+from gpuscale.metrics.rawquery import parse
 from gpuscale.scaling.baseline import HpaBehavior
 
 if TYPE_CHECKING:
@@ -89,6 +90,12 @@ class PrometheusMetadata(_Keda):
     unsafe_ssl: bool = Field(False, alias="unsafeSsl", description="Skip certificate checks.")
     timeout: float | None = Field(None, gt=0, description="Request timeout, milliseconds.")
     auth_modes: str | None = Field(None, alias="authModes")
+
+    @field_validator("query")
+    @classmethod
+    def _promql(cls, value: str) -> str:
+        parse(value)  # a ValueError naming the parser's reason
+        return value
 
     @field_validator("custom_headers", "query_parameters")
     @classmethod

@@ -13,7 +13,7 @@ with its own ``metrics.server`` (a KEDA trigger's ``serverAddress``) is read fro
 that server.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Generic, cast
@@ -238,3 +238,10 @@ def runtimes(docs: list[GPUScaler]) -> list[TargetRuntime]:
         The runtime targets.
     """
     return [runtime(doc, t) for doc in docs for t in doc.spec.targets]
+
+
+def close_sources(targets: Iterable[TargetRuntime]) -> None:
+    """Close the targets' own servers' clients (``metrics.server``); call when they retire."""
+    for rt in targets:
+        if isinstance(rt.source, PrometheusSource):
+            rt.source.close()

@@ -1,6 +1,7 @@
 """A KEDA ScaledObject pasted from KEDA's docs: accepted as it is, decided as ``keda`` decides."""
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,7 @@ def test_the_triggers_server_settings_become_the_targets_own_source(tmp_path):
         ),
         (("type: prometheus", "type: kafka"), "triggers[0].type", "prometheus"),
         (("threshold: '100'", "threshold: 'lots'"), "metadata.threshold", "valid number"),
+        (("[2m]))", "[2m])"), "metadata.query", "not valid PromQL"),
         (
             ("  - scaleTargetRef:\n", "  - idleReplicaCount: 1\n    scaleTargetRef:\n"),
             "spec.targets[0]",
@@ -220,3 +222,17 @@ def test_two_triggers_are_refused_naming_the_list(tmp_path):
     second = DOCS_EXAMPLE.split("    triggers:\n")[1]
     with pytest.raises(ConfigError, match=r"triggers: .*at most 1 item"):
         load(tmp_path, DOCS_EXAMPLE + second)
+
+
+def test_the_guides_examples_load_as_they_are_printed(tmp_path):
+    guide = (Path(__file__).parents[3] / "docs" / "autoscaler.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL)
+    scalers = [b for b in blocks if "kind: GPUScaler" in b]
+    assert len(scalers) >= 3
+    kinds = set()
+    for i, text in enumerate(scalers):
+        path = tmp_path / f"guide-{i}.yaml"
+        path.write_text(text)
+        for target in config.load(path)[0].spec.targets:
+            kinds.add(type(config.policy_config(target)).__name__)  # its own checks pass
+    assert kinds == {"HpaConfig", "KedaConfig"}

@@ -172,3 +172,17 @@ def test_missing_policy_name_says_what_to_set(tmp_path):
         tmp_path, BASE.replace("{name: hpa, targetAverageValue: 60}", "{targetAverageValue: 60}")
     )
     assert "spec.targets[0].policy: policy has no name; set policy.name to one of" in message
+
+
+def test_a_signal_may_be_a_raw_query_and_a_broken_one_is_refused_on_load(tmp_path):
+    good = BASE.replace(
+        "policy: {name: keda, threshold: 100}",
+        "policy: {name: keda, threshold: 100}\n"
+        "      metrics: {signals: {query_0: {metric: load, "
+        "query: 'sum(rate(x{model=~\"l.*\"}[1m]))'}}}",
+    )
+    target = config.load(write(tmp_path, good))[0].spec.targets[1]
+    assert target.metrics.signals["query_0"].query == 'sum(rate(x{model=~"l.*"}[1m]))'
+    bad = good.replace("[1m]))", "[1m])")
+    with pytest.raises(ConfigError, match=r"metrics\.signals: signal query_0: not valid PromQL"):
+        config.load(write(tmp_path, bad))
