@@ -216,6 +216,13 @@ def spec_schema() -> dict[str, Any]:
     keda = structural(_resolve({k: v for k, v in keda.items() if k != "$defs"}, keda["$defs"]))
     for key, sub in keda["properties"].items():
         target["properties"].setdefault(key, sub)
+    # KEDA's trigger metadata is a map of strings ('100'), which the models read as
+    # numbers and booleans: kept as written here, checked by the controller on load.
+    target["properties"]["triggers"]["items"]["properties"]["metadata"] = {
+        "type": "object",
+        "description": "The trigger's metadata, as KEDA writes it (values are strings).",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
     target["required"] = ["scaleTargetRef"]
     target["x-kubernetes-validations"] = [dict(r) for r in TARGET_RULES]
     policy = target["properties"]["policy"]
