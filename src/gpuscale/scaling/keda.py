@@ -379,7 +379,8 @@ class KedaPolicy(KeepsState[KedaState]):
         ``failure_threshold`` are counted, the HPA is fed the value that asks for the
         fallback's replicas (``threshold x replicas``, divided by the ready pods for a
         ``Value`` target) and applies its behaviour to it. With no fallback, no pods
-        ready for a ``Value`` target, or at zero replicas (no HPA), it holds.
+        ready for a ``Value`` target, or at zero replicas (no HPA), it holds; without a
+        fallback the state is kept, as on any hold.
 
         Args:
             target: The target's status.
@@ -390,13 +391,14 @@ class KedaPolicy(KeepsState[KedaState]):
             The decision and the state with the failure counted.
         """
         cfg, current = self.config, target.desired
-        st = state if state.created_at is not None else replace(state, created_at=now)
-        hpa_on = current > cfg.min_replicas if cfg.idles else current > 0
         fallback = cfg.fallback
-        if not hpa_on or not due(st.last_hpa, cfg.hpa_sync_period_s, now, self.interval_s):
-            return self._done(current, current, "query returned no data; holding", st)
+        hpa_on = current > cfg.min_replicas if cfg.idles else current > 0
+        due_now = due(state.last_hpa, cfg.hpa_sync_period_s, now, self.interval_s)
+        if fallback is None or not hpa_on or not due_now:  # a plain hold: state kept
+            return self._done(current, current, "query returned no data; holding", state)
+        st = state if state.created_at is not None else replace(state, created_at=now)
         st = replace(st, failures=st.failures + 1, last_hpa=now)
-        if fallback is None or st.failures <= fallback.failure_threshold:
+        if st.failures <= fallback.failure_threshold:
             why = f"query returned no data ({st.failures} in a row); holding"
             return self._done(current, current, why, st)
         wanted = fallback.target(current)
