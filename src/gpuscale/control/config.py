@@ -14,7 +14,7 @@ the line, the key path (``spec.targets[2].policy.targetAverageValue``) and why.
 """
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -129,6 +129,19 @@ class MetricsServer(_Strict):
     timeout_seconds: float = Field(5.0, alias="timeoutSeconds", gt=0, description="Per query.")
 
 
+_OPERATORS = ("=~", "!~", "!=")
+
+
+def _check_equalities(matchers: Mapping[str, str], prefix: str) -> None:
+    """Refuse a matcher value written as a PromQL operator: matchers here are equalities."""
+    for name, value in matchers.items():
+        if value.startswith(_OPERATORS):
+            raise ValueError(
+                f"{prefix}matcher {name} is a label equality, not {value[:2]}; write "
+                f"{name}{value[:2]}... in a raw query (a signal's query) instead"
+            )
+
+
 class MetricsSpec(_Strict):
     """How the policy's signals are scoped to this target and when they count as stale."""
 
@@ -162,10 +175,17 @@ class MetricsSpec(_Strict):
         "--prometheus. No --prometheus-* credentials are sent to it.",
     )
 
+    @field_validator("matchers")
+    @classmethod
+    def _equalities(cls, matchers: dict[str, str]) -> dict[str, str]:
+        _check_equalities(matchers, "")
+        return matchers
+
     @field_validator("signals")
     @classmethod
     def _raw_queries_parse(cls, signals: dict[str, Any]) -> dict[str, Any]:
         for key, signal in signals.items():
+            _check_equalities(signal.matchers, f"signal {key}: ")
             if signal.query:
                 try:
                     parse(signal.query)

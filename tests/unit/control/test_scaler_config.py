@@ -186,3 +186,13 @@ def test_a_signal_may_be_a_raw_query_and_a_broken_one_is_refused_on_load(tmp_pat
     bad = good.replace("[1m]))", "[1m])")
     with pytest.raises(ConfigError, match=r"metrics\.signals: signal query_0: not valid PromQL"):
         config.load(write(tmp_path, bad))
+
+
+@pytest.mark.parametrize("value", ['"=~llama.*"', '"!=mistral"', '"!~x|y"'])
+def test_a_matcher_written_as_an_operator_is_refused_naming_the_raw_query(tmp_path, value):
+    text = BASE.replace(
+        "policy: {name: keda, threshold: 100}",
+        f"policy: {{name: keda, threshold: 100}}\n      metrics: {{matchers: {{model: {value}}}}}",
+    )
+    with pytest.raises(ConfigError, match=r"metrics\.matchers: matcher model is a label equality"):
+        config.load(write(tmp_path, text))
