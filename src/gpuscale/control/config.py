@@ -39,7 +39,14 @@ from gpuscale.control.params import (
     camel,
     policy_model,
 )
-from gpuscale.control.scaledobject import ScaledObjectTarget, is_scaled_object
+from gpuscale.control.scaledobject import (
+    ScaledObjectTarget,
+    as_gpuscaler,
+    document_loc,
+    is_scaled_object,
+    is_scaled_object_document,
+    scaled_object_problem,
+)
 from gpuscale.errors import ConfigError, config_error
 from gpuscale.inputs import file_where, load_yaml, read_text_file
 from gpuscale.metrics.rawquery import parse
@@ -367,7 +374,8 @@ def load(path: str | Path) -> list[GPUScaler]:
     """Read and validate a GPUScaler file.
 
     Args:
-        path: YAML file: one GPUScaler, several documents, or a list of them.
+        path: YAML file: one GPUScaler, several documents, or a list of them; a
+            KEDA ScaledObject document counts as a GPUScaler with one target.
 
     Returns:
         The validated GPUScalers, in file order.
@@ -378,16 +386,27 @@ def load(path: str | Path) -> list[GPUScaler]:
     path = Path(path)
     out: list[GPUScaler] = []
     seen: dict[tuple[str, str, str], str] = {}
-    for data, node, prefix in _documents(path):
+    for raw, node, prefix in _documents(path):
+        whole_keda = is_scaled_object_document(raw)
 
         def where(
-            loc: Sequence[int | str], node: yaml.Node | None = node, pre: str = prefix
+            loc: Sequence[int | str],
+            node: yaml.Node | None = node,
+            pre: str = prefix,
+            keda: bool = whole_keda,
         ) -> str:
+            loc = document_loc(tuple(loc)) if keda else loc
             line, key = _line(node, loc), _path(loc)
             key = f"{pre}.{key}" if pre and key else (pre or key)
             place = f"{path}:{line}" if line else str(path)
             return f"{place} {key}" if key else place
 
+        data = raw
+        if whole_keda:
+            refused = scaled_object_problem(raw)
+            if refused is not None:
+                raise config_error(where(refused[0]), refused[1], refused[2])
+            data = as_gpuscaler(raw, API_VERSION, KIND)
         try:
             doc = GPUScaler.model_validate(data)
         except ValidationError as exc:

@@ -15,6 +15,11 @@ with a line that names the key and what is supported instead:
   apply to its own ``--prometheus`` server only;
 * no ``restoreToOriginalReplicaCount: true``: a removed target keeps its replicas.
 
+A file may also hold whole ScaledObject documents (``apiVersion: keda.sh/v1alpha1``,
+``kind: ScaledObject``): each is read as a GPUScaler of its name with its spec as
+the one target, and errors name the ScaledObject's own keys. One paused by KEDA's
+annotations is refused.
+
 The trigger's ``serverAddress``, ``customHeaders``, ``queryParameters``,
 ``namespace``, ``unsafeSsl`` and ``timeout`` become the target's
 ``metrics.server``: the controller queries that server for this target. The
@@ -253,6 +258,63 @@ class ScaledObjectTarget(_Keda):
             "policy": policy,
             "metrics": {**(self.metrics or {}), "server": server},
         }
+
+
+SCALED_OBJECT_API = "keda.sh/v1alpha1"
+PAUSE_ANNOTATIONS = ("autoscaling.keda.sh/paused", "autoscaling.keda.sh/paused-replicas")
+"""KEDA's pause annotations: gpuscale would scale a paused object, so it refuses them."""
+
+
+def is_scaled_object_document(data: object) -> bool:
+    """Whether a document of the file is a whole ScaledObject (``kind: ScaledObject``).
+
+    Returns:
+        True for a KEDA document, read as a GPUScaler with its spec as the one target.
+    """
+    return isinstance(data, dict) and data.get("kind") == "ScaledObject"
+
+
+def scaled_object_problem(data: dict[str, Any]) -> tuple[tuple[str, ...], str, str] | None:
+    """Why a whole ScaledObject document cannot be read, if it cannot.
+
+    Returns:
+        (key path, problem, fix), or None when it can be read.
+    """
+    if data.get("apiVersion") != SCALED_OBJECT_API:
+        return ("apiVersion",), f"must be {SCALED_OBJECT_API} for a ScaledObject", "fix it"
+    metadata = data.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    paused = [a for a in PAUSE_ANNOTATIONS if isinstance(annotations, dict) and a in annotations]
+    if paused:
+        return (
+            ("metadata", "annotations", paused[0]),
+            "pauses KEDA's scaling, which gpuscale does not read",
+            "remove the annotation, or leave this ScaledObject out of the file",
+        )
+    return None
+
+
+def as_gpuscaler(data: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    """A whole ScaledObject document as the GPUScaler holding its spec as the one target.
+
+    Returns:
+        The GPUScaler document (its name and namespace the ScaledObject's).
+    """
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": data.get("metadata"),
+        "spec": {"targets": [data.get("spec")]},
+    }
+
+
+def document_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """A key path of that GPUScaler as the ScaledObject document spells it.
+
+    Returns:
+        ``spec.targets[0].X`` as ``spec.X``; other paths unchanged.
+    """
+    return ("spec", *loc[3:]) if loc[:3] == ("spec", "targets", 0) else loc
 
 
 def is_scaled_object(data: object) -> bool:

@@ -2,6 +2,7 @@
 
 import math
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,36 @@ def test_the_guides_examples_load_as_they_are_printed(tmp_path):
         for target in config.load(path)[0].spec.targets:
             kinds.add(type(config.policy_config(target)).__name__)  # its own checks pass
     assert kinds == {"HpaConfig", "KedaConfig"}
+
+
+# The same example as the page prints it, the whole document.
+DOCS_DOCUMENT = (
+    "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata:\n"
+    "  name: prometheus-scaledobject\n  namespace: default\nspec:\n"
+    + textwrap.indent(textwrap.dedent(DOCS_EXAMPLE.replace("  - ", "    ", 1)), "  ")
+)
+
+
+def test_a_whole_scaledobject_document_is_a_gpuscaler_of_its_name(tmp_path):
+    path = tmp_path / "scaledobject.yaml"
+    path.write_text(DOCS_DOCUMENT)
+    [doc] = config.load(path)
+    assert (doc.metadata.name, doc.metadata.namespace) == ("prometheus-scaledobject", "default")
+    assert config.policy_config(doc.spec.targets[0]) == DOCS_EXAMPLE_GPUSCALE_WAY
+    path.write_text(DOCS_DOCUMENT.replace("threshold: '100'", "threshold: 'lots'"))
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    # Its own line and key path, not those of the GPUScaler it is read as.
+    assert f"{path}:13 spec.triggers[0].metadata.threshold:" in str(info.value)
+
+
+def test_a_paused_scaledobject_is_refused_naming_the_annotation(tmp_path):
+    path = tmp_path / "scaledobject.yaml"
+    path.write_text(
+        DOCS_DOCUMENT.replace(
+            "  namespace: default\n",
+            '  namespace: default\n  annotations:\n    autoscaling.keda.sh/paused: "true"\n',
+        )
+    )
+    with pytest.raises(ConfigError, match=r"metadata\.annotations\.autoscaling\.keda\.sh/paused"):
+        config.load(path)
