@@ -328,7 +328,7 @@ def _line(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
 
 
 def _renamed_type(err: Any) -> bool:  # noqa: ANN401 - pydantic's ErrorDetails
-    """Whether ``err`` is a rate policy's ``kind``: earlier releases spelled ``type`` so."""
+    """Whether ``err`` is a rate policy's ``kind``, which the HPA spells ``type``."""
     loc = tuple(err["loc"])
     return bool(err["type"] == "extra_forbidden" and loc[-1:] == ("kind",) and "policies" in loc)
 
