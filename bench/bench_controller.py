@@ -12,8 +12,9 @@ the first sync scales those out and writes their state and Events.
 
 Reported (medians over ``--repeats`` syncs after the first):
 
-* ``first_sync_s``: the first sync (reads every target's state annotation, scales
-  the hot ones, writes their state and Events);
+* ``first_sync_s``: the first sync (reads every target's state from the state
+  ConfigMap and, finding none there, the target's old annotation; scales the hot
+  ones, writes their state and Events);
 * ``steady_sync_s``: later syncs (every read, policy and freshness check; the
   data does not move, so nothing is written);
 * ``serial_steady_sync_s``: the same with one worker, the baseline in the same

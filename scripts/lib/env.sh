@@ -41,7 +41,17 @@ ensure_env() {
   PY="$PWD/.venv/bin/python"
 }
 
-# pip_install ARGS...: pip install into the environment, quietly.
+# pip_install ARGS...: pip install into the environment, showing one line per
+# package as pip collects it and the summary, so a first install (a minute or
+# two) shows progress without pip's every line; pip's own exit status is kept.
 pip_install() {
-  "$PY" -m pip install -q --disable-pip-version-check "$@"
+  local status errexit=0
+  case $- in *e*) errexit=1 ;; esac
+  set +e
+  "$PY" -m pip install --disable-pip-version-check --progress-bar off "$@" 2>&1 |
+    sed -u -n -E -e 's/^(Collecting [^ ]+).*/  \1/p' -e 's/^(Successfully installed).*/  \1/p' \
+      -e '/^(ERROR|error)/p' -e '/^  (×|╰|│)/p' >&2
+  status=${PIPESTATUS[0]}
+  [ "$errexit" -eq 0 ] || set -e
+  return "$status"
 }

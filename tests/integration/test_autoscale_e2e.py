@@ -3,7 +3,6 @@
 Prometheus stops and replicas hold; it returns and control resumes; a restarted
 controller keeps its stabilisation window."""
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from tests.support.autoscale import (
     restart_prometheus,
     wait_until,
 )
+from tests.support.control import STATE, saved_state, state_writes
 from tests.support.kubeapi import KubeApiDouble
 from tests.support.servers import Prometheus, free_port
 
@@ -106,6 +106,8 @@ class Rig:
             "3",
             "--retry-period",
             "0.5",
+            "--lease-namespace",
+            STATE.namespace,
             name=name,
         )
         self.controllers.append(ctl)
@@ -147,14 +149,17 @@ def test_load_rise_prometheus_outage_and_return(rig):
     wait_until(lambda: len([d for d in ctl.decisions(TARGET) if d["held"] is None]) >= 2, 30)
     assert r.replicas() == 2  # 20 % against a 50 % target: minReplicas
 
-    # Steady load: the state annotation is not rewritten at every sync while only time
+    # Steady load: the stored state is not rewritten at every sync while only time
     # moves (the HPA's newest recommendation time): at most once a minute.
-    path = "/apis/apps/v1/namespaces/default/deployments/llm"
-    writes, decided = r.api.count("PATCH", path), len(ctl.decisions(TARGET))
+    writes, decided = state_writes(r.api), len(ctl.decisions(TARGET))
     time.sleep(30.0)
     syncs = len(ctl.decisions(TARGET)) - decided
     assert syncs >= 10
-    assert r.api.count("PATCH", path) - writes <= 1
+    assert state_writes(r.api) - writes <= 1
+    assert saved_state(r.api, "llm")["policy"] == "hpa"  # in the controller's namespace
+    # the workload is written only through /scale: the state needs no patch on it
+    workload = "/apis/apps/v1/namespaces/default/deployments/llm"
+    assert [w for w in r.api.writes if w[2].split(" ")[1] == workload] == []
 
     # The load rises: replicas follow within two sync periods of Prometheus seeing it.
     r.set_load(0.9)
@@ -220,8 +225,7 @@ def test_restarted_controller_keeps_its_stabilisation_window(rig):
     wait_until(lambda: low_seen() >= 3, 30)
     held = r.replicas()
     first.stop()  # SIGTERM: releases the lease
-    annotation = r.api.get("apps/v1", "deployments", "llm", "default")["metadata"]["annotations"]
-    recs = json.loads(annotation["gpuscale.io/state"])["state"]["recommendations"]
+    recs = saved_state(r.api, "llm")["state"]["recommendations"]
     last_high = max(t for t, n in recs if n >= held)
     restarted_at = time.time()
     second = r.autoscaler("second")

@@ -1,10 +1,12 @@
 """Two `gpuscale autoscale` processes against the API double: while the first holds the
 Lease the second does not act; when the first dies without releasing, the second takes
-over once the Lease expires."""
+over once the Lease expires, reading the state the first stored in its ConfigMap."""
 
 import pytest
 
+from gpuscale.control.statestore import StateConfigMap
 from tests.support.autoscale import Autoscaler, wait_until
+from tests.support.control import saved_state
 from tests.support.kubeapi import KubeApiDouble
 from tests.support.servers import free_port
 
@@ -25,6 +27,8 @@ spec:
 """
 LEASE_S = 4
 TARGET = "default/Deployment/web"
+STATE = StateConfigMap("default")  # the Lease's namespace: no --lease-namespace given
+STATE_PATH = f"/api/v1/namespaces/{STATE.namespace}/configmaps/{STATE.name}"
 
 
 def test_standby_does_not_act_until_the_lease_expires(tmp_path):
@@ -71,6 +75,10 @@ def test_standby_does_not_act_until_the_lease_expires(tmp_path):
             lease = api.get("coordination.k8s.io/v1", "leases", "gpuscale-autoscaler", "default")
             assert lease["spec"]["holderIdentity"] == "first"
 
+            # the first stored the state in the controllers' ConfigMap, not on the target
+            assert saved_state(api, where=STATE) == {"policy": "static", "state": {}}
+            reads = api.count("GET", STATE_PATH)
+
             first.process.proc.kill()  # no release: the standby must wait for expiry
             killed = wait_until(lambda: first.process.proc.poll() is not None, 10)
             took = wait_until(lambda: replicas() == 7, 30)
@@ -78,6 +86,14 @@ def test_standby_does_not_act_until_the_lease_expires(tmp_path):
             # judged on the standby's clock; it retries every 0.5 s and syncs at once.
             assert took - killed <= LEASE_S + 2 * 0.5 + 1.0
             assert took - killed >= LEASE_S - 0.5 - 1.0  # not before the Lease could expire
+            # the new leader read the stored state back (it carries on from it, see
+            # test_autoscale_e2e's restart) and found it usable
+            assert api.count("GET", STATE_PATH) > reads
+            second_says = [r.get("msg", "") for r in second.records()]
+            assert not [m for m in second_says if "saved policy state ignored" in m]
+            assert "became the leader; reloading every target's state" in second_says
+            workload = "/apis/apps/v1/namespaces/default/deployments/web"
+            assert [w for w in api.writes if w[2].split(" ")[1] == workload] == []
         finally:
             first.stop()
             second.stop()

@@ -124,6 +124,9 @@ class Autoscaler:
                 *gpuscale_cmd(),
                 "--log-format",
                 "json",
+                # Every sync's decision record: a steady decision is logged at DEBUG.
+                "--log-level",
+                "debug",
                 "autoscale",
                 "--config",
                 str(config),
@@ -162,7 +165,16 @@ class Autoscaler:
 
     def decisions(self, target: str | None = None) -> list[dict]:
         """Decision records (``decision`` field of the log lines), optionally of one target."""
-        found = [r["decision"] | {"ts": r["ts"]} for r in self.records() if "decision" in r]
+        found = []
+        for line in self.process.output().splitlines():
+            if '"decision"' not in line:  # the debug log is mostly request lines
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line still being written
+                continue
+            if "decision" in record:
+                found.append(record["decision"] | {"ts": record["ts"]})
         return [d for d in found if target is None or d["target"] == target]
 
     def stop(self) -> None:

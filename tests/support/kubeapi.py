@@ -6,7 +6,8 @@ tested against this. It answers with the JSON shapes and status codes of the Kub
 API reference: discovery (``/api``, ``/apis``, ``/version``, APIResourceLists), apps/v1
 Deployments and StatefulSets with their ``scale`` subresource (autoscaling/v1 Scale,
 ``status.selector`` as a string), core/v1 Pods (labelSelector, fieldSelector), Nodes,
-Events, coordination.k8s.io/v1 Leases, and any scalable custom kind a test registers.
+Events, ConfigMaps (key names and the 1 MiB total checked), coordination.k8s.io/v1
+Leases, and any scalable custom kind a test registers.
 Every object has ``metadata.resourceVersion``; a PUT or PATCH naming a stale one answers
 409 Conflict; merge, strategic-merge (as a merge) and JSON patches are applied; errors
 are meta/v1 Status objects with the real reasons and message shapes.
@@ -107,11 +108,14 @@ class KubeApiDouble:
         self.stalls = m.Faults()
         self.requests: Counter[str] = Counter()
         # A slow API server for one client (by User-Agent): seconds each request of it
-        # waits before it is handled, by path fragment ("" matches every path).
-        self.agent_stalls: dict[str, list[tuple[str, float]]] = {}
+        # waits before it is handled, by path fragment ("" matches every path); a
+        # callable is asked for each request (a random delay).
+        self.agent_stalls: dict[str, list[tuple[str, float | Callable[[], float]]]] = {}
         # Every write the store applied: (double's time, User-Agent, "METHOD path", the
         # Lease's holder after it when the path is a Lease's, else "").
         self.writes: list[tuple[float, str, str, str]] = []
+        # The Lease's stored spec after each write of it: (index in ``writes``, spec).
+        self.lease_specs: list[tuple[int, Obj]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         for node in nodes:
@@ -409,7 +413,7 @@ class _Handler(BaseHTTPRequestHandler):
             stall = api.stalls.take(method, path)
             for fragment, seconds in api.agent_stalls.get(agent, ()):
                 if fragment in path:
-                    stall = max(stall or 0.0, seconds)
+                    stall = max(stall or 0.0, seconds() if callable(seconds) else seconds)
                     break
         if stall:
             time.sleep(stall)  # outside the lock: other requests are answered meanwhile
@@ -429,7 +433,9 @@ class _Handler(BaseHTTPRequestHandler):
                     ns = str((body.get("metadata") or {}).get("namespace") or "")
                     key = ("coordination.k8s.io/v1", "leases", ns, body_name(body))
                     lease = api.store.objects.get(key)
-                    holder = ((lease or {}).get("spec") or {}).get("holderIdentity") or ""
+                    spec = (lease or {}).get("spec") or {}
+                    holder = spec.get("holderIdentity") or ""
+                    api.lease_specs.append((len(api.writes), dict(spec)))
                 api.writes.append((api.clock(), agent, f"{method} {path}", holder))
         self._send(code, body)
 

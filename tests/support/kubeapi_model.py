@@ -110,6 +110,7 @@ BUILTIN = (
     Resource("", "v1", "pods", "Pod", short_names=("po",), fields=POD_FIELDS),
     Resource("", "v1", "nodes", "Node", namespaced=False, short_names=("no",), fields=NODE_FIELDS),
     Resource("", "v1", "events", "Event", short_names=("ev",), fields=EVENT_FIELDS),
+    Resource("", "v1", "configmaps", "ConfigMap", short_names=("cm",)),
     Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",), scale=True),
     Resource("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",), scale=True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease"),

@@ -7,6 +7,7 @@ as ``ApiError`` carrying the meta/v1 Status body the real server would send.
 """
 
 import copy
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -25,6 +26,10 @@ _TIME_FIELDS = {
         ("eventTime", True),
     ),
 }
+
+
+CONFIG_MAP_MAX_BYTES = 1024 * 1024  # corevalidation.MaxConfigMapSize: data and binaryData
+_CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
 class ApiError(Exception):
@@ -113,6 +118,8 @@ class Store:
         self._check_times(res, obj)
         if res.plural == "events":
             self._check_event(res, obj)
+        if res.plural == "configmaps":
+            self._check_config_map(res, obj)
         obj["apiVersion"], obj["kind"] = res.group_version, res.kind
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = m.fmt_time(self.clock())
@@ -183,6 +190,8 @@ class Store:
     def _store(self, res: Resource, old: Obj, new: Obj) -> Obj:
         """Write ``new`` over ``old``: keep immutable metadata, bump rv and generation."""
         self._check_times(res, new)
+        if res.plural == "configmaps":
+            self._check_config_map(res, new)
         meta = new.setdefault("metadata", {})
         for keep in (
             "name",
@@ -222,6 +231,28 @@ class Store:
                     res, name, "Event", "type", obj["type"], "supported values: Normal, Warning"
                 )
             )
+
+    @staticmethod
+    def _check_config_map(res: Resource, obj: Obj) -> None:
+        """The ConfigMap checks of the API server's validation: key names, 1 MiB in all."""
+        name = obj["metadata"]["name"]
+        total = 0
+        for field in ("data", "binaryData"):
+            for key, value in (obj.get(field) or {}).items():
+                if not _CONFIG_MAP_KEY.fullmatch(key) or key in (".", "..") or len(key) > 253:
+                    why = (
+                        "a valid config key must consist of alphanumeric characters, '-', '_' "
+                        "or '.' (e.g. 'key.name', or 'KEY_NAME', or 'key-name', regex used "
+                        "for validation is '[-._a-zA-Z0-9]+')"
+                    )
+                    raise ApiError(m.invalid(res, name, "ConfigMap", f"{field}[{key}]", key, why))
+                total += len(str(value).encode())
+        if total > CONFIG_MAP_MAX_BYTES:
+            msg = (
+                f'ConfigMap "{name}" is invalid: []: Too long: must have at most '
+                f"{CONFIG_MAP_MAX_BYTES} bytes"
+            )
+            raise ApiError(m.status(422, "Invalid", msg, {"name": name, "kind": "configmaps"}))
 
     @staticmethod
     def _check_times(res: Resource, obj: Obj) -> None:

@@ -30,6 +30,7 @@ from gpuscale.alerts.promql_text import (
 from gpuscale.alerts.resource import ResourceMetadata
 from gpuscale.errors import ConfigError, config_error, require
 from gpuscale.inputs import file_where, load_yaml, read_text_file
+from gpuscale.metrics.serving_stacks import VLLM, VLLM_TTFT
 
 LabelName = Annotated[str, AfterValidator(check_label_name)]
 LabelValue = Annotated[str, AfterValidator(check_template_free)]
@@ -88,13 +89,15 @@ DEFAULT_BURN_WINDOWS = (
     BurnWindow.model_validate({"long": "6h", "short": "30m", "factor": 6.0, "for": "5m"}),
 )
 # vLLM's TTFT histogram has a 2.5 s bucket; a request with a slower first token is an error.
+# The names are the serving-stack preset's, so the SLO and the autoscaler read one series.
+TTFT_SLO_BOUND_S = 2.5
 DEFAULT_SLOS = (
     Slo(
         name="ttft",
         objective=0.99,
-        good='vllm:time_to_first_token_seconds_bucket{le="2.5"}',
-        total="vllm:time_to_first_token_seconds_count",
-        by=("namespace", "model_name"),
+        good=f'{VLLM_TTFT.name}_bucket{{le="{TTFT_SLO_BOUND_S:g}"}}',
+        total=f"{VLLM_TTFT.name}_count",
+        by=("namespace", VLLM.model_label),
     ),
 )
 

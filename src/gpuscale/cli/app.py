@@ -21,12 +21,12 @@ import shlex
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.main import get_command
 
-from gpuscale.cli.commands import SUBCOMMANDS, LazyGroup
+from gpuscale.cli.commands import SUBCOMMANDS, LazyGroup, package_version
 from gpuscale.cli.helpformat import plain_help
 from gpuscale.cli.logs import configure_logging
 from gpuscale.errors import ConfigError, GpuscaleError, config_error
@@ -40,6 +40,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     cls=LazyGroup,
+    # -h as well as --help on every command; child contexts inherit the names.
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,7 @@ logger = logging.getLogger(__name__)
 PROG = "gpuscale"
 USAGE_EXIT = 2
 """Exit status of every usage and configuration error."""
-RENAMED_ENV = {"GPUSCALE_SIM_FAULTS": ("GPUSCALE_FAULTS", "evaluate")}
+RENAMED_ENV = {"GPUSCALE_SIM_FAULTS": ("GPUSCALE_EVALUATE_FAULTS", "evaluate")}
 """Deprecated environment variable to (its new name, the subcommand that reads it)."""
 
 
@@ -76,10 +78,25 @@ def _global_options(
     log_format: Annotated[
         LogFormatName, typer.Option(help="Log line format.", envvar="GPUSCALE_LOG_FORMAT")
     ] = LogFormatName.text,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            help="Show the version and exit.",
+            callback=lambda value: _show_version(value),
+        ),
+    ] = False,
 ) -> None:
     """Monitor GPU fleets and scale GPU workloads from their telemetry."""
     configure_logging(log_level.value, "json" if log_format is LogFormatName.json else "text")
     _apply_renamed_env(ctx.invoked_subcommand)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROG} version {package_version()}")
+        raise typer.Exit
 
 
 def _apply_renamed_env(subcommand: str | None) -> None:
@@ -173,6 +190,43 @@ def usage_error(exc: Exception, argv: Sequence[str]) -> ConfigError:
     return config_error(_where(exc, argv), _sentence(message), fix)
 
 
+def _subcommand(command: Any, argv: Sequence[str]) -> Any:  # noqa: ANN401 - Typer's click
+    """The (sub)command ``argv`` runs: the group's commands named by its leading words."""
+    ctx = command.make_context(PROG, [], resilient_parsing=True)
+    for word in argv:
+        if word.startswith("-") or not hasattr(command, "get_command"):
+            break
+        found = command.get_command(ctx, word)
+        if found is None:
+            break
+        command = found
+    return command
+
+
+def from_environment(message: str, command: Any, argv: Sequence[str]) -> str:  # noqa: ANN401
+    """A ConfigError's message naming the environment variable a flag's value came from.
+
+    Commands raise errors that start with the flag (``--fault 'x': ...``); when the
+    command line did not give that flag, the value came from the option's
+    environment variable, and the message says which (``GPUSCALE_EVALUATE_FAULTS='x':``).
+
+    Returns:
+        The message, rewritten where the value came from the environment.
+    """
+    flag = message.split(" ", 1)[0].rstrip(":")
+    if not flag.startswith("--") or _given_value(argv, [flag]) is not None:
+        return message
+    target = _subcommand(command, argv)
+    for param in getattr(target, "params", ()):
+        if flag not in getattr(param, "opts", ()):
+            continue
+        names = param.envvar if isinstance(param.envvar, list | tuple) else [param.envvar]
+        for name in names:
+            if name and name in os.environ:
+                return f"{name}={message[len(flag) :].lstrip()}"
+    return message
+
+
 def main(args: Sequence[str] | None = None) -> None:
     """Entry point of the ``gpuscale`` console script.
 
@@ -203,7 +257,10 @@ def main(args: Sequence[str] | None = None) -> None:
                 raise extra from None
             raise
     except GpuscaleError as exc:
-        typer.echo(f"{PROG}: error: {exc}", err=True)
+        text = str(exc)
+        if isinstance(exc, ConfigError):
+            text = from_environment(text, command, argv)
+        typer.echo(f"{PROG}: error: {text}", err=True)
         sys.exit(exc.exit_code)
     if isinstance(code, int) and code:
         sys.exit(code)

@@ -2,7 +2,14 @@
 
 Everything a user can get wrong (the GPUScaler file, the Prometheus URL and
 its TLS files, the kubeconfig, the listen address) is checked before the loop
-starts, with one line naming the input and exit status 2.
+starts, with one line naming the input and exit status 2. Prometheus itself is
+asked once at start: one that does not answer (down, a wrong port, DNS, TLS,
+401/403) is a WARNING naming ``--prometheus`` and the cause, and the controller
+runs on, every target holding with that cause until it answers, since it may be
+starting too.
+
+A dry run needs no cluster: with ``--assume-replicas``, or with no kubeconfig
+outside a pod, it decides from assumed replica counts (``control.offline``).
 """
 
 import logging
@@ -10,40 +17,40 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpuscale.cli.source_options import (
+    Kubeconfig,
+    KubeContext,
+    PrometheusBasicAuthFile,
+    PrometheusBearerTokenFile,
+    PrometheusCaFile,
+    PrometheusCertFile,
+    PrometheusInsecureSkipVerify,
+    PrometheusKeyFile,
+    PrometheusTimeout,
+    PrometheusUrl,
+    StateConfigMapName,
+    check_state_configmap,
+    own_namespace,
+    prometheus_source,
+)
+from gpuscale.durations import positive_seconds_option, whole_seconds_option
 from gpuscale.errors import config_error
-from gpuscale.inputs import read_text_file
 from gpuscale.redact import redact_url
+
+if TYPE_CHECKING:
+    from gpuscale.metrics.prometheus import PrometheusSource
 
 logger = logging.getLogger(__name__)
 
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 WRITE_TIMEOUT_S = 3.0
 """With leader election: one API request's timeout, and the lease time a write needs left
 (a third of the renew deadline where that is shorter)."""
-
-
-def _lease_namespace(given: str | None) -> str:
-    """The flag, else the pod's own namespace in-cluster, else ``default``."""
-    if given:
-        return given
-    try:
-        return _SA_NAMESPACE.read_text().strip() or "default"
-    except OSError:
-        return "default"
-
-
-_SECRET_MAX_BYTES = 64 * 1024  # a token or USER:PASSWORD; a JWT is a few KiB
-
-
-def _read_secret(path: Path | None, flag: str) -> str | None:
-    if path is None:
-        return None
-    return read_text_file(path, flag, limit=_SECRET_MAX_BYTES).strip()
 
 
 def _show_version(value: bool) -> None:
@@ -59,6 +66,28 @@ def _show_version(value: bool) -> None:
         raise typer.Exit
 
 
+def _probe(source: "PrometheusSource", url: str) -> None:
+    """Ask Prometheus once at start; say so at WARNING if it does not answer, and go on.
+
+    A Prometheus that is down, unnamed in DNS, refuses our certificate or our
+    credentials may come right without a restart (it is starting too, a Secret is
+    being rotated): the controller runs and every target holds, with the same cause
+    in its hold reason and its ``MetricsUnhealthy`` Event.
+    """
+    from gpuscale.metrics.signal import MetricsUnavailable
+
+    try:
+        source.check(time.time())
+    except MetricsUnavailable as exc:
+        logger.warning(
+            "--prometheus %s does not answer (%s: %s); every target holds its replicas until "
+            "it does: check the address, its TLS and credential flags",
+            redact_url(url),
+            exc.reason,
+            exc,
+        )
+
+
 def autoscale(
     config: Annotated[
         Path,
@@ -68,94 +97,53 @@ def autoscale(
             envvar="GPUSCALE_AUTOSCALE_CONFIG",
         ),
     ],
-    kubeconfig: Annotated[
-        str | None,
-        typer.Option(
-            help="Kubeconfig file (default: in-cluster config, else ~/.kube/config).",
-            envvar="GPUSCALE_KUBECONFIG",
-        ),
-    ] = None,
-    context: Annotated[
-        str | None,
-        typer.Option(
-            help="Kubeconfig context (default: the current one).", envvar="GPUSCALE_CONTEXT"
-        ),
-    ] = None,
-    prometheus: Annotated[
-        str,
-        typer.Option(
-            help="Prometheus-compatible query API base URL (Prometheus, VictoriaMetrics, Thanos).",
-            envvar="GPUSCALE_PROMETHEUS",
-        ),
-    ] = "http://localhost:9090",
-    prometheus_timeout: Annotated[
-        float,
-        typer.Option(
-            min=0.1,
-            help="Seconds before a query is abandoned.",
-            envvar="GPUSCALE_PROMETHEUS_TIMEOUT",
-        ),
-    ] = 5.0,
-    prometheus_bearer_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="File holding a bearer token for Prometheus.",
-            envvar="GPUSCALE_PROMETHEUS_BEARER_TOKEN_FILE",
-        ),
-    ] = None,
-    prometheus_ca_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM CA bundle to verify Prometheus' certificate.",
-            envvar="GPUSCALE_PROMETHEUS_CA_FILE",
-        ),
-    ] = None,
-    prometheus_basic_auth_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="File holding USER:PASSWORD for Prometheus basic auth.",
-            envvar="GPUSCALE_PROMETHEUS_BASIC_AUTH_FILE",
-        ),
-    ] = None,
-    prometheus_cert_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM client certificate for Prometheus (with --prometheus-key-file).",
-            envvar="GPUSCALE_PROMETHEUS_CERT_FILE",
-        ),
-    ] = None,
-    prometheus_key_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM private key of --prometheus-cert-file.",
-            envvar="GPUSCALE_PROMETHEUS_KEY_FILE",
-        ),
-    ] = None,
-    prometheus_insecure_skip_verify: Annotated[
-        bool,
-        typer.Option(
-            "--prometheus-insecure-skip-verify",
-            help="Do not verify Prometheus' certificate (KEDA's unsafeSsl).",
-            envvar="GPUSCALE_PROMETHEUS_INSECURE_SKIP_VERIFY",
-        ),
-    ] = False,
+    kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
+    prometheus: PrometheusUrl = "http://localhost:9090",
+    prometheus_timeout: PrometheusTimeout = 5.0,
+    prometheus_bearer_token_file: PrometheusBearerTokenFile = None,
+    prometheus_ca_file: PrometheusCaFile = None,
+    prometheus_basic_auth_file: PrometheusBasicAuthFile = None,
+    prometheus_cert_file: PrometheusCertFile = None,
+    prometheus_key_file: PrometheusKeyFile = None,
+    prometheus_insecure_skip_verify: PrometheusInsecureSkipVerify = False,
     dry_run: Annotated[
         bool,
         typer.Option(
             "--dry-run",
-            help="Decide and log, but change nothing in the cluster.",
+            help="Decide and log, but change nothing in the cluster; with no kubeconfig "
+            "outside a pod, decide without a cluster (see --assume-replicas).",
             envvar="GPUSCALE_DRY_RUN",
         ),
     ] = False,
+    assume_replicas: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--assume-replicas",
+            metavar="[NAMESPACE/]NAME=N",
+            help="With --dry-run: decide without a cluster, from [NAMESPACE/]NAME=N replicas "
+            "of the target of that scaleTargetRef name (repeatable; other targets: their "
+            "minReplicas). A dry run with no kubeconfig and outside a pod does so anyway.",
+            envvar="GPUSCALE_ASSUME_REPLICAS",
+            show_default=False,
+        ),
+    ] = None,
     once: Annotated[
         bool,
         typer.Option(
-            "--once", help="Run one sync over every target and exit.", envvar="GPUSCALE_ONCE"
+            "--once",
+            help="Run one sync over every target, print each decision, and exit.",
+            envvar="GPUSCALE_ONCE",
         ),
     ] = False,
     sync_period: Annotated[
         float,
-        typer.Option(min=0.1, help="Seconds between syncs.", envvar="GPUSCALE_SYNC_PERIOD"),
+        typer.Option(
+            parser=positive_seconds_option,
+            metavar="<duration>",
+            help="Seconds between syncs.",
+            envvar="GPUSCALE_SYNC_PERIOD",
+        ),
     ] = 15.0,
     workers: Annotated[
         int,
@@ -199,10 +187,12 @@ def autoscale(
             envvar="GPUSCALE_LEASE_NAMESPACE",
         ),
     ] = None,
+    state_configmap: StateConfigMapName = "gpuscale-autoscaler-state",
     lease_duration: Annotated[
         int,
         typer.Option(
-            min=1,
+            parser=whole_seconds_option,
+            metavar="<duration>",
             help="Seconds a Lease is valid without renewal.",
             envvar="GPUSCALE_LEASE_DURATION",
         ),
@@ -210,7 +200,8 @@ def autoscale(
     renew_deadline: Annotated[
         float,
         typer.Option(
-            min=0.5,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds the leader keeps trying to renew before it stops acting.",
             envvar="GPUSCALE_RENEW_DEADLINE",
         ),
@@ -218,7 +209,8 @@ def autoscale(
     retry_period: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds between tries to take or renew the Lease.",
             envvar="GPUSCALE_RETRY_PERIOD",
         ),
@@ -244,18 +236,34 @@ def autoscale(
     from gpuscale.control.config import load
     from gpuscale.control.controller import Controller
     from gpuscale.control.kubecall import RetryPolicy
-    from gpuscale.control.kubernetes import KubeActuator
-    from gpuscale.control.seams import Settings
+    from gpuscale.control.kubernetes import KubeActuator, cluster_config_found
+    from gpuscale.control.offline import AssumedCluster, assumed_replicas
+    from gpuscale.control.seams import Settings, label
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
+    from gpuscale.control.statestore import StateConfigMap
     from gpuscale.control.targets import runtimes
     from gpuscale.exporter.server import parse_address
-    from gpuscale.metrics.prometheus import PrometheusSource
+    from gpuscale.metrics.prometheus import check_url
 
     if leader_elect and not renew_deadline < lease_duration:
         raise config_error(
             f"--renew-deadline {renew_deadline:g}",
             f"must be shorter than --lease-duration {lease_duration:g}",
             "lower it (client-go's defaults are 10 s and 15 s)",
+        )
+    check_url(prometheus, "--prometheus")
+    check_state_configmap(state_configmap)
+    if assume_replicas and not dry_run:
+        raise config_error(
+            "--assume-replicas",
+            "only a dry run can assume replicas (a real run scales what is there)",
+            "add --dry-run, or leave --assume-replicas out",
+        )
+    if assume_replicas and kubeconfig is not None:
+        raise config_error(
+            "--assume-replicas/--kubeconfig",
+            "both are given: replicas would come from the file and the cluster",
+            "choose one",
         )
     targets = runtimes(load(config))
     host, port = parse_address(address)
@@ -264,50 +272,47 @@ def autoscale(
         from gpuscale.exporter.webconfig import load_web_config
 
         gate = load_web_config(web_config_file)
-    token = _read_secret(prometheus_bearer_token_file, "--prometheus-bearer-token-file")
-    basic = _read_secret(prometheus_basic_auth_file, "--prometheus-basic-auth-file")
-    user, sep, password = (basic or "").partition(":")
-    if basic is not None and not (sep and user):
-        raise config_error(
-            f"--prometheus-basic-auth-file {prometheus_basic_auth_file}",
-            "does not hold USER:PASSWORD",
-            "write one line: the user, a colon, the password",
-        )
-    if token is not None and basic is not None:
-        raise config_error(
-            "--prometheus-bearer-token-file/--prometheus-basic-auth-file",
-            "both are given",
-            "choose one way to authenticate to Prometheus",
-        )
-    source = PrometheusSource(
+    source = prometheus_source(
         prometheus,
         timeout_s=prometheus_timeout,
-        bearer_token=token,
-        basic_auth=(user, password) if basic is not None else None,
+        bearer_token_file=prometheus_bearer_token_file,
+        basic_auth_file=prometheus_basic_auth_file,
         ca_file=prometheus_ca_file,
         cert_file=prometheus_cert_file,
         key_file=prometheus_key_file,
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
-    elect = leader_elect and not once
+    offline = dry_run and (bool(assume_replicas) or not cluster_config_found(kubeconfig))
+    elect = leader_elect and not once and not offline
     # With leader election, one request (and one call's retries) must end well inside
     # the renew deadline: a write is sent only while the lease outlasts its timeout.
     write_s = min(WRITE_TIMEOUT_S, renew_deadline / 3)
     retry = RetryPolicy(timeout_s=write_s, total_s=renew_deadline / 2) if elect else None
-    actuator = KubeActuator.connect(kubeconfig, context, retry=retry)
+    actuator: KubeActuator | AssumedCluster
+    if offline:
+        assumed = assumed_replicas(targets, assume_replicas or [])
+        actuator = AssumedCluster(assumed)
+        logger.info(
+            "dry run without a cluster: no pods, no saved policy state, replicas assumed: %s",
+            ", ".join(f"{label(ref)}={n}" for ref, n in assumed.items()),
+        )
+    else:
+        state = StateConfigMap(own_namespace(lease_namespace), state_configmap)
+        actuator = KubeActuator.connect(kubeconfig, context, retry=retry, state=state)
     elector = None
-    if elect:
+    if elect and isinstance(actuator, KubeActuator):
         from gpuscale.control.lease import LeaseElector
 
         elector = LeaseElector(
             actuator.api_client,
-            _lease_namespace(lease_namespace),
+            own_namespace(lease_namespace),
             lease_name,
             identity or f"{socket.gethostname()}_{os.getpid()}",
             lease_duration_s=lease_duration,
             renew_deadline_s=renew_deadline,
             retry_period_s=retry_period,
         )
+    _probe(source, prometheus)
     settings = Settings(sync_period, retry_period, dry_run, workers, write_margin_s=write_s)
     metrics = ControllerMetrics()
     health = HealthState(3 * max(sync_period, retry_period, 10.0))
@@ -322,6 +327,8 @@ def autoscale(
     )
     if once:
         outcomes = controller.sync()
+        for o in outcomes:  # the result, on stdout; the log (stderr) has the inputs too
+            typer.echo(f"{o.target}: {o.current} -> {o.replicas} ({o.reason})")
         failed = [o for o in outcomes if o.error is not None]
         if failed:
             raise typer.Exit(1)

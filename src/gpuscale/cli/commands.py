@@ -11,7 +11,7 @@ an extra that is not installed ends the command with one line naming the extra.
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -50,6 +50,10 @@ SUBCOMMANDS = {
         "gpuscale.cli.autoscale",
         "Scale GPU workloads from Prometheus with the gpuscale policies, through /scale.",
     ),
+    "keda-scaler": Subcommand(
+        "gpuscale.cli.keda",
+        "Serve KEDA's external scaler API, so ScaledObjects scale by gpuscale policies.",
+    ),
     "up": Subcommand(
         "gpuscale.cli.up",
         "Run the exporter, evaluate the alert rules in process and serve their alerts.",
@@ -84,8 +88,59 @@ def load_subcommand(name: str) -> Any:  # noqa: ANN401 - a Click command of Type
     holder = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
     module.register(holder)
     command = typer.main.get_group(holder).commands[name]
+    add_version_option(command)
     plain_help(command)
     return command
+
+
+def package_version() -> str:
+    """Gpuscale's installed version, or a line saying it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuscale")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(ctx: typer.Context, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        typer.echo(f"{ctx.command_path} version {package_version()}")
+        raise typer.Exit
+
+
+def _version_option() -> Any:  # noqa: ANN401 - a parameter of Typer's bundled click
+    """A ``--version`` option, built through Typer's public API from a one-option command."""
+    holder = typer.Typer()
+
+    @holder.command()
+    def _shows(
+        version: Annotated[
+            bool,
+            typer.Option(
+                "--version",
+                is_eager=True,
+                expose_value=False,
+                callback=_print_version,
+                help="Show the version and exit.",
+            ),
+        ] = False,
+    ) -> None:
+        """Never run: its one parameter is what is wanted."""
+
+    return typer.main.get_command(holder).params[0]
+
+
+def add_version_option(command: Any) -> None:  # noqa: ANN401 - a command of Typer's bundled click
+    """Give ``command`` (and each command of a group) ``--version``, unless it has its own.
+
+    Every command answers ``--version`` the same way (``gpuscale rules render version
+    0.1.0``), so a container's entrypoint check works whichever subcommand it runs.
+    """
+    if not any("--version" in getattr(p, "opts", ()) for p in command.params):
+        command.params.append(_version_option())
+    for sub in getattr(command, "commands", {}).values():
+        add_version_option(sub)
 
 
 class LazyGroup(TyperGroup):

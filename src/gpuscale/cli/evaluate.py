@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from gpuscale.durations import seconds_option, whole_seconds_option
 from gpuscale.errors import config_error
 from gpuscale.evaluate import policies as registry
 from gpuscale.sim.queue_model import QUEUE_MODELS, QueueModel
@@ -103,7 +104,7 @@ def evaluate(
         list[str] | None,
         typer.Option(
             help=f"Policy to run ({', '.join(registry.names())}); repeatable "
-            "\\[default: all of them].",
+            f"\\[default: {', '.join(registry.default_names())}].",
             envvar="GPUSCALE_POLICY",
             show_default=False,
         ),
@@ -117,6 +118,8 @@ def evaluate(
     slo_latency: Annotated[
         float | None,
         typer.Option(
+            parser=seconds_option,
+            metavar="<duration>",
             help="End-to-end latency a request must meet, seconds "
             "\\[default: auto, from the trace's service time].",
             envvar="GPUSCALE_SLO_LATENCY",
@@ -126,22 +129,26 @@ def evaluate(
     timeout: Annotated[
         float | None,
         typer.Option(
+            parser=seconds_option,
+            metavar="<duration>",
             help="Seconds a request may wait before it is dropped \\[default: auto, 4 x SLO].",
-            envvar="GPUSCALE_TIMEOUT",
+            envvar="GPUSCALE_EVALUATE_TIMEOUT",
             show_default=False,
         ),
     ] = None,
     duration: Annotated[
         int | None,
         typer.Option(
+            parser=whole_seconds_option,
+            metavar="<duration>",
             help="Simulate only the first this many seconds "
             "\\[default: the whole trace; generators: a day for diurnal, else an hour].",
-            envvar="GPUSCALE_DURATION",
+            envvar="GPUSCALE_EVALUATE_DURATION",
             show_default=False,
         ),
     ] = None,
     seed: Annotated[
-        int, typer.Option(help="Seed shared by every run.", envvar="GPUSCALE_SEED")
+        int, typer.Option(help="Seed shared by every run.", envvar="GPUSCALE_EVALUATE_SEED")
     ] = 0,
     queue_model: Annotated[
         str,
@@ -159,7 +166,7 @@ def evaluate(
             "straggler@120:factor=0.3:duration=600; repeatable, several separated by spaces "
             "in the environment variable \\[default: none].",
             # GPUSCALE_SIM_FAULTS: the old name, read (with a warning) for one release.
-            envvar=["GPUSCALE_FAULTS", "GPUSCALE_SIM_FAULTS"],
+            envvar=["GPUSCALE_EVALUATE_FAULTS", "GPUSCALE_SIM_FAULTS"],
             show_default=False,
         ),
     ] = None,
@@ -211,6 +218,8 @@ def evaluate(
     service_time: Annotated[
         float | None,
         typer.Option(
+            parser=seconds_option,
+            metavar="<duration>",
             help="GPU seconds per request for generators and rate files \\[default: 1.0].",
             envvar="GPUSCALE_SERVICE_TIME",
             show_default=False,
@@ -227,6 +236,8 @@ def evaluate(
     warmup: Annotated[
         float | None,
         typer.Option(
+            parser=seconds_option,
+            metavar="<duration>",
             help="Seconds at the start of each run that are not scored "
             "\\[default: 600, or a fifth of a run shorter than 3000 s].",
             envvar="GPUSCALE_WARMUP",
@@ -303,8 +314,11 @@ def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path
     from gpuscale.evaluate.executor import open_runner
     from gpuscale.evaluate.report import (
         comparison_table,
+        dash_notes,
         fault_table,
         step_table,
+        table_rows,
+        verdict,
         write_report,
     )
     from gpuscale.evaluate.scoring import evaluation_from_sweep
@@ -366,9 +380,12 @@ def _run(sweep: "SweepRequest", jobs: int, dask_scheduler: str | None, out: Path
     if not table_console.is_terminal:  # piped: don't squeeze the table to 80 columns
         table_console = Console(width=160)
     table_console.print(comparison_table(evaluation))
+    for note in dash_notes(table_rows(evaluation)):
+        typer.echo(note)
     for extra in (fault_table(evaluation), step_table(evaluation)):
         if extra is not None:
             table_console.print(extra)
+    typer.echo(verdict(evaluation))
     typer.echo(f"wrote {json_path} and {html_path}")
 
 

@@ -166,6 +166,12 @@ def exporter(
     if kubernetes:
         from gpuscale.exporter.pods import PodMapper
 
+        if resource_names:
+            logger.warning(
+                "--kubernetes-resource-name (GPUSCALE_KUBERNETES_RESOURCE_NAMES) is deprecated "
+                "and stops working in the next release; use --nvidia-resource-names "
+                "(NVIDIA_RESOURCE_NAMES)"
+            )
         names = (
             *GPU_RESOURCES,
             *split_list(nvidia_resource_names),

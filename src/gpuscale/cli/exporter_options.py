@@ -309,8 +309,9 @@ ResourceNamesOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--kubernetes-resource-name",
-        help="Extra device-plugin resource names to attribute (repeatable).",
+        help="Deprecated: use --nvidia-resource-names, which names the same thing.",
         envvar="GPUSCALE_KUBERNETES_RESOURCE_NAMES",
+        hidden=True,
     ),
 ]
 GpusOpt = Annotated[

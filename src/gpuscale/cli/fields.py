@@ -59,7 +59,9 @@ def fields(
     csv: Annotated[
         bool,
         typer.Option(
-            "--csv", help="Print the default counters file (edit it and pass --collectors)."
+            "--csv",
+            help="Print the default counters file (edit it and pass --collectors).",
+            envvar="GPUSCALE_FIELDS_CSV",
         ),
     ] = False,
 ) -> None:

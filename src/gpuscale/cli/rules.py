@@ -21,6 +21,7 @@ from gpuscale.alerts.config import default_settings_yaml, load_config
 from gpuscale.alerts.model import alert_names
 from gpuscale.alerts.render import render as render_rules
 from gpuscale.alerts.resource import ResourceMetadata
+from gpuscale.durations import whole_seconds_option
 from gpuscale.errors import config_error
 
 if TYPE_CHECKING:
@@ -58,9 +59,12 @@ def render(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", "-o", help="File to write; - for standard output.", envvar="GPUSCALE_RULES_OUT"
+            "--out",
+            "-o",
+            help="File to write; - for standard output, as rules defaults writes.",
+            envvar="GPUSCALE_RULES_OUT",
         ),
-    ],
+    ] = Path("-"),
     fmt: Annotated[
         RuleFormat,
         typer.Option(
@@ -133,7 +137,8 @@ def backtest(
         typer.Option(
             help="A fault to inject, each on its own simulated host (repeatable): "
             "gpu-lost@SECONDS:gpu=N, xid@SECONDS:code=N:gpu=N, ecc-dbe@SECONDS:gpu=N, "
-            "row-remap@SECONDS:gpu=N, thermal@SECONDS:gpu=N[:rise_c=C][:duration=SECONDS].",
+            "row-remap@SECONDS:gpu=N, thermal@SECONDS:gpu=N (optionally :rise_c=C, "
+            ":duration=SECONDS).",
             envvar="GPUSCALE_BACKTEST_FAULTS",
         ),
     ] = None,
@@ -152,17 +157,23 @@ def backtest(
         ),
     ] = 8,
     duration: Annotated[
-        str,
+        int,
         typer.Option(
-            help="Length of the history (a duration).", envvar="GPUSCALE_BACKTEST_DURATION"
+            parser=whole_seconds_option,
+            metavar="<duration>",
+            help="Length of the history (a duration).",
+            envvar="GPUSCALE_BACKTEST_DURATION",
         ),
-    ] = "2h",
+    ] = 7200,
     scrape_interval: Annotated[
-        str,
+        int,
         typer.Option(
-            help="Scrape and evaluation interval.", envvar="GPUSCALE_BACKTEST_SCRAPE_INTERVAL"
+            parser=whole_seconds_option,
+            metavar="<duration>",
+            help="Scrape and evaluation interval.",
+            envvar="GPUSCALE_BACKTEST_SCRAPE_INTERVAL",
         ),
-    ] = "15s",
+    ] = 15,
     seed: Annotated[
         int,
         typer.Option(
@@ -227,12 +238,12 @@ def backtest(
     _check_combination(ctx, prometheus)
     settings = load_config(config)
     sweeps = [parse_sweep(s) for s in sweep or []]
-    step = _seconds("--scrape-interval", scrape_interval)
+    step = scrape_interval
     if prometheus is not None:
         _live(prometheus, start, end, faults_file, step, settings, sweeps, report)
         return
     faults = [parse_fault(f, "exporter") for f in fault or []]
-    length = _seconds("--duration", duration)
+    length = duration
     for f in faults:
         if f.at_s >= length or (f.gpu or 0) >= gpus:
             raise config_error(
@@ -326,18 +337,6 @@ def _live(
     print_scores(scores, points, step)
     if report is not None:
         _write_report(report, scores, points)
-
-
-def _seconds(flag: str, text: str) -> float:
-    from gpuscale.alerts.promql_text import duration_seconds
-
-    try:
-        value = duration_seconds(text)
-    except ValueError as exc:
-        raise config_error(f"{flag} {text}", str(exc), "write e.g. 15s, 2h") from None
-    if value <= 0:
-        raise config_error(f"{flag} {text}", "must be longer than 0s", "write e.g. 15s, 2h")
-    return float(value)
 
 
 def _delay(value: float | None) -> str:

@@ -28,6 +28,7 @@ from gpuscale.alerts.evaluate_notify import RESEND_DELAY_S, Notifier
 from gpuscale.alerts.evaluate_remote import PrometheusSelectors
 from gpuscale.alerts.model import RuleGroup
 from gpuscale.cli import exporter_options as o
+from gpuscale.durations import positive_seconds_option, seconds_option
 from gpuscale.errors import ConfigError, config_error
 from gpuscale.exporter.collector import SnapshotFamilies
 from gpuscale.exporter.sampler import Sampler
@@ -83,7 +84,8 @@ def up(
     scrape_interval: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds between two in-process scrapes.",
             envvar="GPUSCALE_SCRAPE_INTERVAL",
         ),
@@ -91,7 +93,8 @@ def up(
     evaluation_interval: Annotated[
         float,
         typer.Option(
-            min=0.1,
+            parser=positive_seconds_option,
+            metavar="<duration>",
             help="Seconds between two evaluations of the rules.",
             envvar="GPUSCALE_EVALUATION_INTERVAL",
         ),
@@ -108,7 +111,8 @@ def up(
     resend_delay: Annotated[
         float,
         typer.Option(
-            min=0.0,
+            parser=seconds_option,
+            metavar="<duration>",
             help="Seconds before a firing alert is sent again (Prometheus's "
             "--rules.alert.resend-delay).",
             envvar="GPUSCALE_RESEND_DELAY",
@@ -134,9 +138,10 @@ def up(
     duration: Annotated[
         float | None,
         typer.Option(
-            min=0.0,
+            parser=seconds_option,
+            metavar="<duration>",
             help="Stop after this many seconds \\[default: run until interrupted].",
-            envvar="GPUSCALE_DURATION",
+            envvar="GPUSCALE_UP_DURATION",
             show_default=False,
         ),
     ] = None,

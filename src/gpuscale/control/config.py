@@ -50,6 +50,7 @@ from gpuscale.control.scaledobject import (
 from gpuscale.errors import ConfigError, config_error
 from gpuscale.inputs import file_where, load_yaml, read_text_file
 from gpuscale.metrics.rawquery import parse
+from gpuscale.metrics.serving_stacks import StackName
 from gpuscale.scaling.catalogue import PolicyKind
 
 API_VERSION = "gpuscale.io/v1alpha1"
@@ -176,6 +177,22 @@ class MetricsSpec(_Strict):
         default_factory=dict,
         description="Replaces a policy signal by its key (the metric name the policy reads).",
     )
+    serving_stack: StackName | None = Field(
+        None,
+        alias="servingStack",
+        description="Read the serving stack's own series in place of gpuscale's serving "
+        "series (requests running, queued and completed) and, for hybrid, its TTFT "
+        "histogram as a quantile. A key in signals still wins.",
+    )
+    latency_quantile: float = Field(
+        0.99,
+        alias="latencyQuantile",
+        gt=0,
+        lt=1,
+        description="With servingStack: the quantile its latency histograms are read at, "
+        "the SLO's percentile (0.99 reads p99).",
+    )
+
     server: MetricsServer | None = Field(
         None,
         description="Where this target's signals are read; absent: the controller's "

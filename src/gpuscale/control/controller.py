@@ -6,8 +6,9 @@ the policy's ``Observation``, holds on data the fail-safe finds unfit, runs the
 unchanged policy, bounds the result, deletes the pods the policy replaces and,
 with ``remediate``, a pod on a broken GPU, and writes ``/scale``
 (``seams.KubeWorkload``). Around the step the loop persists the policy's state
-in an annotation on the target (only when a decision-relevant part changed, or
-once a minute), records Events and logs the decision. Targets are
+in the controller's own ConfigMap, one key per target (only when a
+decision-relevant part changed, or once a minute), records Events and logs the
+decision. Targets are
 reconciled concurrently and each in isolation: an exception in one (a 403, an
 API server hiccup, a policy bug) is logged, counted and leaves the others
 untouched.
@@ -15,11 +16,15 @@ untouched.
 With an elector (``control.lease.LeaseElector``) only the replica holding the
 Lease acts; the others keep renewing their claim every ``retry_period_s`` and do
 nothing else. A replica that gains the lease reloads every target's state from
-its annotation, so it carries on where the previous leader stopped.
+the ConfigMap, so it carries on where the previous leader stopped.
 
 Time comes from ``clock`` and waiting from ``wait`` (seams: tests run the loop on a
-fake clock). Every decision is logged at INFO with the inputs that drove it; the
-JSON log format carries them as structured fields (``decision``).
+fake clock). Every decision is logged with the inputs that drove it, and the JSON
+log format carries them as structured fields (``decision``): a change (replicas
+read or set, a hold ending) at INFO, a hold starting or changing cause at WARNING, a
+sync that decides as the one before at DEBUG, so a steady target writes one line
+per change, and one Event (``SuccessfulRescale``, ``MetricsUnhealthy``,
+``MetricsHealthy``) per scale or hold episode.
 """
 
 import json
@@ -35,7 +40,6 @@ from typing import Any
 from gpuscale.control.kubecall import KubeForbiddenError, KubeUnavailableError, NotLeaderError
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.seams import (
-    STATE_KEY,
     STATE_REWRITE_S,
     Actuator,
     Elector,
@@ -97,6 +101,8 @@ class Controller:
         self._holding: dict[TargetRef, str] = {}
         self._steps: dict[TargetRef, DecisionStep[Any]] = {}
         self._reported: set[str] = set()
+        # Per target label: (replicas read, replicas set, hold reason) last logged.
+        self._last: dict[str, tuple[int | None, int | None, str | None]] = {}
         self._gained = threading.Event()  # set by the renewal, cleared by the loop
 
     # ------------------------------------------------------------------ loop
@@ -185,7 +191,7 @@ class Controller:
             )
 
     def _reload_if_gained(self) -> None:
-        """After gaining the Lease, forget cached states (the annotations are the truth)."""
+        """After gaining the Lease, forget cached states (the stored ones are the truth)."""
         if self._gained.is_set():
             self._gained.clear()
             self._states.clear()
@@ -322,13 +328,13 @@ class Controller:
     # ------------------------------------------------------------------ state
     def _state(self, rt: TargetRuntime) -> PolicyState:
         if rt.ref not in self._states:
-            saved = self.actuator.load_state(rt.ref, STATE_KEY)
+            saved = self.actuator.load_state(rt.ref)
             self._states[rt.ref] = self._saved_state(rt, saved)
             self._saved[rt.ref] = SavedState(json.dumps(saved, sort_keys=True), None, -math.inf)
         return self._states[rt.ref]
 
     def _saved_state(self, rt: TargetRuntime, saved: Mapping[str, Any]) -> PolicyState:
-        """The state saved in the annotation, or a fresh one (with a warning) if unusable."""
+        """The stored state, or a fresh one (with a warning) if unusable."""
         policy: ScalingPolicy[PolicyState] = rt.policy
         if not saved:
             return policy.initial_state()
@@ -348,11 +354,11 @@ class Controller:
         return policy.initial_state()
 
     def _keep_state(self, rt: TargetRuntime, state: PolicyState, now: float) -> None:
-        """Keep the state; write the annotation when a decision-relevant field changed.
+        """Keep the state; store it when a decision-relevant field changed.
 
         A state whose only change is time passing (``PolicyState.essential`` unchanged)
         is written at most once per ``STATE_REWRITE_S``: each write is an etcd write
-        and a watch event for every watcher of the workload.
+        and a watch event for every watcher of the ConfigMap.
         """
         self._states[rt.ref] = state
         if self.settings.dry_run:
@@ -364,7 +370,7 @@ class Controller:
             return
         if last is not None and essential == last.essential and now - last.at < STATE_REWRITE_S:
             return
-        self.actuator.save_state(rt.ref, STATE_KEY, json.loads(text))
+        self.actuator.save_state(rt.ref, json.loads(text))
         self.metrics.state_writes.labels(label(rt.ref)).inc()
         self._saved[rt.ref] = SavedState(text, essential, now)
 
@@ -388,20 +394,26 @@ class Controller:
     def _hold(self, rt: TargetRuntime, out: Outcome, problem: failsafe.Problem) -> None:
         self.metrics.holds.labels(out.target, problem.reason).inc()
         self.metrics.metrics_healthy.labels(out.target).set(0)
+        message = f"holding replicas at {out.current}, never scaling in: {problem}"
         if rt.ref not in self._holding:  # one Event when a hold starts, whatever its reasons
-            logger.warning("%s: holding at %s replicas: %s", out.target, out.current, problem)
-            self._event(
-                rt,
-                "MetricsUnhealthy",
-                f"holding replicas at {out.current}, never scaling in: {problem}",
-                warning=True,
-            )
-        self._holding[rt.ref] = problem.reason
+            self._event(rt, "MetricsUnhealthy", message, warning=True)
+        self._holding[rt.ref] = message
+
+    def unhealthy(self, ref: TargetRef) -> str | None:
+        """Why the target's metrics are unfit now, as its ``MetricsUnhealthy`` Event said.
+
+        What a ``MetricsHealthy`` status condition reports: the latest sync's hold
+        message while a hold goes on, None while the policy is in control.
+
+        Returns:
+            E.g. ``holding replicas at 2, never scaling in: metrics unavailable: connect:
+            ...``, or None.
+        """
+        return self._holding.get(ref)
 
     def _recover(self, rt: TargetRuntime, out: Outcome) -> None:
         self.metrics.metrics_healthy.labels(out.target).set(1)
-        if self._holding.pop(rt.ref, None) is not None:
-            logger.info("%s: metrics healthy again; policy %s in control", out.target, out.policy)
+        if self._holding.pop(rt.ref, None) is not None:  # the decision line says so in the log
             self._event(rt, "MetricsHealthy", f"metrics healthy again; {out.policy} in control")
 
     # ------------------------------------------------------------ deletions
@@ -444,11 +456,25 @@ class Controller:
 
     # ---------------------------------------------------------------- logging
     def _log(self, out: Outcome) -> None:
-        record = asdict(out)
+        """One line per decision change: a hold (starting, or with a new cause) at WARNING.
+
+        A decision like the target's previous one (the same replicas read and set,
+        the same hold or none) is logged at DEBUG: a steady state, or a steady hold
+        through an outage, writes one line, not one per sync.
+        """
         if out.error is not None:
+            self._last.pop(out.target, None)  # the next decision is news again
             return  # reported by _fail
+        key = (out.current, out.replicas, out.held)
+        if self._last.get(out.target) == key:
+            level = logging.DEBUG
+        else:
+            level = logging.WARNING if out.held is not None else logging.INFO
+        self._last[out.target] = key
+        record = asdict(out)
         prefix = "dry run: " if out.dry_run else ""
-        logger.info(
+        logger.log(
+            level,
             "%s%s: %s -> %s (%s)",
             prefix,
             out.target,

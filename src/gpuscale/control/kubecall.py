@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 

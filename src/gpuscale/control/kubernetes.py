@@ -12,7 +12,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import socket
 import time
 from collections import Counter
@@ -25,7 +24,15 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from gpuscale.control.config import DNS1123_LABEL, DNS1123_SUBDOMAIN, GROUP_VERSION
-from gpuscale.control.kubecall import Json, KubeCall, KubeUnavailableError, RetryPolicy, WriteGuard
+from gpuscale.control.kubecall import (
+    MERGE_PATCH,
+    Json,
+    KubeCall,
+    KubeUnavailableError,
+    RetryPolicy,
+    WriteGuard,
+)
+from gpuscale.control.statestore import StateConfigMap, StateStore, state_key
 from gpuscale.errors import config_error
 from gpuscale.fields.resources import GPU_RESOURCES
 from gpuscale.scaling.policy import PodStatus, TargetStatus
@@ -35,10 +42,8 @@ logger = logging.getLogger(__name__)
 ApiClient = k8s.ApiClient
 """The client's connection; other modules name it through here, never importing ``kubernetes``."""
 
-MERGE_PATCH = "application/merge-patch+json"
-STATE_PREFIX = "gpuscale.io/"
-_ANNOTATION_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_ANNOTATIONS_MAX_BYTES = 256 * 1024  # the API server's limit on all annotations of an object
+LEGACY_STATE_ANNOTATION = "gpuscale.io/state"
+"""Where earlier versions kept a target's policy state: read once if the ConfigMap lacks it."""
 _WELL_KNOWN = {
     ("apps/v1", "Deployment"): "deployments",
     ("apps/v1", "StatefulSet"): "statefulsets",
@@ -109,6 +114,38 @@ def _holds(node: Json, per_pod: int, ours: int) -> int | None:
     return _gpus(node.get("status", {}).get("allocatable")) // per_pod
 
 
+def default_kubeconfigs() -> list[str]:
+    """The files the client reads when no kubeconfig is named: ``$KUBECONFIG``'s, else one.
+
+    Returns:
+        Each path of ``$KUBECONFIG`` (separated as the OS separates paths), else
+        ``~/.kube/config``; ``~`` expanded.
+    """
+    paths = os.environ.get("KUBECONFIG", "") or "~/.kube/config"
+    return [os.path.expanduser(p) for p in paths.split(os.pathsep) if p]
+
+
+def in_cluster() -> bool:
+    """Whether this process runs in a pod (the kubelet sets ``KUBERNETES_SERVICE_HOST``).
+
+    Returns:
+        True in a pod.
+    """
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def cluster_config_found(kubeconfig: str | None) -> bool:
+    """Whether ``KubeActuator.connect(kubeconfig)`` has anything to connect with.
+
+    Returns:
+        True for a named kubeconfig (``connect`` judges it), in a pod, or when a
+        default kubeconfig file exists.
+    """
+    if kubeconfig is not None or in_cluster():
+        return True
+    return any(os.path.isfile(p) for p in default_kubeconfigs())
+
+
 class KubeActuator:
     """Reads and writes scale targets, pods, nodes and Events through the API server.
 
@@ -118,6 +155,7 @@ class KubeActuator:
         sleep: Sleeps between retries (a seam for tests).
         clock: Wall clock for Event timestamps, seconds since the epoch.
         component: Event source component (``reportingComponent``).
+        state: The ConfigMap that holds the policy states.
     """
 
     def __init__(
@@ -128,9 +166,11 @@ class KubeActuator:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         component: str = "gpuscale-autoscaler",
+        state: StateConfigMap | None = None,
     ) -> None:
         self.api_client = api_client
         self.call = KubeCall(api_client, retry, sleep=sleep)
+        self.states = StateStore(self.call, state or StateConfigMap())
         self._clock = clock
         self._component = component
         self._instance = socket.gethostname()
@@ -148,6 +188,7 @@ class KubeActuator:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         pool_size: int = 32,
+        state: StateConfigMap | None = None,
     ) -> "KubeActuator":
         """Connect in-cluster (no kubeconfig and KUBERNETES_SERVICE_HOST set) or by kubeconfig.
 
@@ -158,28 +199,37 @@ class KubeActuator:
             sleep: Sleeps between retries.
             clock: Wall clock for Event timestamps.
             pool_size: Connections kept open to the API server (at least the worker threads).
+            state: The ConfigMap that holds the policy states (``default``'s when None).
 
         Returns:
             The actuator.
 
         Raises:
-            ConfigError: When the kubeconfig is missing, unreadable or lacks the context.
+            ConfigError: When the kubeconfig is missing (the one named, or every default
+                one outside a pod), unreadable or lacks the context.
         """
         cfg = k8s.Configuration()
-        in_cluster = kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        pod = kubeconfig is None and in_cluster()
         if kubeconfig is not None and not os.path.isfile(kubeconfig):
             raise config_error(
                 f"--kubeconfig {kubeconfig}", "no such file", "pass an existing kubeconfig"
             )
+        if not cluster_config_found(kubeconfig):
+            raise config_error(
+                f"kubeconfig {os.pathsep.join(default_kubeconfigs())}",
+                "no such file, and not in a pod (KUBERNETES_SERVICE_HOST is not set)",
+                "pass --kubeconfig PATH, run in a pod with a service account, or add "
+                "--dry-run to decide without a cluster",
+            )
         try:
-            if in_cluster:
+            if pod:
                 k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             else:
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
         except k8s_config.ConfigException as exc:
-            if in_cluster:
+            if pod:
                 where, fix = (
                     "in-cluster config",
                     "mount the service account token or pass --kubeconfig",
@@ -192,7 +242,7 @@ class KubeActuator:
             raise config_error(where, f"cannot load: {reason}", fix) from None
         cfg.retries = False  # our own bounded retries, not urllib3's silent ones
         cfg.connection_pool_maxsize = pool_size
-        return cls(k8s.ApiClient(cfg), retry=retry, sleep=sleep, clock=clock)
+        return cls(k8s.ApiClient(cfg), retry=retry, sleep=sleep, clock=clock, state=state)
 
     def guard_writes(self, guard: WriteGuard | None) -> None:
         """Check ``guard`` before every write from now on (each retry included)."""
@@ -315,39 +365,56 @@ class KubeActuator:
 
         self.call.retrying(f"scale {ref} to {replicas}", attempt)
 
-    # --- policy state in an annotation -----------------------------------------------------
+    # --- policy state, in the controller's ConfigMap ----------------------------------------
 
-    def load_state(self, ref: TargetRef, key: str) -> dict[str, Any]:
-        """The JSON object in annotation ``gpuscale.io/<key>``; {} when absent or unreadable.
+    def load_state(self, ref: TargetRef) -> dict[str, Any]:
+        """The target's saved state: its key of the state ConfigMap, else the old annotation.
+
+        Earlier versions kept the state in annotation ``gpuscale.io/state`` on the
+        target; while the ConfigMap has no key for the target, that annotation is read
+        (never written) so an upgrade carries the state on.
 
         Returns:
-            The saved state.
+            The saved state; {} when there is none, or it is unreadable.
         """
-        obj = self.call("GET", self._path(ref))
-        text = (obj.get("metadata", {}).get("annotations") or {}).get(STATE_PREFIX + key)
+        saved = self.states.load(self._state_key(ref))
+        return saved if saved is not None else self._legacy_state(ref)
+
+    def save_state(self, ref: TargetRef, state: Mapping[str, Any]) -> None:
+        """Write the target's state into its key of the state ConfigMap."""
+        self.states.save(self._state_key(ref), state)
+
+    def _state_key(self, ref: TargetRef) -> str:
+        self._path(ref)  # the parts checked against the name rules first
+        return state_key(ref.api_version, ref.kind, ref.namespace, ref.name)
+
+    def _legacy_state(self, ref: TargetRef) -> dict[str, Any]:
+        """The JSON object in the target's old state annotation; {} when absent or unreadable."""
+        try:
+            obj = self.call("GET", self._path(ref))
+        except KubeUnavailableError as exc:
+            if exc.status != 404:
+                raise
+            return {}  # the status read reports a missing target
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        text = annotations.get(LEGACY_STATE_ANNOTATION)
         if not text:
             return {}
         try:
             state = json.loads(text)
         except ValueError:
+            state = None
+        if not isinstance(state, dict):
             logger.warning(
-                "kubernetes: %s: annotation %s%s is not JSON; ignored", ref, STATE_PREFIX, key
+                "kubernetes: %s: annotation %s is not a JSON object; ignored",
+                ref,
+                LEGACY_STATE_ANNOTATION,
             )
             return {}
-        return state if isinstance(state, dict) else {}
-
-    def save_state(self, ref: TargetRef, key: str, state: Mapping[str, Any]) -> None:
-        """Write ``state`` as JSON into annotation ``gpuscale.io/<key>`` by a merge patch."""
-        if not _ANNOTATION_NAME.match(key):
-            raise ValueError(f"state key {key!r} is not a valid annotation name")
-        try:  # NaN and Infinity are not JSON: the API server would answer 400
-            text = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"state for {key!r} is not JSON: {exc}") from None
-        if len(text.encode()) > _ANNOTATIONS_MAX_BYTES:
-            raise ValueError(f"state for {key!r} is {len(text)} bytes; annotations hold 256 KiB")
-        patch = {"metadata": {"annotations": {STATE_PREFIX + key: text}}}
-        self.call("PATCH", self._path(ref), body=patch, content_type=MERGE_PATCH)
+        logger.info(
+            "kubernetes: %s: state read from the old annotation %s", ref, LEGACY_STATE_ANNOTATION
+        )
+        return state
 
     # --- events, pods, nodes ---------------------------------------------------------------
 

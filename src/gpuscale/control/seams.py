@@ -15,19 +15,18 @@ from gpuscale.control.kubecall import WriteGuard
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.scaling.policy import Observation, TargetStatus
 
-STATE_KEY = "state"
-"""The annotation ``gpuscale.io/state`` holds ``{"policy": name, "state": <the state's JSON>}``."""
-
 STATE_REWRITE_S = 60.0
 """A state whose only change is time passing is rewritten at most this often, seconds."""
 
 
 @dataclass(frozen=True, slots=True)
 class SavedState:
-    """What the annotation holds now, as last written or read.
+    """What the stored policy state holds now, as last written or read.
+
+    The store holds ``{"policy": name, "state": <the state's JSON>}`` per target.
 
     Attributes:
-        text: The annotation's JSON, keys sorted.
+        text: The stored JSON, keys sorted.
         essential: The state's decision-relevant JSON when written (None when read).
         at: When it was written, seconds (-inf when read at start).
     """
@@ -48,12 +47,12 @@ class Actuator(Protocol):
         """Set ``spec.replicas`` through ``/scale``."""
         ...
 
-    def load_state(self, ref: TargetRef, key: str) -> dict[str, Any]:
-        """The JSON in annotation ``gpuscale.io/<key>`` ({} when absent)."""
+    def load_state(self, ref: TargetRef) -> dict[str, Any]:
+        """The target's stored policy state ({} when there is none)."""
         ...
 
-    def save_state(self, ref: TargetRef, key: str, state: Mapping[str, Any]) -> None:
-        """Write the annotation."""
+    def save_state(self, ref: TargetRef, state: Mapping[str, Any]) -> None:
+        """Store the target's policy state."""
         ...
 
     def record_event(

@@ -101,7 +101,7 @@ class ControllerMetrics:
         )
         self.state_writes = Counter(
             f"{PREFIX}_state_writes",
-            "Writes of the policy state annotation on the target.",
+            "Writes of the target's policy state to the controller's state ConfigMap.",
             ["target"],
             registry=r,
         )

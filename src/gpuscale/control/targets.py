@@ -6,24 +6,35 @@ writes those series, in a cluster every workload does. ``ScopedPolicy`` keeps th
 policy object unchanged and hands the controller its signals with the target's
 matchers added: ``namespace`` (the target's, unless a signal or the target's
 ``metrics.matchers`` names one; ``namespace: ""`` reads series without the label)
-and ``metrics.matchers``; ``metrics.signals`` replaces a signal by its key.
+and ``metrics.matchers``; ``metrics.servingStack`` reads the serving stack's own
+series in place of gpuscale's (``metrics.serving_stacks``); ``metrics.signals``
+replaces a signal by its key, and wins over the stack.
 The policy reads its series by key, so it sees the scoped values under the names
 it expects. A raw PromQL signal (``query``) is read as written, unscoped. A target
 with its own ``metrics.server`` (a KEDA trigger's ``serverAddress``) is read from
 that server.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Generic, cast
 
-from gpuscale.control.config import GPUScaler, MetricsServer, Target, policy_config
+from gpuscale.control.config import (
+    GPUScaler,
+    MetricsServer,
+    MetricsSpec,
+    Target,
+    policy_config,
+)
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.params import build
 from gpuscale.errors import config_error
 from gpuscale.metrics.prometheus import PrometheusSource
+from gpuscale.metrics.serving_stacks import STACKS, substitute
 from gpuscale.metrics.signal import MetricsSource, Signal
+from gpuscale.scaling.hybrid import HybridConfig
 from gpuscale.scaling.policy import (
     Decision,
     FallsBack,
@@ -110,7 +121,7 @@ class ScopedFallback(ScopedPolicy[S]):
         return self._fallback.fall_back(target, now, state)
 
 
-def scoped(
+def scoped_policy(
     policy: ScalingPolicy[S], signals: Mapping[str, Signal], pod_signals: Mapping[str, Signal]
 ) -> ScopedPolicy[S]:
     """The policy with its signals scoped, its fallback kept where it has one.
@@ -147,8 +158,16 @@ def scope(
     namespace: str,
     matchers: Mapping[str, str],
     overrides: Mapping[str, Signal],
+    preset: Callable[[Signal], Signal] | None = None,
 ) -> dict[str, Signal]:
     """The signals with the target's matchers added and the overrides applied.
+
+    Args:
+        signals: The policy's signals by key.
+        namespace: The target's namespace.
+        matchers: ``metrics.matchers``.
+        overrides: ``metrics.signals``: used as given, before any preset.
+        preset: Turns a scoped signal into its serving stack's reading (``servingStack``).
 
     Returns:
         Key to scoped Signal.
@@ -164,8 +183,45 @@ def scope(
         added = dict(matchers)
         if "namespace" not in sig.matchers and "namespace" not in matchers:
             added["namespace"] = namespace
-        out[key] = replace(sig, matchers={**sig.matchers, **added})
+        scoped = replace(sig, matchers={**sig.matchers, **added})
+        out[key] = scoped if preset is None else preset(scoped)
     return out
+
+
+RATE_WINDOW_SCRAPES = 4
+"""A serving stack's histograms and counters are read over this many scrape intervals: a
+``rate`` needs two samples, and four keep it defined through a missed scrape."""
+
+
+def stack_preset(spec: MetricsSpec) -> Callable[[Signal], Signal] | None:
+    """The target's ``servingStack`` as a function from a scoped signal to the stack's.
+
+    Returns:
+        None without a serving stack.
+    """
+    if spec.serving_stack is None:
+        return None
+    stack = STACKS[spec.serving_stack]
+    window_s = RATE_WINDOW_SCRAPES * spec.scrape_interval_seconds
+    return partial(substitute, stack, quantile=spec.latency_quantile, window_s=window_s)
+
+
+def with_stack_ttft(config: object, spec: MetricsSpec) -> object:
+    """``hybrid``'s config reading its stack's TTFT where the target names none itself.
+
+    Returns:
+        The config, ``ttft_metric`` set to the stack's TTFT histogram when the policy is
+        ``hybrid``, its ``ttftMetric`` is unset and the stack exports one.
+    """
+    stack = STACKS[spec.serving_stack] if spec.serving_stack is not None else None
+    if (
+        isinstance(config, HybridConfig)
+        and config.ttft_metric is None
+        and stack is not None
+        and stack.ttft is not None
+    ):
+        return replace(config, ttft_metric=stack.ttft.name)
+    return config
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,12 +256,14 @@ def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
     sref = target.scale_target_ref
     ns = sref.namespace or doc.metadata.namespace
     ref = TargetRef(sref.api_version, sref.kind, sref.name, ns)
-    policy = target.kind.build(policy_config(target), target.kind.name)
+    config = with_stack_ttft(policy_config(target), target.metrics)
+    policy = target.kind.build(config, target.kind.name)
     overrides = {k: build(v) for k, v in target.metrics.signals.items()}
     matchers = target.metrics.matchers
-    signals = scope(policy.signals, ns, matchers, overrides)
-    pod_signals = scope(policy.pod_signals, ns, matchers, overrides)
-    wrapped = scoped(policy, signals, pod_signals)
+    preset = stack_preset(target.metrics)
+    signals = scope(policy.signals, ns, matchers, overrides, preset)
+    pod_signals = scope(policy.pod_signals, ns, matchers, overrides, preset)
+    wrapped = scoped_policy(policy, signals, pod_signals)
     path = wrapped.signal_path
     if path.source == "direct" and target.metrics.scrape_interval_seconds > path.interval_s:
         # The controller samples through Prometheus: it honours a direct path (Knative's

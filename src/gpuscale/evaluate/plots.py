@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from gpuscale.evaluate.results import Evaluation, FaultWindow
 from gpuscale.sim.outcome import FloatArray, RunResult
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 DPI = 100
 """Pixels per inch of the embedded PNGs."""
 
-POLICY_FIGSIZE = (16.0, 10.0)
+POLICY_FIGSIZE = (16.0, 12.0)
 """Inches: 1,600 px wide at ``DPI``, the report's full width."""
 
 TRADEOFF_FIGSIZE = (16.0, 5.0)
@@ -116,21 +116,54 @@ def _draw_faults(axes: Axes, faults: Sequence[FaultWindow], per_unit: float, lab
             axes.axvspan(start, end, color=FAULT_COLOR, alpha=0.12, linewidth=0, label=name)
 
 
+ATTAINMENT_WINDOW_S = 60.0
+"""Width of the windows the attainment panel sums requests over, seconds."""
+
+
+def attainment_per_window(
+    time_s: FloatArray, completed: FloatArray, within: FloatArray, window_s: float
+) -> tuple[FloatArray, FloatArray]:
+    """The share of requests served within the SLO in each window, percent.
+
+    Returns:
+        (window start times, percent; NaN where no request was served in the window).
+    """
+    if completed.size != time_s.size or within.size != time_s.size or not time_s.size:
+        return np.zeros(0), np.zeros(0)
+    bins = np.floor((time_s - time_s[0]) / window_s).astype(np.int64)
+    served = np.bincount(bins, weights=completed)
+    good = np.bincount(bins, weights=within)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(served > 0, 100.0 * good / served, np.nan)
+    return time_s[0] + np.arange(served.size) * window_s, share
+
+
 def policy_figure(
     result: RunResult,
     slo_latency_s: float,
     scales: Scales | None = None,
     faults: Sequence[FaultWindow] = (),
+    *,
+    target_attainment: float | None = None,
+    llm: bool = False,
 ) -> Figure:
-    """Four stacked timelines of one run: demand vs capacity, replicas, utilisation, latency.
+    """Five stacked timelines of one run, demand to the share within the SLO.
+
+    Demand against ready capacity, replicas, GPU utilisation, latency, and the share
+    of requests served within the SLO each minute.
 
     The figure has no title: the report heads it with the policy's name.
 
     Args:
         result: The run.
-        slo_latency_s: Drawn as a line on the latency panel, seconds.
+        slo_latency_s: Drawn as a line on the latency panel, seconds, unless ``llm``.
         scales: Y ranges shared with the other policies' figures (default: this run's).
         faults: Drawn on every panel: a shaded span, or a dotted line when instantaneous.
+        target_attainment: Drawn on the attainment panel.
+        llm: An LLM trace: a request meets the SLO on its time to first token and
+            time per output token, each against its own idle times, so no single
+            end-to-end latency is the SLO and none is drawn; the attainment panel
+            shows the share meeting both.
 
     Returns:
         The figure.
@@ -140,7 +173,7 @@ def policy_figure(
     per_unit, xlabel = _time_unit(timeline.time_s)
     x = timeline.time_s / per_unit
     figure = Figure(figsize=POLICY_FIGSIZE, layout="constrained")
-    top, replicas, util, latency = figure.subplots(4, 1, sharex=True)
+    top, replicas, util, latency, within = figure.subplots(5, 1, sharex=True)
     top.plot(x, timeline.demand_rps, label="demand", linewidth=0.8)
     top.plot(x, timeline.capacity_rps, label="ready capacity", linewidth=0.8)
     top.set_ylabel("requests/s")
@@ -156,34 +189,64 @@ def policy_figure(
     util.set_ylabel("GPU util (%)")
     latency.plot(x, timeline.p50_latency_s, label="p50", linewidth=0.8)
     latency.plot(x, timeline.p99_latency_s, label="p99", linewidth=0.8)
-    latency.axhline(slo_latency_s, color="black", linestyle="--", linewidth=0.8, label="SLO")
+    if not llm:
+        latency.axhline(slo_latency_s, color="black", linestyle="--", linewidth=0.8, label="SLO")
     if scales.log_latency:
         latency.set_yscale("log")
     latency.set_ylim(*scales.latency)
-    latency.set_ylabel("latency (s)")
-    latency.set_xlabel(xlabel)
+    latency.set_ylabel("end-to-end latency (s)" if llm else "latency (s)")
+    start, share = attainment_per_window(
+        timeline.time_s, timeline.completed, timeline.within_slo, ATTAINMENT_WINDOW_S
+    )
+    objective = "TTFT and TPOT" if llm else "latency"
+    within.plot(start / per_unit, share, linewidth=0.8, label=f"{objective} within SLO")
+    if target_attainment is not None:
+        within.axhline(
+            target_attainment * 100.0, color="black", linestyle="--", linewidth=0.8, label="target"
+        )
+    within.set_ylim(0, 105)
+    within.set_ylabel("within SLO (%/min)")
+    within.set_xlabel(xlabel)
     if x.size:
-        latency.set_xlim(float(x[0]), float(x[-1]))
-    for axes in (top, replicas, util, latency):
+        within.set_xlim(float(x[0]), float(x[-1]))
+    for axes in (top, replicas, util, latency, within):
         _draw_faults(axes, faults, per_unit, label=axes is top)
         axes.grid(visible=True, alpha=0.3)
         axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return figure
 
 
+SHORTFALL_FLOOR = 1e-4
+"""The smallest shortfall (1 - attainment) the cost plot draws: 99.99 % within SLO."""
+
+
+def _end(end: float | None, mean: float) -> float:
+    """An interval's end, or the mean where the end is unknown (one seed)."""
+    return mean if end is None else end
+
+
+def _shortfall(attainment: FloatArray) -> FloatArray:
+    return np.maximum(1.0 - attainment, SHORTFALL_FLOOR)
+
+
 def tradeoff_figure(evaluation: Evaluation) -> Figure:
     """GPU-hours against SLO attainment: each policy's sweep as a curve, on one plot.
 
-    Each curve joins the means over seeds of one policy's knob values in order of
-    cost, with the 95 % intervals as error bars; the fair parameters' point is a
-    larger marker. The
-    target attainment and the ceiling (an unlimited fleet) are horizontal lines.
+    The attainment axis is the shortfall from 100 % on a log scale, upside down
+    (90 %, 99 %, 99.9 % are equally far apart, higher is better), so the band near
+    the target, where policies are compared, is not squeezed into the plot's top
+    edge. Each curve joins the means over seeds of one policy's knob values in order
+    of cost, with the 95 % intervals as error bars; the fair parameters' point is a
+    larger marker of the same colour. Policies are named in the legend, outside the
+    plot, so no label covers another. The target attainment and the ceiling (an
+    unlimited fleet) are horizontal lines.
 
     Returns:
         The figure.
     """
     figure = Figure(figsize=TRADEOFF_FIGSIZE, layout="constrained")
     axes = figure.subplots()
+    lowest = 1.0
     for name, summary in evaluation.policies.items():
         points = sorted(
             (c for c in summary.curve if c.slo_attainment is not None), key=lambda c: c.gpu_hours
@@ -191,35 +254,59 @@ def tradeoff_figure(evaluation: Evaluation) -> Figure:
         color = None
         if len(points) > 1:
             x = np.array([c.gpu_hours for c in points])
-            y = np.array([c.slo_attainment for c in points], dtype=np.float64) * 100.0
+            y = np.array([c.slo_attainment for c in points], dtype=np.float64)
+            lows = np.array(
+                [_end(c.slo_attainment_ci95[0], a) for c, a in zip(points, y, strict=True)]
+            )
+            highs = np.array(
+                [_end(c.slo_attainment_ci95[1], a) for c, a in zip(points, y, strict=True)]
+            )
+            mid = _shortfall(y)
+            # the interval of a shortfall: the attainment's ends, swapped
+            yerr = np.vstack([mid - _shortfall(highs), _shortfall(lows) - mid]).clip(min=0)
             drawn = axes.errorbar(
                 x,
-                y,
+                mid,
                 xerr=_half_widths([c.gpu_hours_ci95 for c in points]),
-                yerr=_half_widths([c.slo_attainment_ci95 for c in points]) * 100.0,
+                yerr=yerr,
                 marker="o",
                 markersize=3,
                 capsize=2,
                 label=name,
             )
             color = drawn.lines[0].get_color()
+            lowest = min(lowest, float(y.min()))
         attainment = summary.slo_attainment
         if attainment is None:
             continue
-        axes.scatter(summary.gpu_hours, attainment * 100.0, s=60, zorder=3, color=color)
-        axes.annotate(name, (summary.gpu_hours, attainment * 100.0), fontsize="small")
+        lowest = min(lowest, attainment)
+        axes.scatter(
+            summary.gpu_hours,
+            _shortfall(np.array([attainment]))[0],
+            s=60,
+            zorder=3,
+            color=color,
+            label=None if color is not None else name,
+        )
     if evaluation.target_attainment is not None:
         axes.axhline(
-            evaluation.target_attainment * 100.0, color="black", linestyle="--", label="target"
+            1.0 - evaluation.target_attainment, color="black", linestyle="--", label="target"
         )
     if evaluation.ceiling is not None:
-        axes.axhline(evaluation.ceiling * 100.0, color="grey", linestyle=":", label="ceiling")
+        axes.axhline(
+            _shortfall(np.array([evaluation.ceiling]))[0],
+            color="grey",
+            linestyle=":",
+            label="ceiling",
+        )
+    axes.set_yscale("log")
+    axes.set_ylim(min(max(1.0 - lowest, 0.1) * 1.5, 1.0), SHORTFALL_FLOOR / 1.5)  # upside down
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{100.0 * (1.0 - v):g}"))
     axes.set_xlabel("GPU-hours")
-    axes.set_ylabel("within SLO (%)")
-    axes.set_ylim(top=101.0)  # a 95 % interval may reach past 100 % with few seeds
-    axes.grid(visible=True, alpha=0.3)
+    axes.set_ylabel("within SLO (%), log of the shortfall")
+    axes.grid(visible=True, alpha=0.3, which="both")
     if axes.get_legend_handles_labels()[0]:
-        axes.legend(loc="lower right", fontsize="small")
+        axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return figure
 
 
@@ -242,11 +329,22 @@ def figures(evaluation: Evaluation, results: Sequence[RunResult]) -> dict[str, F
     """
     scales = shared_scales(results, evaluation.slo_latency_s)
     out = {TRADEOFF_TITLE: tradeoff_figure(evaluation)}
+    llm = is_llm(evaluation)
     for result in results:
         out[result.policy] = policy_figure(
-            result, evaluation.slo_latency_s, scales, evaluation.fault_windows
+            result,
+            evaluation.slo_latency_s,
+            scales,
+            evaluation.fault_windows,
+            target_attainment=evaluation.target_attainment,
+            llm=llm,
         )
     return out
+
+
+def is_llm(evaluation: Evaluation) -> bool:
+    """Whether the requests were judged on TTFT and TPOT (an LLM trace)."""
+    return any(s.ttft_within_slo is not None for s in evaluation.policies.values())
 
 
 def all_figures(evaluation: Evaluation, results: Sequence[RunResult]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from gpuscale.evaluate.plots import all_figures
+from gpuscale.evaluate.plots import TRADEOFF_TITLE, all_figures
 from gpuscale.evaluate.results import Evaluation, Interval, PolicySummary, write_results
 from gpuscale.evaluate.stats import UPPER
 from gpuscale.sim.outcome import RunResult
@@ -33,6 +33,8 @@ COLUMNS = (
     "requests",
     "dropped",
     "in flight",
+    "TTFT ok",
+    "TPOT ok",
     "scale events",
     "kWh",
     "burst recovery s",
@@ -46,7 +48,9 @@ plan on each seed), with the half-width of the 95 % interval after ``±``. GPU-h
 count what the caption says (node GPUs until scale-down, or the pods' GPUs), from the
 warm-up on. ``kWh`` is the simulated power of the Ready nodes' GPUs from the warm-up on;
 ``burst recovery s`` the mean time from a burst's onset to the target attainment held
-again (``evaluate.bursts``; ``-`` without a burst)."""
+again (``evaluate.bursts``; ``-`` without a burst). ``TTFT ok`` and ``TPOT ok`` are, on
+LLM traces, the shares of requests meeting each objective (``within SLO`` counts those
+meeting both); ``DASH_NOTES`` says why any cell reads ``-``."""
 
 GPU_HOURS_BASIS = {
     "node": "node GPUs until scale-down",
@@ -84,14 +88,124 @@ def _plus_minus(mean: float | None, interval: Interval, fmt: str, factor: float 
 
 
 def _percent_ci(mean: float | None, interval: Interval, fmt: str) -> str:
-    """``mean% ±half-width`` of a share, in percent; ``-`` if no mean."""
+    """``mean% [low, high]`` of a share, in percent; ``-`` if no mean.
+
+    A share's interval (``stats.proportion_ci``) is not symmetric near 100 %, so
+    both ends are printed.
+    """
     text = _plus_minus(mean, (None, None), fmt, 100.0)
     low, high = interval
     if mean is not None:
         text += "%"
         if low is not None and high is not None:
-            text += " ±" + format((high - low) * 50.0, fmt)
+            text += f" [{format(low * 100.0, fmt)}, {format(high * 100.0, fmt)}]"
     return text
+
+
+OURS = ("hybrid", "predictive")
+"""gpuscale's own policies; every other policy but the oracle is a baseline."""
+
+NOT_COMPARED = ("oracle", "ceiling")
+"""Reference runs, not policies a user would deploy."""
+
+
+def _reading(s: PolicySummary, cost: float) -> str:
+    bound = "at most " if s.gpu_hours_at_target_bound == UPPER else ""
+    text = f"{bound}{cost:.1f} GPU-h"
+    low, high = s.gpu_hours_at_target_ci95
+    if low is not None and high is not None:
+        text += f" (95 % CI {low:.1f} to {high:.1f})"
+    return text
+
+
+def _x_oracle(s: PolicySummary) -> str:
+    if s.x_oracle_at_target is None:
+        return ""
+    text = f", {s.x_oracle_at_target:.2f}x the oracle"
+    low, high = s.x_oracle_at_target_ci95
+    if low is not None and high is not None:
+        text += f" ({low:.2f} to {high:.2f})"
+    return text
+
+
+def verdict(evaluation: Evaluation) -> str:
+    """One sentence: at the target, which policy is cheapest and by how much.
+
+    Compares every policy but the oracle at the same attainment (GPU-hours read off
+    each knob curve at the target), against the oracle and against the cheapest
+    baseline (or, where a baseline is cheapest, gpuscale's own best policy against
+    it), with the 95 % intervals and the seed count.
+
+    Returns:
+        The verdict, plain text.
+    """
+    e = evaluation
+    seeds = f"{e.seeds} seed{'s' if e.seeds != 1 else ''}"
+    if e.target_attainment is None:
+        return (
+            f"No target attainment was set ({seeds}), so the policies ran at their fair "
+            "parameters only and are not compared at the same attainment: read the table."
+        )
+    target = f"{e.target_attainment * 100.0:g} % of requests within SLO"
+    reached = {
+        name: s
+        for name, s in e.policies.items()
+        if name not in NOT_COMPARED and s.gpu_hours_at_target is not None
+    }
+    if not reached:
+        return f"At {target} ({seeds}), no policy reaches the target."
+    cost = {name: s.gpu_hours_at_target or 0.0 for name, s in reached.items()}
+    best = min(reached, key=cost.__getitem__)
+    text = f"At {target} ({seeds}), {best} is the cheapest policy: "
+    text += _reading(reached[best], cost[best])
+    text += _x_oracle(reached[best])
+    baselines = [n for n in reached if n not in OURS]
+    ours = [n for n in reached if n in OURS]
+    if best in OURS and len(baselines) > 0:
+        rival = min(baselines, key=cost.__getitem__)
+        saved = 1.0 - cost[best] / cost[rival]
+        text += f"; {100.0 * saved:.0f} % under the cheapest baseline, {rival}"
+        text += f" ({cost[rival]:.1f} GPU-h)"
+    elif best not in OURS and ours:
+        mine = min(ours, key=cost.__getitem__)
+        extra = cost[mine] / cost[best] - 1.0
+        text += (
+            f"; gpuscale's best, {mine}, costs {100.0 * extra:.0f} % more ({cost[mine]:.1f} GPU-h)"
+        )
+    if any(s.gpu_hours_at_target_bound == UPPER for s in reached.values()):
+        text += "; 'at most' and '<=' mark curves the sweep could not bring below the target"
+    return text + "."
+
+
+DASH_NOTES = {
+    "GPU-h @ target": "no target attainment was set, so no knob was swept",
+    "x oracle": "no oracle ran, or the policy never reaches the target",
+    "within SLO": "no request arrived",
+    "GPU util": "no GPU was allocated",
+    "p50 s": "no request completed",
+    "p99 s": "no request completed",
+    "TTFT ok": "not an LLM trace: requests are judged on end-to-end latency",
+    "TPOT ok": "not an LLM trace: requests are judged on end-to-end latency",
+    "kWh": "the runs did not record power",
+    "burst recovery s": (
+        "no burst: the arrival rate never rose above twice the median of the 5 minutes "
+        "before (evaluate.bursts)"
+    ),
+}
+"""Why a cell of each column reads ``-``."""
+
+
+def dash_notes(rows: Sequence[Sequence[str]]) -> list[str]:
+    """A footnote for each column in which some cell reads ``-``, in column order.
+
+    Returns:
+        ``column: why`` lines.
+    """
+    return [
+        f"{column}: - means {DASH_NOTES[column]}"
+        for i, column in enumerate(COLUMNS)
+        if column in DASH_NOTES and any(row[i] == "-" for row in rows)
+    ]
 
 
 def table_rows(evaluation: Evaluation) -> list[list[str]]:
@@ -130,6 +244,8 @@ def _row(name: str, s: PolicySummary, at_target: str, ratio: str) -> list[str]:
         f"{s.requests:.0f}",
         f"{s.dropped_requests:.0f}",
         f"{s.in_flight_requests:.0f}",
+        _percent(s.ttft_within_slo),
+        _percent(s.tpot_within_slo),
         str(s.scale_events),
         _plus_minus(s.energy_kwh, s.energy_kwh_ci95, ".0f"),
         _plus_minus(s.burst_recovery_s, s.burst_recovery_s_ci95, ".0f"),
@@ -258,13 +374,19 @@ def markdown_table(evaluation: Evaluation) -> str:
     Returns:
         The table text, a caption line first.
     """
+    rows = table_rows(evaluation)
     lines = [
+        verdict(evaluation),
+        "",
         f"_{_caption(evaluation)}_",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|",
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows(evaluation)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    notes = dash_notes(rows)
+    if notes:
+        lines += ["", *notes]
     faults = fault_rows(evaluation)
     if faults:
         lines += ["", "| " + " | ".join(FAULT_COLUMNS) + " |"]
@@ -299,8 +421,34 @@ def parameter_rows(evaluation: Evaluation) -> list[list[str]]:
     ]
 
 
+def _html_table(columns: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _llm_note(evaluation: Evaluation) -> str:
+    if not any(s.ttft_within_slo is not None for s in evaluation.policies.values()):
+        return ""
+    return (
+        "<p>LLM trace: a request is within the SLO when its time to first token is within "
+        "its objective and its time per output token within its own (each against the "
+        "request's idle prefill and decode times; docs/serving-model.md). TTFT ok and TPOT "
+        "ok give the share of requests meeting each; the timelines' latency panels show "
+        "end-to-end latency, which is not the SLO, and their last panel the share within "
+        "the SLO each minute.</p>"
+    )
+
+
 def render_html(evaluation: Evaluation, results: Sequence[RunResult]) -> str:
-    """A self-contained HTML report: scenario, table, parameters and figures.
+    """A self-contained HTML report: verdict, scenario, table, parameters and figures.
+
+    Each part is a ``<section>`` with an id (``verdict``, ``comparison``,
+    ``parameters``, ``faults``, ``tradeoff``, ``timelines``), so a browser test can find
+    and screenshot it.
 
     Args:
         evaluation: The scores.
@@ -309,31 +457,31 @@ def render_html(evaluation: Evaluation, results: Sequence[RunResult]) -> str:
     Returns:
         The HTML document.
     """
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-        for row in table_rows(evaluation)
+    rows = table_rows(evaluation)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in dash_notes(rows))
+    intervals = (
+        "<p>GPU-hours ± is the half-width of the 95 % Student-t interval over seeds; "
+        "within SLO [low, high] is a 95 % bootstrap interval over seeds, which stays "
+        "within 0 to 100 %.</p>"
     )
-    param_head = "".join(f"<th>{c}</th>" for c in PARAMETER_COLUMNS)
-    params = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-        for row in parameter_rows(evaluation)
-    )
-    fault_head = "".join(f"<th>{c}</th>" for c in FAULT_COLUMNS)
-    fault_body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-        for row in fault_rows(evaluation)
-    )
+    fault_rows_ = fault_rows(evaluation)
     faults = (
-        "<h2>Injected faults: time to detect and to mitigate</h2>"
-        f"<table><thead><tr>{fault_head}</tr></thead><tbody>{fault_body}</tbody></table>"
-        if fault_body
+        '<section id="faults"><h2>Injected faults: time to detect and to mitigate</h2>'
+        f"{_html_table(FAULT_COLUMNS, fault_rows_)}</section>"
+        if fault_rows_
         else ""
     )
-    figures = "".join(
+    rendered = all_figures(evaluation, results)
+    tradeoff = "".join(
+        f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{png}"></figure>'
+        for title, png in rendered.items()
+        if title == TRADEOFF_TITLE
+    )
+    timelines = "".join(
         f'<figure><h3>{html.escape(title)}</h3><img alt="{html.escape(title)}" '
         f'src="data:image/png;base64,{png}"></figure>'
-        for title, png in all_figures(evaluation, results).items()
+        for title, png in rendered.items()
+        if title != TRADEOFF_TITLE
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -344,19 +492,23 @@ table {{ border-collapse: collapse; margin-bottom: 1em; }}
 td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }}
 table.params td:last-child, table.params th:last-child {{ text-align: left; }}
+#verdict p.verdict {{ font-size: 1.2em; font-weight: bold; }}
 figure {{ margin: 0 0 1.5em 0; }}
 figure h3 {{ margin: 0.2em 0; }}
 img {{ display: block; width: 100%; height: auto; }}
 </style></head><body>
 <h1>gpuscale evaluation</h1>
-<p>{html.escape(_caption(evaluation))}</p>
-<h2>Comparison</h2>
-<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
-<h2>Policy parameters</h2>
-<table class="params"><thead><tr>{param_head}</tr></thead><tbody>{params}</tbody></table>
+<section id="verdict"><p class="verdict">{html.escape(verdict(evaluation))}</p>
+<p>{html.escape(_caption(evaluation))}</p></section>
+<section id="comparison"><h2>Comparison</h2>
+{_html_table(COLUMNS, rows)}
+<ul class="notes">{notes}</ul>{intervals}{_llm_note(evaluation)}</section>
+<section id="tradeoff"><h2>{html.escape(TRADEOFF_TITLE)}</h2>{tradeoff}</section>
+<section id="parameters"><h2>Policy parameters</h2>
+{_html_table(PARAMETER_COLUMNS, parameter_rows(evaluation), "params")}</section>
 {faults}
-<h2>Timelines</h2>
-{figures}
+<section id="timelines"><h2>Timelines</h2>
+{timelines}</section>
 </body></html>
 """
 

@@ -80,6 +80,9 @@ class PolicySummary:
             runs (reasons never held on left out).
         pods_replaced: Pods the policy had deleted for replacement, the mean over seeds.
         pods_remediated: Pods remediation deleted, the mean over seeds.
+        ttft_within_slo: LLM traces: the share of arrived requests meeting the time to
+            first token objective over the whole run, the mean over seeds; None otherwise.
+        tpot_within_slo: The same for the time per output token objective.
     """
 
     gpu_hours: float
@@ -117,6 +120,8 @@ class PolicySummary:
     holds: Mapping[str, float] = field(default_factory=dict)
     pods_replaced: float = 0.0
     pods_remediated: float = 0.0
+    ttft_within_slo: float | None = None
+    tpot_within_slo: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +245,12 @@ def summarise(
         holds={r: float(n) for r, n in result.holds if n},
         pods_replaced=float(result.pods_replaced),
         pods_remediated=float(result.pods_remediated),
+        ttft_within_slo=None
+        if requests <= 0 or result.ttft_within_slo is None
+        else result.ttft_within_slo / requests,
+        tpot_within_slo=None
+        if requests <= 0 or result.tpot_within_slo is None
+        else result.tpot_within_slo / requests,
     )
 
 

@@ -33,7 +33,13 @@ from gpuscale.evaluate import policies as registry
 from gpuscale.evaluate.bracket import AtTarget, Sample, at_target
 from gpuscale.evaluate.bursts import mean_recovery_s
 from gpuscale.evaluate.results import CurvePoint, Evaluation, PolicySummary, histogram_quantile
-from gpuscale.evaluate.stats import Estimate, cost_at_target, mean_ci, reading_at_target
+from gpuscale.evaluate.stats import (
+    Estimate,
+    cost_at_target,
+    mean_ci,
+    proportion_ci,
+    reading_at_target,
+)
 from gpuscale.sim.outcome import RunResult
 
 if TYPE_CHECKING:
@@ -101,6 +107,12 @@ class RunScore:
     holds: tuple[tuple[str, int], ...] = ()
     pods_replaced: int = 0
     pods_remediated: int = 0
+    ttft_within_slo: float | None = None
+    tpot_within_slo: float | None = None
+
+
+def _share(count: float | None, of: float) -> float | None:
+    return None if count is None or of <= 0 else count / of
 
 
 def _after(total: float, per_row: np.ndarray, lengths: np.ndarray, scored: np.ndarray) -> float:
@@ -177,6 +189,8 @@ def score_run(
         holds=result.holds,
         pods_replaced=result.pods_replaced,
         pods_remediated=result.pods_remediated,
+        ttft_within_slo=_share(result.ttft_within_slo, float(result.requests)),
+        tpot_within_slo=_share(result.tpot_within_slo, float(result.requests)),
     )
 
 
@@ -198,6 +212,12 @@ def _mean(values: Sequence[float | None]) -> float | None:
 def _estimate(values: Sequence[float | None]) -> Estimate | None:
     known = [v for v in values if v is not None]
     return mean_ci(known) if known else None
+
+
+def _proportion(values: Sequence[float | None]) -> Estimate | None:
+    # Attainments are proportions: their interval must stay within [0, 1].
+    known = [v for v in values if v is not None]
+    return proportion_ci(known) if known else None
 
 
 def _interval(estimate: Estimate | None) -> tuple[float | None, float | None]:
@@ -235,7 +255,7 @@ def _searched_curve(runs: Sequence[RunScore], target: float) -> list[CurvePoint]
             continue
         costs = [f[0] for f in found if f is not None]
         reached = [f[1] for f in found if f is not None]
-        hours, attainment = mean_ci(costs), mean_ci(reached)
+        hours, attainment = mean_ci(costs), proportion_ci(reached)
         out.append(
             CurvePoint(goal, hours.mean, _interval(hours), attainment.mean, _interval(attainment))
         )
@@ -276,7 +296,7 @@ def evaluation_from_sweep(
     base = plan.base
     target = plan.request.target_attainment
     seeds = plan.seeds
-    ceiling = _estimate([s.slo_attainment for spec, s in runs if spec.policy == "ceiling"])
+    ceiling = _proportion([s.slo_attainment for spec, s in runs if spec.policy == "ceiling"])
     by_point: dict[str, dict[float | None, list[RunScore]]] = {name: {} for name in plan.points}
     for spec, score in runs:
         if spec.policy in by_point:
@@ -298,7 +318,7 @@ def evaluation_from_sweep(
         fair = points[plan.fair_value(name)]
         searched = any(s.trials for s in fair)
         hours = mean_ci([s.gpu_hours for s in fair])
-        attainment = _estimate([s.slo_attainment for s in fair])
+        attainment = _proportion([s.slo_attainment for s in fair])
         energy = _estimate([s.energy_kwh for s in fair])
         recovery = _estimate([s.recovery_s for s in fair])
         reach = reached[name]
@@ -354,6 +374,8 @@ def evaluation_from_sweep(
             holds=mean_holds([dict(s.holds) for s in fair]),
             pods_replaced=float(np.mean([s.pods_replaced for s in fair])),
             pods_remediated=float(np.mean([s.pods_remediated for s in fair])),
+            ttft_within_slo=_mean([s.ttft_within_slo for s in fair]),
+            tpot_within_slo=_mean([s.tpot_within_slo for s in fair]),
         )
     kept = [s.result for _, s in runs if s.result is not None]
     sc = base.scenario
@@ -385,7 +407,7 @@ def _order(item: tuple[float | None, list[RunScore]]) -> float:
 
 def _point(value: float | None, scores: Sequence[RunScore]) -> CurvePoint:
     hours = mean_ci([s.gpu_hours for s in scores])
-    attainment = _estimate([s.slo_attainment for s in scores])
+    attainment = _proportion([s.slo_attainment for s in scores])
     return CurvePoint(
         knob_value=value,
         gpu_hours=hours.mean,

@@ -95,6 +95,33 @@ def tls_context(
     return ctx
 
 
+def check_url(url: str, option: str = "url") -> None:
+    """Refuse a base URL no request could be sent to, naming the option it came from.
+
+    Args:
+        url: The base URL, e.g. ``http://prometheus:9090``.
+        option: How the user gave it (``--prometheus``, ``serverAddress``), for the message.
+
+    Raises:
+        ConfigError: Not http(s), no host, or a port that is not a number from 1 to 65535.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # parsed here: out of range or not a number raises
+    except ValueError as exc:  # e.g. "Port out of range 0-65535", "Invalid IPv6 URL"
+        problem = f"not a valid URL ({exc})"
+    else:
+        problem = ""
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problem = "not an http(s) URL with a host"
+        elif port == 0:
+            problem = "port 0 is no server's port"
+    if problem:
+        raise config_error(
+            f"{option} {redact_url(url)}", problem, "give e.g. http://prometheus:9090"
+        )
+
+
 class PrometheusSource:
     """Reads Signals from a Prometheus-compatible query API (a ``MetricsSource``).
 
@@ -137,11 +164,7 @@ class PrometheusSource:
         client: httpx.Client | None = None,
         params: Mapping[str, str] | None = None,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise config_error(
-                f"url={redact_url(url)}", "not an http(s) URL", "give e.g. http://prometheus:9090"
-            )
+        check_url(url)
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise config_error(f"timeout_s={timeout_s}", "must be > 0", "give seconds, e.g. 5")
         if bearer_token is not None and basic_auth is not None:
@@ -260,6 +283,18 @@ class PrometheusSource:
             if key and res.points and math.isfinite(res.points[-1][1]):
                 out[key] = res.points[-1][1]
         return out
+
+    def check(self, at: float) -> None:
+        """Ask the server one trivial query (``1``): is it there, and does it let us in?
+
+        Args:
+            at: Evaluation time, seconds.
+
+        Raises:
+            MetricsUnavailable: It did not answer as a Prometheus API does (refused,
+                DNS, TLS, 401/403, timeout, not the API's JSON).
+        """
+        self._query("query", {"query": "1", "time": _format_time(at)})
 
     # ------------------------------------------------------------------- HTTP
     def _query(self, endpoint: str, form: Mapping[str, str]) -> list[LabelledValue]:

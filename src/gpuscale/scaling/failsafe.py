@@ -18,7 +18,10 @@ simulator as live, asks here whether the data is fit to act on:
   (``check_fresh_pods``): a scale-in counts every Ready pod's load, so a view in
   which some pods went quiet would undercount it;
 * ``unavailable``: the source did not answer (``MetricsUnavailable``, judged by
-  the caller).
+  the caller, ``unavailable``).
+
+Every reason that names a signal names its key, its metric and the PromQL that
+reads it, so the operator can run the query the controller ran.
 
 Holding keeps the current replicas (within [min, max]) and the policy's old
 state. Whatever the policy says, ``bound`` keeps the result in [min, max] and
@@ -29,7 +32,8 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from gpuscale.metrics.signal import MetricsSource, NewestByLabel, Signal
+from gpuscale.metrics.promql import compile_signal
+from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable, NewestByLabel, Signal
 from gpuscale.scaling.policy import Observation
 
 MISSING = "missing"
@@ -53,7 +57,18 @@ class Problem:
     detail: str
 
     def __str__(self) -> str:
+        if self.reason == UNAVAILABLE:
+            return f"metrics unavailable: {self.detail}"
         return f"{self.reason}: {self.detail}"
+
+
+def unavailable(exc: MetricsUnavailable) -> Problem:
+    """The hold for a source that did not answer: its cause's word first, then its message.
+
+    Returns:
+        E.g. ``metrics unavailable: connect: http://p:9090/api/v1/query: cannot connect (...)``.
+    """
+    return Problem(UNAVAILABLE, f"{exc.reason}: {exc}")
 
 
 def check_values(
@@ -147,11 +162,20 @@ def check_fresh_pods(
 
 
 def _named(key: str, signal: Signal) -> str:
-    """A signal as a hold reason names it: its key and, where they differ, its metric."""
-    metric = signal.metric
-    matchers = ",".join(f'{k}="{v}"' for k, v in sorted(signal.matchers.items()))
-    shown = f"{metric}{{{matchers}}}" if matchers else metric
-    return key if key == shown else f"{key} ({shown})"
+    """A signal as a hold reason names it: its key, its metric and the PromQL it is read by.
+
+    An operator reading the hold pastes the query into Prometheus to see what the
+    controller saw; a part equal to the one before it is left out.
+    """
+    try:
+        query = compile_signal(signal)
+    except ValueError:  # not PromQL: the in-process store reads it; the metric says enough
+        query = signal.metric
+    if key == signal.metric:
+        return key if query == key else f"{key} (query {query})"
+    if query == signal.metric:
+        return f"{key} (metric {signal.metric})"
+    return f"{key} (metric {signal.metric}, query {query})"
 
 
 def bound(

@@ -2,8 +2,8 @@
 
 Policies are pure: no clock, no I/O, no hidden mutable state. Everything they
 remember between calls lives in their state, a frozen dataclass of their own
-(``scaling.state``) with a JSON form, which the controller stores in an
-annotation and the simulator keeps in memory. That is what lets a policy proven
+(``scaling.state``) with a JSON form, which the controller stores in a
+ConfigMap and the simulator keeps in memory. That is what lets a policy proven
 in the simulator run unchanged in production.
 """
 

@@ -1,14 +1,14 @@
 """Typed policy state: what a policy remembers between decisions, and its JSON form.
 
 A policy's memory crosses two boundaries: the simulator keeps it in memory between
-calls, and the live controller writes it to an annotation on the target and reads
+calls, and the live controller writes it to a ConfigMap it owns and reads
 it back after a restart or a change of leader. Each policy therefore declares its
 memory as a frozen dataclass (so the type checker sees every field a policy reads),
 and this module gives every such class one JSON form, one loader and one
 ``essential()`` view, written once with pydantic instead of by hand per policy.
 
 ``essential()`` is the JSON form without the time-keeping that a steady load moves
-at every decision ("last polled at t"). A caller may write the annotation only when
+at every decision ("last polled at t"). A caller may write the state only when
 ``essential()`` changes (and otherwise now and then), so after a restart such a
 field may lag by that long; each policy says which of its fields are marked
 ``CLOCK`` and why that lag is safe.

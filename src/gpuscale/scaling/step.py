@@ -236,14 +236,15 @@ class DecisionStep(Generic[S]):
                     self.source, self._fresh_signals, at, cfg.stale_after_s
                 )
         except MetricsUnavailable as exc:
-            problem = failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
+            problem = failsafe.unavailable(exc)
         delete: tuple[str, ...] = ()
         if (problem is not None or obs is None) and self._falls_back is not None:
             problem = problem or failsafe.Problem(failsafe.MISSING, "no observation")
             fallback = self._falls_back.fall_back(status, now, state)
             replicas, _ = self._bound(status.desired, fallback.replicas)
-            verb = "hold" if replicas == status.desired else "fallback"
-            reason, new_state = f"{verb}: {problem}; {fallback.reason}", fallback.state
+            held = replicas == status.desired  # reads as any hold; a fallback says why
+            reason = f"hold: {problem}" if held else f"fallback: {problem}; {fallback.reason}"
+            new_state = fallback.state
         elif problem is not None or obs is None:
             problem = problem or failsafe.Problem(failsafe.MISSING, "no observation")
             replicas = failsafe.hold(status.desired, cfg.min_replicas, cfg.max_replicas)
@@ -316,7 +317,7 @@ class DecisionStep(Generic[S]):
                 self._per_pod, self._fresh_signals, at, self.settings.stale_after_s, ready
             )
         except MetricsUnavailable as exc:
-            return failsafe.Problem(failsafe.UNAVAILABLE, str(exc))
+            return failsafe.unavailable(exc)
 
     def _remediate(
         self, status: TargetStatus, at: float, gone: set[str]

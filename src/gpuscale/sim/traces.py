@@ -40,6 +40,36 @@ AZURE_FILES = {
 }
 """Trace name to file of the Azure LLM inference trace 2023 (CC-BY 4.0)."""
 
+UPSTREAM_FILES = {
+    "azure_llm_2023_code.csv": "AzureLLMInferenceTrace_code.csv",
+    "azure_llm_2023_conv.csv": "AzureLLMInferenceTrace_conv.csv",
+    "gentd26_qps.csv.gz": "qps.csv",
+    "gentd26_model_predict_ms.csv.gz": "model_predict_data_anon.csv",
+    "gentd26_pod_gpu_duty_cycle.csv.gz": "pod_gpu_duty_cycle_anon.csv",
+    "gentd26_queue_time_ms.csv.gz": "queue_rt_raw_anon.csv",
+    "gentd26_base_model_load_ms.csv.gz": "base_model_update_latency_anon.csv",
+    "gentd26_lora_request_trace.csv.gz": "lora_request_trace.csv",
+}
+"""Each shared file's name in its dataset (Azure/AzurePublicDataset ``data/``,
+alibaba/clusterdata ``cluster-trace-v2026-GenAI/``, the archives unpacked), so a
+directory of downloaded files works without renaming (``find_file``)."""
+
+
+def file_names(name: str) -> tuple[str, ...]:
+    """The names a trace file is looked for under: the shared name, it uncompressed, upstream's."""
+    names = [name]
+    if name.endswith(".gz"):
+        names.append(name.removesuffix(".gz"))
+    if name in UPSTREAM_FILES:
+        names.append(UPSTREAM_FILES[name])
+    return tuple(names)
+
+
+def find_file(directory: Path, name: str) -> Path | None:
+    """The first of ``file_names(name)`` that is a file in ``directory``, or None."""
+    return next((directory / n for n in file_names(name) if (directory / n).is_file()), None)
+
+
 GENTD26_QPS_FILE = "gentd26_qps.csv.gz"
 """Alibaba GenTD26 request-rate samples, about 57 s apart."""
 
@@ -316,8 +346,8 @@ def gentd26_workload(path: Path, *, service_s: float = GENTD26_SERVICE_S) -> Wor
         The workload, the 57 s rate held over each second.
     """
     arrivals = read_gentd26_qps(path).per_second()
-    predict = path.parent / GENTD26_PREDICT_FILE
-    profile = read_gentd26_service(predict) if predict.is_file() else None
+    predict = find_file(path.parent, GENTD26_PREDICT_FILE)
+    profile = None if predict is None else read_gentd26_service(predict)
     return Workload("gentd26", arrivals, arrivals * service_s, profile=profile)
 
 
@@ -426,11 +456,11 @@ def _read_named(
     if spec in AZURE_FILES or spec == "gentd26":
         directory = resolve_traces_dir(traces_dir)
         filename = AZURE_FILES.get(spec, GENTD26_QPS_FILE)
-        path = directory / filename
-        if not path.is_file():
+        path = find_file(directory, filename)
+        if path is None:
             raise config_error(
                 f"--trace {spec}",
-                f"{filename} not found in {directory}",
+                f"none of {', '.join(file_names(filename))} found in {directory}",
                 f"set --traces-dir or {TRACES_DIR_ENV} to the directory holding it",
             )
         if spec == "gentd26":

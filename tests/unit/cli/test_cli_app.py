@@ -23,7 +23,8 @@ def clean_process(monkeypatch):
     for name in list(os.environ):
         if name.startswith("GPUSCALE_"):
             monkeypatch.delenv(name)
-    monkeypatch.delenv("GPUSCALE_FAULTS", raising=False)  # restored even if main() sets it
+    monkeypatch.delenv("GPUSCALE_EVALUATE_FAULTS", raising=False)  # restored even if main() sets it
+    monkeypatch.delenv("GPUSCALE_FAULTS", raising=False)
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
@@ -57,7 +58,8 @@ def test_help_at_80_columns_shows_every_option_name_whole(capsys, monkeypatch, s
     args = ["--help"] if subcommand is None else [subcommand, "--help"]
     code, out, err = run_main(capsys, *args)
     assert (code, err) == (0, "")
-    names = ["--help", *(n for p in command.params for n in (*p.opts, *p.secondary_opts))]
+    shown = [p for p in command.params if not getattr(p, "hidden", False)]
+    names = ["--help", *(n for p in shown for n in (*p.opts, *p.secondary_opts))]
     for name in names:
         assert f" {name}" in out or f"{name}," in out, name
     assert "…" not in out
@@ -72,10 +74,10 @@ def test_exporter_help_names_the_long_options_that_used_to_be_cut(capsys, monkey
     _, out, _ = run_main(capsys, "exporter", "--help")
     for name in (
         "--pod-resources-kubelet-socket",
-        "--kubernetes-resource-name",
+        "--nvidia-resource-names",
         "--xid-count-window-size",
         "GPUSCALE_POD_RESOURCES_SOCKET",
-        "GPUSCALE_KUBERNETES_RESOURCE_NAMES",
+        "NVIDIA_RESOURCE_NAMES",
         "GPUSCALE_XID_COUNT_WINDOW_SIZE",
     ):
         assert name in out
@@ -112,7 +114,8 @@ def test_help_through_a_pipe_shows_every_option_name_whole():
     )
     assert proc.returncode == 0, proc.stderr
     assert "--pod-resources-kubelet-socket <str>" in proc.stdout
-    assert "--kubernetes-resource-name <list[str]>" in proc.stdout
+    assert "--nvidia-resource-names <list[str]>" in proc.stdout
+    assert "--kubernetes-resource-name" not in proc.stdout  # the deprecated alias is hidden
     assert "…" not in proc.stdout
 
 
@@ -176,24 +179,47 @@ def test_no_arguments_prints_the_help_and_exits_2(capsys):
     assert "evaluate" in out + err
 
 
-def test_evaluate_reads_faults_from_gpuscale_faults(capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("GPUSCALE_FAULTS", "xid@5:code=13")
+def test_evaluate_reads_its_own_faults_variable_and_names_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUSCALE_EVALUATE_FAULTS", "xid@5:code=13")
     code, _, err = run_main(capsys, "evaluate", "--duration", "60", "--out", str(tmp_path))
     assert code == 2
     assert err.splitlines()[-1].startswith(
-        "gpuscale: error: --fault 'xid@5:code=13': the simulator (gpuscale evaluate) "
-        "cannot inject xid faults; use gpu-lost@SECONDS"
+        "gpuscale: error: GPUSCALE_EVALUATE_FAULTS='xid@5:code=13': the simulator "
+        "(gpuscale evaluate) cannot inject xid faults; use gpu-lost@SECONDS"
     )
+
+
+def test_the_exporters_fault_variable_does_not_reach_evaluate(capsys, monkeypatch, tmp_path):
+    # GPUSCALE_FAULTS is the exporter's (and up's): set for them, evaluate must not read it
+    monkeypatch.setenv("GPUSCALE_FAULTS", "xid@5:code=13")
+    monkeypatch.setenv("GPUSCALE_DURATION", "30.5")
+    code, _, err = run_main(
+        capsys,
+        "evaluate",
+        "--duration",
+        "60",
+        "--policy",
+        "static",
+        "--seeds",
+        "1",
+        "--knob-values",
+        "0",
+        "--out",
+        str(tmp_path),
+    )
+    assert code == 0, err
 
 
 def test_old_simulator_variable_still_works_with_a_warning(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("GPUSCALE_SIM_FAULTS", "melt@5")
-    monkeypatch.delenv("GPUSCALE_FAULTS", raising=False)
+    monkeypatch.delenv("GPUSCALE_EVALUATE_FAULTS", raising=False)
     code, _, err = run_main(capsys, "evaluate", "--duration", "60", "--out", str(tmp_path))
     assert code == 2
     warning, error = err.splitlines()
     assert warning.endswith(
         "GPUSCALE_SIM_FAULTS is deprecated and stops working in the next release; "
-        "set GPUSCALE_FAULTS instead"
+        "set GPUSCALE_EVALUATE_FAULTS instead"
     )
-    assert error.startswith("gpuscale: error: --fault 'melt@5': unknown fault kind 'melt'")
+    assert error.startswith(
+        "gpuscale: error: GPUSCALE_SIM_FAULTS='melt@5': unknown fault kind 'melt'"
+    )

@@ -13,7 +13,7 @@ from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.seams import Settings
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore
-from tests.support.control import FAST
+from tests.support.control import FAST, STATE
 from tests.support.kubeapi import KubeApiDouble, ManualClock
 
 
@@ -35,6 +35,7 @@ def kact(kapi, kclock, tmp_path):
         retry=FAST,
         sleep=lambda _s: None,
         clock=kclock,
+        state=STATE,
     )
     yield act
     act.close()
@@ -47,7 +48,9 @@ def store() -> MetricStore:
 
 @pytest.fixture
 def make_controller(tmp_path, kact, kclock, store) -> Callable[..., Controller]:
-    def make(targets_yaml: str, *, source=None, dry_run: bool = False, actuator=None) -> Controller:
+    def make(
+        targets_yaml: str, *, source=None, dry_run: bool = False, actuator=None, workers: int = 1
+    ) -> Controller:
         path = tmp_path / "scaler.yaml"
         path.write_text(
             "apiVersion: gpuscale.io/v1alpha1\nkind: GPUScaler\n"
@@ -58,7 +61,7 @@ def make_controller(tmp_path, kact, kclock, store) -> Callable[..., Controller]:
             runtimes(load(path)),
             source or store,
             actuator or kact,
-            settings=Settings(sync_period_s=15.0, dry_run=dry_run, workers=1),
+            settings=Settings(sync_period_s=15.0, dry_run=dry_run, workers=workers),
             clock=kclock,
         )
 
@@ -67,7 +70,7 @@ def make_controller(tmp_path, kact, kclock, store) -> Callable[..., Controller]:
 
 @pytest.fixture
 def decisions(caplog) -> Callable[[], list[dict]]:
-    caplog.set_level(logging.INFO, logger="gpuscale.control.controller")
+    caplog.set_level(logging.DEBUG, logger="gpuscale.control.controller")
 
     def get() -> list[dict]:
         return [r.decision for r in caplog.records if hasattr(r, "decision")]

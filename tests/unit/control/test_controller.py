@@ -1,10 +1,9 @@
 """The reconcile loop against the API double (real kubernetes client) and the real MetricStore."""
 
-import json
 import threading
 
 from gpuscale.metrics.prometheus import PrometheusSource
-from tests.support.control import events, feed, pod_names, replicas
+from tests.support.control import events, feed, pod_names, replicas, saved_state
 from tests.support.servers import free_port
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -30,8 +29,7 @@ def test_high_utilisation_scales_out_within_step_and_records_event_state_and_log
     assert (out.current, out.replicas, out.held) == (2, 4, None)
     assert replicas(kapi) == 4
     assert [e["reason"] for e in events(kapi)] == ["SuccessfulRescale"]
-    annotation = kapi.get("apps/v1", "deployments", "web", "default")["metadata"]["annotations"]
-    saved = json.loads(annotation["gpuscale.io/state"])
+    saved = saved_state(kapi)
     assert saved["policy"] == "hpa"
     assert saved["state"]["recommendations"]  # the stabilisation window's memory
     [record] = decisions()
@@ -135,8 +133,7 @@ def test_dry_run_writes_nothing(kapi, kclock, store, make_controller):
     assert out.dry_run
     assert replicas(kapi) == 2
     assert events(kapi) == []
-    meta = kapi.get("apps/v1", "deployments", "web", "default")["metadata"]
-    assert "gpuscale.io/state" not in (meta.get("annotations") or {})
+    assert kapi.get("v1", "configmaps", "gpuscale-autoscaler-state", "gpuscale") is None
 
 
 def test_a_restarted_controller_keeps_the_stabilisation_window(
@@ -212,8 +209,7 @@ def test_a_failed_event_does_not_undo_the_decision(kapi, kclock, store, make_con
     [out] = ctl.sync()
     assert (out.error, out.replicas) == (None, 4)
     assert replicas(kapi) == 4
-    meta = kapi.get("apps/v1", "deployments", "web", "default")["metadata"]
-    assert "gpuscale.io/state" in meta["annotations"]  # saved before the Event was tried
+    assert saved_state(kapi) is not None  # saved before the Event was tried
     assert ctl.metrics.errors.labels("default/Deployment/web", "event")._value.get() == 1
 
 

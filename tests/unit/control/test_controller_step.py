@@ -1,11 +1,11 @@
-"""The live loop around the decision step: KEDA's cadence, the state annotation's writes,
+"""The live loop around the decision step: KEDA's cadence, the stored state's writes,
 one Event per hold, and a pod the policy replaces deleted with the count kept."""
 
 import random
 
 import numpy as np
 
-from tests.support.control import events, feed, pod_names, replicas
+from tests.support.control import events, feed, pod_names, replicas, state_writes
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 IN_FLIGHT = "gpuscale_serving_requests_in_flight"
@@ -49,19 +49,16 @@ def test_keda_decides_at_every_sync_when_its_polling_interval_is_the_sync_period
     assert decided == 20
 
 
-def test_steady_load_writes_the_state_annotation_at_most_once_a_minute(
-    kapi, kclock, store, make_controller
-):
+def test_steady_load_writes_the_state_at_most_once_a_minute(kapi, kclock, store, make_controller):
     kapi.create_deployment("web", replicas=2)
     ctl = make_controller(HPA)
-    path = "/apis/apps/v1/namespaces/default/deployments/web"
     writes = []
     for _ in range(40):  # ten minutes of 15 s syncs at a load that needs no change
         feed(store, kclock() - 1, UTIL, dict.fromkeys(pod_names(kapi), 50.0))
-        before = kapi.count("PATCH", path)
+        before = state_writes(kapi)
         [out] = ctl.sync()
         assert (out.held, out.replicas) == (None, 2)
-        writes.append(kapi.count("PATCH", path) - before)
+        writes.append(state_writes(kapi) - before)
         kclock.advance(15)
     # The first sync writes the state; after that, time passing alone is written at most
     # once a minute (``STATE_REWRITE_S``): at most one write in each four syncs.

@@ -30,6 +30,7 @@ from gpuscale.control.controller import Controller
 from gpuscale.control.kubernetes import KubeActuator
 from gpuscale.control.lease import LeaseElector
 from gpuscale.control.seams import Settings
+from gpuscale.control.statestore import StateConfigMap
 from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore
 from tests.support.control import FAST
@@ -179,6 +180,7 @@ def run_controller(tmp_path: Path, config: dict, recorded: list) -> list[Request
             retry=FAST,
             sleep=lambda _s: None,
             clock=clock,
+            state=StateConfigMap(NAMESPACE),
         )
         elector = LeaseElector(
             actuator.api_client, NAMESPACE, "gpuscale-autoscaler", "replica-0", clock=clock
@@ -333,9 +335,13 @@ def test_the_example_needs_exactly_the_overlays_rules(overlay, tmp_path, recorde
     rules = rbac(f"overlays/{overlay}")
     assert denied(requests, rules) == set()
     assert unused(requests, rules) == set()
-    # the Lease only in the controller's namespace, the targets only in theirs
-    assert {r.namespace for r in requests if r.resource == "leases"} == {NAMESPACE}
-    assert {r.namespace for r in requests if r.resource != "leases"} <= {"serving", ""}
+    # the Lease and the state only in the controller's namespace, the targets only in theirs
+    own = {"leases", "configmaps"}
+    assert {r.namespace for r in requests if r.resource in own} == {NAMESPACE}
+    assert {r.namespace for r in requests if r.resource not in own} <= {"serving", ""}
+    # the workloads are only read: the state needs no write on them
+    workloads = {"deployments", "statefulsets"}
+    assert {r.verb for r in requests if r.resource in workloads} == {"get"}
 
 
 def test_cordon_and_node_filling_need_exactly_the_node_rights(tmp_path, recorded):
@@ -371,7 +377,34 @@ def test_another_scalable_kind_needs_its_own_rule(tmp_path, recorded):
         ("get", "inferenceservices/scale"),
         ("update", "inferenceservices/scale"),
         ("get", "inferenceservices"),
-        ("patch", "inferenceservices"),
     }
     rules = rbac("overlays/prometheus-operator")
     assert {d[:3] for d in denied(requests, rules)} == {(v, CUSTOM[0], r) for v, r in custom}
+
+
+def test_workload_patch_is_neither_granted_nor_needed(tmp_path, recorded):
+    # The policy state lives in the controller's ConfigMap: a Role that still granted
+    # patch on the targets would be reported unused, and a controller that still wrote
+    # the state onto a target would be denied.
+    requests = run_controller(tmp_path, example(), recorded)
+    rules = rbac("overlays/prometheus-operator")
+    assert not any(
+        r.resources & {"deployments", "statefulsets"} and r.verbs - {"get"} for r in rules
+    )
+    granted = Rule(
+        "Role/serving/old",
+        "serving",
+        frozenset({"apps"}),
+        frozenset({"deployments"}),
+        frozenset({"get", "patch"}),
+        frozenset({"llm"}),
+    )
+    assert ("Role/serving/old", "patch", "deployments", "llm") in unused(requests, [granted])
+    old_write = Request("patch", "apps", "deployments", "serving", "llm", ("kubernetes", "x"))
+    assert denied([old_write], rules) == {("patch", "apps", "deployments", "serving", "llm")}
+    state = [r for r in requests if r.resource == "configmaps"]
+    assert {(r.verb, r.name) for r in state} == {
+        ("get", "gpuscale-autoscaler-state"),
+        ("patch", "gpuscale-autoscaler-state"),
+        ("create", ""),
+    }

@@ -81,7 +81,8 @@ def test_rows_show_ratio_to_oracle_and_percentages():
     # Without a sweep: no GPU-hours at target, x oracle compares the runs' GPU-hours.
     assert rows[0][:6] == ["hpa", "-", "2.00", "2.00", "95.0%", "25.0%"]
     assert rows[1][:4] == ["oracle", "-", "1.00", "1.00"]
-    assert rows[0][-6:] == ["100", "1", "0", "4", "-", "-"]  # no power, no burst
+    # not an LLM trace (no TTFT/TPOT shares), no power, no burst
+    assert rows[0][-8:] == ["100", "1", "0", "-", "-", "4", "-", "-"]
 
 
 def test_markdown_table_has_header_and_one_line_per_policy():
@@ -135,7 +136,7 @@ def unequal():
 def test_every_policy_shares_the_y_range_of_each_quantity(unequal):
     _, _, figs = unequal
     hpa, oracle = figs["hpa"].axes, figs["oracle"].axes
-    assert len(hpa) == len(oracle) == 4
+    assert len(hpa) == len(oracle) == 5
     for a, b in zip(hpa, oracle, strict=True):
         assert a.get_ylim() == pytest.approx(b.get_ylim())
         assert a.get_yscale() == b.get_yscale()

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuscale.evaluate.knobs import Knob
-from gpuscale.evaluate.stats import cost_at_target, mean_ci
+from gpuscale.evaluate.stats import cost_at_target, mean_ci, proportion_ci
 
 
 def test_interval_is_student_t_on_the_standard_error():
@@ -75,3 +75,28 @@ def test_knob_values_spread_around_and_include_the_fair_value():
     assert len(Knob("threshold", "requests", 0.5, 1.5).values(odd, 3)) == 3
     with pytest.raises(ValueError, match="low <= high"):
         Knob("x", "u", 2.0, 1.0)
+
+
+def test_a_proportion_interval_stays_within_zero_and_one_where_student_t_does_not():
+    seeds = [0.9995, 0.9896]  # two seeds near the top: the t interval passes 100 %
+    t = mean_ci(seeds)
+    assert t.high is not None
+    assert t.high > 1.0
+    p = proportion_ci(seeds)
+    assert p.low is not None
+    assert p.high is not None
+    assert min(seeds) <= p.low <= p.mean <= p.high <= max(seeds)
+
+
+def test_a_proportion_interval_contains_its_mean_and_is_reproducible():
+    seeds = [0.91, 0.95, 0.97, 0.99, 1.0, 0.93, 0.96, 0.98, 0.94, 0.92]
+    a, b = proportion_ci(seeds), proportion_ci(seeds)
+    assert a == b
+    assert a.low is not None
+    assert a.high is not None
+    assert a.low < a.mean < a.high
+    # a 95 % interval of a mean over 10 seeds is narrower than the seeds' own range
+    assert min(seeds) < a.low
+    assert a.high < max(seeds)
+    assert proportion_ci([0.5]).low is None
+    assert proportion_ci([0.8, 0.8, 0.8]).interval() == pytest.approx([0.8, 0.8])

@@ -160,7 +160,7 @@ def test_transport_errors_name_the_url_and_hide_credentials():
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"url": "prom:9090"}, "url=prom:9090: not an http(s) URL"),
+        ({"url": "prom:9090"}, "url prom:9090: not an http(s) URL"),
         ({"bearer_token": "t", "basic_auth": ("u", "p")}, "choose one authentication mode"),
         ({"ca_file": "/nonexistent/ca.pem"}, "ca_file=/nonexistent/ca.pem: no such file"),
         ({"timeout_s": 0}, "timeout_s=0: must be > 0"),

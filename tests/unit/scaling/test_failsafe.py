@@ -5,7 +5,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuscale.metrics.signal import Signal
+from gpuscale.metrics.signal import MetricsUnavailable, Signal
 from gpuscale.metrics.store import MetricStore
 from gpuscale.scaling import failsafe
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
@@ -61,7 +61,7 @@ def test_values_problem_names_the_signal():
     pod_inf = Observation(10.0, target(True), {"u": {"p0": math.inf}}, {"q": ((10.0, 1.0),)})
     assert failsafe.check_values(pod_inf, SIG, POD).reason == failsafe.NAN
     empty = Observation(10.0, target(True), {"u": {"p0": 3.0}}, {"q": ()})
-    assert str(failsafe.check_values(empty, SIG, POD)) == "missing: q: no series"
+    assert str(failsafe.check_values(empty, SIG, POD)) == "missing: q (query sum (q)): no series"
 
 
 def test_per_pod_gaps_are_the_policys_but_no_ready_pod_sample_is_missing():
@@ -79,6 +79,34 @@ def test_freshness_reads_the_newest_sample_time_from_the_source():
     store.ingest(100.0, "q", [{"a": "1"}], [1.0])
     assert failsafe.check_fresh(store, SIG, 120.0, stale_after_s=30.0) is None
     stale = failsafe.check_fresh(store, SIG, 140.0, stale_after_s=30.0)
-    assert str(stale) == "stale: q: newest sample 40 s old"
+    assert str(stale) == "stale: q (query sum (q)): newest sample 40 s old"
     # A signal with no sample at all is for check_values to call missing.
     assert failsafe.check_fresh(store, {"x": Signal("absent")}, 140.0, 30.0) is None
+
+
+def test_hold_reasons_name_the_key_the_metric_and_the_query():
+    util = {"util": Signal("DCGM_FI_DEV_GPU_UTIL", {"namespace": "llm"}, "avg")}
+    empty = Observation(10.0, target(True), {}, {"util": ()})
+    assert str(failsafe.check_values(empty, util, {})) == (
+        "missing: util (metric DCGM_FI_DEV_GPU_UTIL, "
+        'query avg (DCGM_FI_DEV_GPU_UTIL{namespace="llm"})): no series'
+    )
+    # A raw query: the metric only names it, the query is what was sent.
+    raw = {"waiting": Signal("vllm_waiting", query="sum(vllm:num_requests_waiting)")}
+    none = Observation(10.0, target(True), {}, {"waiting": ()})
+    assert str(failsafe.check_values(none, raw, {})) == (
+        "missing: waiting (metric vllm_waiting, query sum(vllm:num_requests_waiting)): no series"
+    )
+    pods = Observation(10.0, target(True, True), {"u": {}}, {"q": ((10.0, 1.0),)})
+    assert str(failsafe.check_values(pods, SIG, POD)) == (
+        "missing: u (query avg by (pod) (u)): no sample for any of 2 Ready pods"
+    )
+
+
+def test_an_unanswered_source_holds_with_the_cause_first():
+    exc = MetricsUnavailable("http://p:9090/api/v1/query: cannot connect (refused)", "connect")
+    problem = failsafe.unavailable(exc)
+    assert problem.reason == failsafe.UNAVAILABLE
+    assert str(problem) == (
+        "metrics unavailable: connect: http://p:9090/api/v1/query: cannot connect (refused)"
+    )

@@ -1,3 +1,4 @@
+import gzip
 import math
 import os
 from pathlib import Path
@@ -107,8 +108,35 @@ def test_duration_longer_than_the_trace_is_rejected():
 
 
 def test_named_trace_without_its_file_names_the_directory(tmp_path):
-    with pytest.raises(ConfigError, match=r"azure_llm_2023_conv.csv not found in .*--traces-dir"):
+    with pytest.raises(
+        ConfigError,
+        match=r"none of azure_llm_2023_conv.csv, AzureLLMInferenceTrace_conv.csv found in "
+        r".*--traces-dir",
+    ):
         load_trace("azure-conv", traces_dir=tmp_path)
+
+
+@needs_traces
+@pytest.mark.parametrize(
+    ("trace", "shared", "upstream"),
+    [
+        ("azure-code", "azure_llm_2023_code.csv", "AzureLLMInferenceTrace_code.csv"),
+        ("gentd26", "gentd26_qps.csv.gz", "qps.csv"),
+    ],
+)
+def test_a_trace_is_found_under_its_dataset_file_name(tmp_path, trace, shared, upstream):
+    data = (TRACES / shared).read_bytes()
+    if shared.endswith(".gz"):
+        data = gzip.decompress(data)
+        # the service times beside it, under their dataset name too
+        predict = gzip.decompress((TRACES / "gentd26_model_predict_ms.csv.gz").read_bytes())
+        (tmp_path / "model_predict_data_anon.csv").write_bytes(predict)
+    (tmp_path / upstream).write_bytes(data)
+    renamed = load_trace(trace, traces_dir=tmp_path, duration_s=600)
+    shared_copy = load_trace(trace, traces_dir=TRACES, duration_s=600)
+    assert renamed.arrivals.tolist() == shared_copy.arrivals.tolist()
+    assert renamed.work_s.tolist() == shared_copy.work_s.tolist()
+    assert (renamed.profile is None) == (shared_copy.profile is None)
 
 
 def test_traces_dir_comes_from_the_environment(monkeypatch, tmp_path):
