@@ -32,6 +32,13 @@ EXPECTED = {
         '{container="embedder",namespace="serving"})): no series)',
     },
     "docs/autoscaler.md#inference": {"serving/Deployment/llm": f"2 -> 2 ({NO_POD_LABELS})"},
+    # The HPA's behavior pasted in (Coming from the HPA or KEDA): the same pod labels.
+    "docs/autoscaler.md#llm": {"serving/Deployment/llm": f"2 -> 2 ({NO_POD_LABELS})"},
+    # A ScaledObject's spec: its trigger's serverAddress is that target's own server,
+    # which is not reachable here: a hold on it (the controller's --prometheus unused).
+    "docs/autoscaler.md#web": {
+        "default/Deployment/my-deployment": "1 -> 1 (hold: metrics unavailable: connect: "
+    },
     # Reads series without pod labels: it decides. The simulated load is above 0, so
     # the sum of utilisation asks for at least one replica: KEDA's HPA arithmetic.
     "docs/autoscaler.md#try": {"default/Deployment/llm": "1 -> "},

@@ -14,7 +14,7 @@ the line, the key path (``spec.targets[2].policy.targetAverageValue``) and why.
 """
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -22,11 +22,14 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from gpuscale.control.params import (
     BOUNDS,
@@ -36,8 +39,17 @@ from gpuscale.control.params import (
     camel,
     policy_model,
 )
+from gpuscale.control.scaledobject import (
+    ScaledObjectTarget,
+    as_gpuscaler,
+    document_loc,
+    is_scaled_object,
+    is_scaled_object_document,
+    scaled_object_problem,
+)
 from gpuscale.errors import ConfigError, config_error
 from gpuscale.inputs import file_where, load_yaml, read_text_file
+from gpuscale.metrics.rawquery import parse
 from gpuscale.metrics.serving_stacks import StackName
 from gpuscale.scaling.catalogue import PolicyKind
 
@@ -99,6 +111,45 @@ class ScaleTargetRef(_Strict):
     )
 
 
+def _http_url(value: str) -> str:
+    if re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value) is None:
+        raise ValueError("must be an http(s) URL such as http://prometheus:9090")
+    return value
+
+
+class MetricsServer(_Strict):
+    """A Prometheus-compatible server of this target's own (a KEDA trigger's ``serverAddress``)."""
+
+    address: Annotated[str, AfterValidator(_http_url)] = Field(
+        description="Base URL; /api/v1/query is appended."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Request headers (KEDA's customHeaders)."
+    )
+    query_parameters: dict[str, str] = Field(
+        default_factory=dict,
+        alias="queryParameters",
+        description="Added to every query (KEDA's queryParameters and namespace).",
+    )
+    insecure_skip_verify: bool = Field(
+        False, alias="insecureSkipVerify", description="Skip certificate checks (unsafeSsl)."
+    )
+    timeout_seconds: float = Field(5.0, alias="timeoutSeconds", gt=0, description="Per query.")
+
+
+_OPERATORS = ("=~", "!~", "!=")
+
+
+def _check_equalities(matchers: Mapping[str, str], prefix: str) -> None:
+    """Refuse a matcher value written as a PromQL operator: matchers here are equalities."""
+    for name, value in matchers.items():
+        if value.startswith(_OPERATORS):
+            raise ValueError(
+                f"{prefix}matcher {name} is a label equality, not {value[:2]}; write "
+                f"{name}{value[:2]}... in a raw query (a signal's query) instead"
+            )
+
+
 class MetricsSpec(_Strict):
     """How the policy's signals are scoped to this target and when they count as stale."""
 
@@ -141,6 +192,30 @@ class MetricsSpec(_Strict):
         description="With servingStack: the quantile its latency histograms are read at, "
         "the SLO's percentile (0.99 reads p99).",
     )
+
+    server: MetricsServer | None = Field(
+        None,
+        description="Where this target's signals are read; absent: the controller's "
+        "--prometheus. No --prometheus-* credentials are sent to it.",
+    )
+
+    @field_validator("matchers")
+    @classmethod
+    def _equalities(cls, matchers: dict[str, str]) -> dict[str, str]:
+        _check_equalities(matchers, "")
+        return matchers
+
+    @field_validator("signals")
+    @classmethod
+    def _raw_queries_parse(cls, signals: dict[str, Any]) -> dict[str, Any]:
+        for key, signal in signals.items():
+            _check_equalities(signal.matchers, f"signal {key}: ")
+            if signal.query:
+                try:
+                    parse(signal.query)
+                except ValueError as exc:
+                    raise ValueError(f"signal {key}: {exc}") from None
+        return signals
 
 
 def _policy_union() -> Any:  # noqa: ANN401 - a typing expression
@@ -196,10 +271,36 @@ class Metadata(BaseModel):
     namespace: NamespaceName = Field("default", min_length=1, max_length=63)
 
 
-class GPUScalerSpec(_Strict):
-    """The targets one GPUScaler scales."""
+def _keda_spelling(targets: object) -> object:
+    """Targets written as KEDA ScaledObject specs, read into gpuscale's spelling.
 
-    targets: list[Target] = Field(min_length=1)
+    Raises:
+        ValidationError: A ScaledObject spec gpuscale refuses, at its own key path.
+    """
+    if not isinstance(targets, list):
+        return targets
+    out: list[object] = []
+    for i, item in enumerate(targets):
+        if not is_scaled_object(item):
+            out.append(item)
+            continue
+        try:
+            out.append(ScaledObjectTarget.model_validate(item).target())
+        except ValidationError as exc:
+            details = [
+                InitErrorDetails(
+                    type=e["type"], loc=(i, *e["loc"]), input=e["input"], ctx=e.get("ctx", {})
+                )
+                for e in exc.errors()
+            ]
+            raise ValidationError.from_exception_data("ScaledObject", details) from None
+    return out
+
+
+class GPUScalerSpec(_Strict):
+    """The targets one GPUScaler scales; each in gpuscale's spelling or a KEDA ScaledObject's."""
+
+    targets: Annotated[list[Target], BeforeValidator(_keda_spelling)] = Field(min_length=1)
 
 
 class GPUScaler(_Strict):
@@ -243,8 +344,16 @@ def _line(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
     return line
 
 
+def _renamed_type(err: Any) -> bool:  # noqa: ANN401 - pydantic's ErrorDetails
+    """Whether ``err`` is a rate policy's ``kind``, which the HPA spells ``type``."""
+    loc = tuple(err["loc"])
+    return bool(err["type"] == "extra_forbidden" and loc[-1:] == ("kind",) and "policies" in loc)
+
+
 def _problem(err: Any) -> tuple[str, str]:  # noqa: ANN401 - pydantic's ErrorDetails
     kind, msg = err["type"], str(err["msg"]).removeprefix("Value error, ")
+    if _renamed_type(err):
+        return "unknown key", "rename it to type, as the HPA's behavior spells it"
     if kind == "extra_forbidden":
         return "unknown key", "remove it or check its spelling (keys are camelCase)"
     if kind == "missing":
@@ -282,7 +391,8 @@ def load(path: str | Path) -> list[GPUScaler]:
     """Read and validate a GPUScaler file.
 
     Args:
-        path: YAML file: one GPUScaler, several documents, or a list of them.
+        path: YAML file: one GPUScaler, several documents, or a list of them; a
+            KEDA ScaledObject document counts as a GPUScaler with one target.
 
     Returns:
         The validated GPUScalers, in file order.
@@ -293,16 +403,27 @@ def load(path: str | Path) -> list[GPUScaler]:
     path = Path(path)
     out: list[GPUScaler] = []
     seen: dict[tuple[str, str, str], str] = {}
-    for data, node, prefix in _documents(path):
+    for raw, node, prefix in _documents(path):
+        whole_keda = is_scaled_object_document(raw)
 
         def where(
-            loc: Sequence[int | str], node: yaml.Node | None = node, pre: str = prefix
+            loc: Sequence[int | str],
+            node: yaml.Node | None = node,
+            pre: str = prefix,
+            keda: bool = whole_keda,
         ) -> str:
+            loc = document_loc(tuple(loc)) if keda else loc
             line, key = _line(node, loc), _path(loc)
             key = f"{pre}.{key}" if pre and key else (pre or key)
             place = f"{path}:{line}" if line else str(path)
             return f"{place} {key}" if key else place
 
+        data = raw
+        if whole_keda:
+            refused = scaled_object_problem(raw)
+            if refused is not None:
+                raise config_error(where(refused[0]), refused[1], refused[2])
+            data = as_gpuscaler(raw, API_VERSION, KIND)
         doc = validate(data, where)
         for t, target in enumerate(doc.spec.targets):
             ident = target_ident(doc, target)
@@ -345,7 +466,8 @@ def validate(data: Any, where: Callable[[Sequence[int | str]], str]) -> GPUScale
     try:
         doc = GPUScaler.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errs = exc.errors()
+        err = next((e for e in errs if _renamed_type(e)), errs[0])  # not "type: required"
         problem, fix = _problem(err)
         raise config_error(where(tuple(err["loc"])), problem, fix) from None
     for t, target in enumerate(doc.spec.targets):
@@ -356,20 +478,28 @@ def validate(data: Any, where: Callable[[Sequence[int | str]], str]) -> GPUScale
     return doc
 
 
-_DATACLASS_MESSAGE = re.compile(r"^\w+\.(\w+)=(.*?): (.*)$")
+_DATACLASS_MESSAGE = re.compile(r"^\w+\.([\w.\[\]]+?)=(.*?): (.*)$")
+_INDEXED = re.compile(r"^(\w+)\[(\d+)\]$")
 
 
 def _policy_error(
     exc: ConfigError, loc: tuple[int | str, ...], where: Callable[[Sequence[int | str]], str]
 ) -> ConfigError:
-    """Re-aim a policy config's own ``Config.field=value: problem; fix`` at the YAML key."""
+    """Re-aim a policy config's own ``Config.field=value: problem; fix`` at the YAML key.
+
+    A nested field (``HpaConfig.behavior.scale_up.policies[0].period_s``) is aimed at
+    its own key (``policy.behavior.scaleUp.policies[0].periodSeconds``).
+    """
     m = _DATACLASS_MESSAGE.match(str(exc))
     if m is None:
         return config_error(where((*loc, "policy")), str(exc), "see docs/autoscaler.md")
-    name, value, rest = m.groups()
-    key: tuple[int | str, ...] = (
-        (*loc, camel(name)) if name in BOUNDS else (*loc, "policy", camel(name))
-    )
+    dotted, value, rest = m.groups()
+    keys: list[int | str] = []
+    for part in dotted.split("."):
+        indexed = _INDEXED.match(part)
+        keys += [camel(indexed[1]), int(indexed[2])] if indexed else [camel(part)]
+    name = dotted.split(".")[0]
+    key: tuple[int | str, ...] = (*loc, *keys) if name in BOUNDS else (*loc, "policy", *keys)
     problem, _, fix = rest.partition("; ")
     return config_error(where(key), f"{value} is {problem}", fix or "see docs/autoscaler.md")
 

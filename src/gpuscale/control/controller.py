@@ -412,8 +412,9 @@ class Controller:
                 cordon=spec.cordon,
                 namespace=rt.ref.namespace,
             )
+            source = self.source if rt.source is None else rt.source
             step = self._steps[rt.ref] = DecisionStep(
-                rt.policy, self.source, settings, rt.policy.signal_path
+                rt.policy, source, settings, rt.policy.signal_path
             )
         return step
 

@@ -14,6 +14,10 @@ controller when it loads the document (the same models, per policy). A field
 that takes one Signal or a list of them (KEDA's ``querySignal``) keeps its
 value unpruned (``x-kubernetes-preserve-unknown-fields``).
 
+A target may instead be a KEDA ScaledObject's ``spec`` (``control.scaledobject``):
+its keys sit beside gpuscale's in the target's schema, and a CEL rule asks for
+exactly one of ``policy`` and ``triggers``.
+
 What OpenAPI cannot say is said in CEL (``x-kubernetes-validations``, served by
 Kubernetes 1.25 and later): a target's ``minReplicas`` is not above its
 ``maxReplicas``, and each policy's target value is in the range its config
@@ -28,6 +32,7 @@ from typing import Any
 import yaml
 
 from gpuscale.control.config import API_VERSION, KIND, GPUScalerSpec
+from gpuscale.control.scaledobject import ScaledObjectTarget
 from gpuscale.control.status import GPUScalerStatus
 
 GROUP, VERSION = API_VERSION.split("/")
@@ -85,15 +90,26 @@ POLICY_RULES = (
 
 TARGET_RULES = (
     {
-        "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+        "rule": "has(self.policy) != has(self.triggers)",
+        "message": "give either policy (gpuscale's spelling) or triggers (a KEDA ScaledObject's "
+        "spec), not both",
+    },
+    {
+        "rule": "!has(self.policy) || has(self.maxReplicas)",
+        "message": "maxReplicas is required with policy",
+    },
+    {
+        "rule": "!has(self.policy) || !has(self.minReplicas) || "
+        "self.minReplicas <= self.maxReplicas",
         "message": "minReplicas must not be above maxReplicas",
     },
     {
-        "rule": "self.policy.name != 'hpa' || !has(self.minReplicas) || self.minReplicas >= 1",
+        "rule": "!has(self.policy) || self.policy.name != 'hpa' || !has(self.minReplicas) || "
+        "self.minReplicas >= 1",
         "message": "hpa: minReplicas must be 1 or more (KEDA scales to zero)",
     },
     {
-        "rule": "self.policy.name != 'kpa' || (has(self.metrics) && "
+        "rule": "!has(self.policy) || self.policy.name != 'kpa' || (has(self.metrics) && "
         "has(self.metrics.scrapeIntervalSeconds) && self.metrics.scrapeIntervalSeconds <= 1)",
         "message": "kpa reads concurrency every second: set metrics.scrapeIntervalSeconds: 1 "
         "and scrape the pods' serving metrics that often",
@@ -195,6 +211,20 @@ def spec_schema() -> dict[str, Any]:
     resolved = _resolve({k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}))
     spec = dict(structural(resolved))
     target = spec["properties"]["targets"]["items"]
+    # A target may also be a KEDA ScaledObject's spec (its keys beside gpuscale's; the
+    # controller reads which is which): only scaleTargetRef is common to both.
+    keda = ScaledObjectTarget.model_json_schema(by_alias=True)
+    keda = structural(_resolve({k: v for k, v in keda.items() if k != "$defs"}, keda["$defs"]))
+    for key, sub in keda["properties"].items():
+        target["properties"].setdefault(key, sub)
+    # KEDA's trigger metadata is a map of strings ('100'), which the models read as
+    # numbers and booleans: kept as written here, checked by the controller on load.
+    target["properties"]["triggers"]["items"]["properties"]["metadata"] = {
+        "type": "object",
+        "description": "The trigger's metadata, as KEDA writes it (values are strings).",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    target["required"] = ["scaleTargetRef"]
     target["x-kubernetes-validations"] = [dict(r) for r in TARGET_RULES]
     policy = target["properties"]["policy"]
     policy["x-kubernetes-validations"] = [r.rule() for r in POLICY_RULES]

@@ -3,7 +3,9 @@
 The policies take frozen config dataclasses (``HpaConfig``, ``KedaConfig``, ...)
 and the simulator builds them from Python. A GPUScaler names the same fields in
 YAML, camelCase as every Kubernetes object does (``target_average_value`` is
-``targetAverageValue``, a ``_s`` suffix reads ``Seconds``). Rather than write
+``targetAverageValue``, a ``_s`` suffix reads ``Seconds``; a field whose
+``metadata["key"]`` is set takes that key, the upstream API's spelling where it
+differs, as an HPA policy's ``type``). Rather than write
 each policy's schema a second time, this module derives a pydantic model from
 each config dataclass (nested dataclasses included), so a field added to a
 policy config appears in the GPUScaler schema, its validation and the CRD with
@@ -93,14 +95,15 @@ def model_for(cls: type[Any], exclude: frozenset[str] = frozenset()) -> type[Bas
         if f.name in exclude:
             continue
         unit = f.metadata.get("unit") or ""
+        alias: str = f.metadata.get("key") or camel(f.name)  # the upstream API's spelling
         text = docs.get(f.name, "") + (f" Unit: {unit}." if unit and unit != "metric unit" else "")
         spec: Any
         if f.default is not dataclasses.MISSING:
-            spec = Field(f.default, alias=camel(f.name), description=text or None)
+            spec = Field(f.default, alias=alias, description=text or None)
         elif f.default_factory is not dataclasses.MISSING:
-            spec = Field(default_factory=f.default_factory, alias=camel(f.name), description=text)
+            spec = Field(default_factory=f.default_factory, alias=alias, description=text)
         else:
-            spec = Field(alias=camel(f.name), description=text or None)
+            spec = Field(alias=alias, description=text or None)
         fields[f.name] = (_convert(hints[f.name]), spec)
     model: type[BaseModel] = create_model(
         f"{cls.__name__}Model",

@@ -44,7 +44,7 @@ from gpuscale.control.status import (
     target_verdicts,
     timestamp,
 )
-from gpuscale.control.targets import TargetRuntime, runtime
+from gpuscale.control.targets import TargetRuntime, close_sources, runtime
 from gpuscale.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -125,6 +125,14 @@ class ClusterScalers:
             built[key] = scaler
             if scaler.problem:
                 self._warn(obj, scaler)
+        # a rebuilt or deleted object's targets retire: their own servers' clients close
+        retired = [
+            rt
+            for key, old in self._scalers.items()
+            if built.get(key) is not old
+            for rt in old.runtimes
+        ]
+        close_sources(retired)
         self._scalers = built
         self._written = {k: v for k, v in self._written.items() if k in built}
         return [rt for s in built.values() if not s.problem for rt in s.runtimes]

@@ -10,23 +10,39 @@ and ``metrics.matchers``; ``metrics.servingStack`` reads the serving stack's own
 series in place of gpuscale's (``metrics.serving_stacks``); ``metrics.signals``
 replaces a signal by its key, and wins over the stack.
 The policy reads its series by key, so it sees the scoped values under the names
-it expects.
+it expects. A raw PromQL signal (``query``) is read as written, unscoped. A target
+with its own ``metrics.server`` (a KEDA trigger's ``serverAddress``) is read from
+that server.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import MappingProxyType
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
-from gpuscale.control.config import GPUScaler, MetricsSpec, Target, policy_config
+from gpuscale.control.config import (
+    GPUScaler,
+    MetricsServer,
+    MetricsSpec,
+    Target,
+    policy_config,
+)
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.params import build
 from gpuscale.errors import config_error
+from gpuscale.metrics.prometheus import PrometheusSource
 from gpuscale.metrics.serving_stacks import STACKS, substitute
-from gpuscale.metrics.signal import Signal
+from gpuscale.metrics.signal import MetricsSource, Signal
 from gpuscale.scaling.hybrid import HybridConfig
-from gpuscale.scaling.policy import Decision, Observation, S, ScalingPolicy
+from gpuscale.scaling.policy import (
+    Decision,
+    FallsBack,
+    Observation,
+    S,
+    ScalingPolicy,
+    TargetStatus,
+)
 
 
 class ScopedPolicy(Generic[S]):
@@ -84,6 +100,59 @@ class ScopedPolicy(Generic[S]):
         return self.inner.decide(observation, state)
 
 
+class ScopedFallback(ScopedPolicy[S]):
+    """A scoped policy that has its own answer to missing data (``FallsBack``), passed on."""
+
+    def __init__(
+        self,
+        policy: FallsBack[S],
+        signals: Mapping[str, Signal],
+        pod_signals: Mapping[str, Signal],
+    ) -> None:
+        super().__init__(cast("ScalingPolicy[S]", policy), signals, pod_signals)
+        self._fallback = policy
+
+    def fall_back(self, target: TargetStatus, now: float, state: S) -> Decision[S]:
+        """The wrapped policy's fallback.
+
+        Returns:
+            What the wrapped policy returns.
+        """
+        return self._fallback.fall_back(target, now, state)
+
+
+def scoped_policy(
+    policy: ScalingPolicy[S], signals: Mapping[str, Signal], pod_signals: Mapping[str, Signal]
+) -> ScopedPolicy[S]:
+    """The policy with its signals scoped, its fallback kept where it has one.
+
+    Returns:
+        A ``ScopedFallback`` for a ``FallsBack`` policy, else a ``ScopedPolicy``.
+    """
+    if isinstance(policy, FallsBack):
+        return ScopedFallback(policy, signals, pod_signals)
+    return ScopedPolicy(policy, signals, pod_signals)
+
+
+def server_source(server: MetricsServer | None) -> MetricsSource | None:
+    """The target's own Prometheus (a KEDA trigger's ``serverAddress``); None: the controller's.
+
+    No credentials of the controller's ``--prometheus`` are sent to it.
+
+    Returns:
+        A source for that server, or None.
+    """
+    if server is None:
+        return None
+    return PrometheusSource(
+        server.address,
+        timeout_s=server.timeout_seconds,
+        insecure_skip_verify=server.insecure_skip_verify,
+        headers=server.headers,
+        params=server.query_parameters,
+    )
+
+
 def scope(
     signals: Mapping[str, Signal],
     namespace: str,
@@ -107,6 +176,9 @@ def scope(
     for key, sig in signals.items():
         if key in overrides:
             out[key] = overrides[key]
+            continue
+        if sig.query:  # a raw query is read as written (a KEDA trigger's query)
+            out[key] = sig
             continue
         added = dict(matchers)
         if "namespace" not in sig.matchers and "namespace" not in matchers:
@@ -162,6 +234,8 @@ class TargetRuntime:
         policy: The policy, signals scoped.
         delay_s: Signals are evaluated this far in the past (the policy's signal path).
         owner: ``namespace/name`` of the GPUScaler it comes from.
+        all_signals: Every signal it reads, pod signals keyed ``KEY by pod``.
+        source: The target's own server (``metrics.server``); None: the controller's.
     """
 
     ref: TargetRef
@@ -170,6 +244,7 @@ class TargetRuntime:
     delay_s: float = 0.0
     owner: str = ""
     all_signals: Mapping[str, Signal] = field(default_factory=dict)
+    source: MetricsSource | None = None
 
 
 def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
@@ -188,8 +263,8 @@ def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
     preset = stack_preset(target.metrics)
     signals = scope(policy.signals, ns, matchers, overrides, preset)
     pod_signals = scope(policy.pod_signals, ns, matchers, overrides, preset)
-    scoped = ScopedPolicy(policy, signals, pod_signals)
-    path = scoped.signal_path
+    wrapped = scoped_policy(policy, signals, pod_signals)
+    path = wrapped.signal_path
     if path.source == "direct" and target.metrics.scrape_interval_seconds > path.interval_s:
         # The controller samples through Prometheus: it honours a direct path (Knative's
         # each-second concurrency) only when Prometheus scrapes the pods that often.
@@ -206,10 +281,11 @@ def runtime(doc: GPUScaler, target: Target) -> TargetRuntime:
     return TargetRuntime(
         ref,
         target,
-        scoped,
-        delay_s=scoped.signal_path.delay_s,
+        wrapped,
+        delay_s=wrapped.signal_path.delay_s,
         owner=f"{doc.metadata.namespace}/{doc.metadata.name}",
         all_signals=every,
+        source=server_source(target.metrics.server),
     )
 
 
@@ -220,3 +296,10 @@ def runtimes(docs: list[GPUScaler]) -> list[TargetRuntime]:
         The runtime targets.
     """
     return [runtime(doc, t) for doc in docs for t in doc.spec.targets]
+
+
+def close_sources(targets: Iterable[TargetRuntime]) -> None:
+    """Close the targets' own servers' clients (``metrics.server``); call when they retire."""
+    for rt in targets:
+        if isinstance(rt.source, PrometheusSource):
+            rt.source.close()

@@ -39,7 +39,7 @@ from gpuscale.control.kubecall import WriteGuard
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.seams import Actuator, Settings
 from gpuscale.control.server import ControllerMetrics
-from gpuscale.control.targets import TargetRuntime
+from gpuscale.control.targets import TargetRuntime, close_sources
 from gpuscale.errors import GpuscaleError
 from gpuscale.keda.metadata import target_runtime
 from gpuscale.metrics.signal import MetricsSource
@@ -243,8 +243,11 @@ class KedaScaler:
             if entry is None or entry.metadata != given:
                 if entry is not None:
                     logger.info("%s/%s: trigger metadata changed; target rebuilt", namespace, name)
+                    close_sources([entry.runtime])
                 entry = self._entries[key] = _Entry(given, rt, controller, threading.Lock())
-            return entry
+                return entry
+        close_sources([rt])  # another thread built this key's entry first
+        return entry
 
     def decide(self, name: str, namespace: str, metadata: Mapping[str, str]) -> Desired:
         """The ScaledObject's decision: the last one if younger than the sync period.

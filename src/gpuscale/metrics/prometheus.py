@@ -141,6 +141,8 @@ class PrometheusSource:
         headers: Extra request headers, e.g. ``X-Scope-OrgID`` for a Mimir tenant.
         client: An httpx client to use instead of one built from the TLS options
             (then it is not closed by ``close``, and TLS options may not be given).
+        params: Extra URL parameters sent with every query (KEDA's ``queryParameters``
+            and ``namespace``, e.g. a Thanos Querier's tenant namespace).
 
     Raises:
         ConfigError: Conflicting or unusable options (both bearer and basic auth, a
@@ -160,6 +162,7 @@ class PrometheusSource:
         insecure_skip_verify: bool = False,
         headers: Mapping[str, str] | None = None,
         client: httpx.Client | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> None:
         check_url(url)
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
@@ -172,6 +175,7 @@ class PrometheusSource:
         self._shown = redact_url(self.url)
         self.timeout_s = float(timeout_s)
         self._headers = {"Accept": "application/json", **dict(headers or {})}
+        self._params = dict(params or {})
         if bearer_token is not None:
             self._headers["Authorization"] = f"Bearer {bearer_token}"
         self._auth = httpx.BasicAuth(*basic_auth) if basic_auth is not None else None
@@ -251,7 +255,10 @@ class PrometheusSource:
         Raises:
             MetricsUnavailable: The server could not answer.
         """
-        found = self._query("query", {"query": newest_query(signal), "time": _format_time(at)})
+        query = newest_query(signal)
+        if not query:  # a raw query that names no series: nothing can be stale
+            return None
+        found = self._query("query", {"query": query, "time": _format_time(at)})
         if not found or not found[0].points:
             return None
         t = found[0].points[-1][1]
@@ -267,6 +274,8 @@ class PrometheusSource:
             MetricsUnavailable: The server could not answer.
         """
         query = newest_by_query(signal, label)
+        if not query:
+            return {}
         found = self._query("query", {"query": query, "time": _format_time(at)})
         out: dict[str, float] = {}
         for res in found:
@@ -293,6 +302,7 @@ class PrometheusSource:
         try:
             resp = self._client.post(
                 f"{self.url}/api/v1/{endpoint}",
+                params=self._params,
                 data=dict(form),
                 headers=self._headers,
                 auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,

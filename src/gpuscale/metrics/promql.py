@@ -15,6 +15,7 @@ strings (Go string-literal rules).
 import math
 import re
 
+from gpuscale.metrics.rawquery import newest_expr
 from gpuscale.metrics.signal import Signal
 
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -118,8 +119,11 @@ def newest_query(signal: Signal) -> str:
 
     Returns:
         ``max(timestamp(<selector>))``: seconds, or no result when no series has a
-        sample within the server's lookback.
+        sample within the server's lookback. For a raw query, the same over every
+        selector it names (``rawquery.newest_expr``); ``""`` when it names none.
     """
+    if signal.query:
+        return newest_expr(signal.query)
     return f"max(timestamp({selector(signal)}))"
 
 
@@ -127,10 +131,13 @@ def newest_by_query(signal: Signal, label: str) -> str:
     """PromQL for the time of the newest raw sample of a signal's series, per ``label``.
 
     Returns:
-        ``max by (label) (timestamp(<selector>))``.
+        ``max by (label) (timestamp(<selector>))``; for a raw query, over every selector
+        it names (``""`` when it names none).
 
     Raises:
         ValueError: ``label`` is not a valid label name.
     """
     _check_name("label", label, LABEL_NAME)
+    if signal.query:
+        return newest_expr(signal.query, label)
     return f"max by ({label}) (timestamp({selector(signal)}))"

@@ -19,6 +19,7 @@ range from one call, as an observation of every kept metric reads them.
 import math
 from collections.abc import Sequence
 
+from gpuscale.metrics.rawquery import structured
 from gpuscale.metrics.signal import LabelledValue, Signal
 
 
@@ -85,6 +86,7 @@ class SecondTotals:
 
     def _column(self, signal: Signal) -> int:
         """The index of the signal's metric, or -1 when it is not kept."""
+        signal = structured(signal)
         k = self._index.get(signal.metric, -1)
         if k < 0:
             return k

@@ -13,6 +13,10 @@ series, NaN where the series is absent. Rows older than the retention are
 dropped, and columns absent for the whole retained window with them, so a run
 with pods coming and going stays bounded. Rows not yet written are kept NaN, so
 a scrape writes only its own columns.
+
+A raw PromQL signal (``Signal.query``) is read as the signal from parts it
+stands for where it has that shape (``metrics.rawquery``); the simulator refuses
+any other at setup, naming the construct.
 """
 
 import logging
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from gpuscale.metrics.rawquery import structured
 from gpuscale.metrics.signal import LabelledValue, Signal
 
 FloatArray = npt.NDArray[np.float64]
@@ -250,7 +255,7 @@ class MetricStore:
         Returns:
             One result per series (aggregation ``none``) or per group, each with one point.
         """
-        return self._evaluate(signal, np.array([float(at)]))
+        return self._evaluate(structured(signal), np.array([float(at)]))
 
     def instant_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
         """``instant``'s values keyed by one label, without a result object per series.
@@ -262,6 +267,7 @@ class MetricStore:
             {value of ``label``: the result's value} for each result carrying ``label``
             (the last such result where several share a value), in result order.
         """
+        signal = structured(signal)
         fam = self._families.get(signal.metric)
         if fam is None or fam.rows == 0:
             return {}
@@ -291,6 +297,7 @@ class MetricStore:
         Returns:
             Seconds, or None when no matching series has a sample within the lookback.
         """
+        signal = structured(signal)
         fam = self._families.get(signal.metric)
         if fam is None or fam.rows == 0:
             return None
@@ -313,6 +320,7 @@ class MetricStore:
         Returns:
             {value of ``label``: seconds} for the series carrying ``label``.
         """
+        signal = structured(signal)
         fam = self._families.get(signal.metric)
         if fam is None or fam.rows == 0:
             return {}
@@ -339,7 +347,7 @@ class MetricStore:
         if step <= 0 or end < start:
             raise ValueError(f"bad range: start={start} end={end} step={step}")
         n = math.floor((end - start) / step + 1e-9) + 1
-        return self._evaluate(signal, start + step * np.arange(n, dtype=np.float64))
+        return self._evaluate(structured(signal), start + step * np.arange(n, dtype=np.float64))
 
     def _evaluate(self, signal: Signal, times: FloatArray) -> list[LabelledValue]:
         fam = self._families.get(signal.metric)

@@ -17,7 +17,7 @@ import itertools
 import math
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gpuscale import errors
@@ -176,29 +176,43 @@ class RatePolicy:
     """One ``HPAScalingPolicy``: at most ``value`` pods or percent per ``period_s``.
 
     Attributes:
-        kind: ``Pods`` (absolute) or ``Percent`` (of the replicas at the period's start).
+        kind: ``Pods`` (absolute) or ``Percent`` (of the replicas at the period's start);
+            the HPA's ``type``.
         value: Pods or percent allowed per period.
         period_s: Length of the sliding period, seconds.
     """
 
-    kind: RateKind
+    kind: RateKind = field(metadata={"key": "type"})
     value: int
     period_s: float
 
 
 @dataclass(frozen=True, slots=True)
 class ScalingRules:
-    """``HPAScalingRules`` for one direction.
+    """``HPAScalingRules`` for one direction; a field left None takes the API server's default.
 
     Attributes:
-        policies: Rate policies; ``select_policy`` picks among them.
+        policies: Rate policies; ``select_policy`` picks among them. None: the
+            direction's defaults (up: 4 pods or 100 % per 15 s; down: 100 % per 15 s).
         select_policy: ``Max`` (largest change), ``Min`` (smallest) or ``Disabled``.
-        stabilization_window_s: Seconds of past recommendations to consider.
+        stabilization_window_s: Seconds of past recommendations to consider. None: the
+            direction's default (up: 0; down: 300).
+        tolerance: No change while the usage ratio is within this fraction of 1 in this
+            direction. None: the controller's tolerance (``HpaConfig.tolerance``).
     """
 
-    policies: tuple[RatePolicy, ...]
+    policies: tuple[RatePolicy, ...] | None = None
     select_policy: SelectPolicy = "Max"
-    stabilization_window_s: float = 0.0
+    stabilization_window_s: float | None = None
+    tolerance: float | None = None
+
+    def window_s(self) -> float:
+        """The stabilisation window once defaulted, seconds (0 if never defaulted)."""
+        return self.stabilization_window_s or 0.0
+
+    def rates(self) -> tuple[RatePolicy, ...]:
+        """The rate policies once defaulted (none if never defaulted)."""
+        return self.policies or ()
 
 
 DEFAULT_SCALE_UP = ScalingRules(
@@ -209,10 +223,34 @@ DEFAULT_SCALE_UP = ScalingRules(
 DEFAULT_SCALE_DOWN = ScalingRules((RatePolicy("Percent", 100, 15.0),), "Max", 300.0)
 """autoscaling/v2 default: up to -100% per 15 s after a 300 s stabilisation window."""
 
+MAX_PERIOD_S = 1800.0
+"""The API server's limit on a policy's ``periodSeconds`` (``validateScalingPolicy``)."""
+
+MAX_WINDOW_S = 3600.0
+"""The API server's limit on ``stabilizationWindowSeconds``."""
+
+
+def _defaulted(given: ScalingRules, default: ScalingRules) -> ScalingRules:
+    """The API server's defaulting of one direction: each unset field from ``default``."""
+    return replace(
+        given,
+        policies=default.policies if given.policies is None else given.policies,
+        stabilization_window_s=(
+            default.stabilization_window_s
+            if given.stabilization_window_s is None
+            else given.stabilization_window_s
+        ),
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class HpaBehavior:
-    """``spec.behavior`` of an HPA.
+    """``spec.behavior`` of an HPA, as the API server stores it after defaulting.
+
+    A direction's unset fields take that direction's defaults at construction
+    (``GenerateHPAScaleUpRules``/``GenerateHPAScaleDownRules``), so
+    ``HpaBehavior(scale_down=ScalingRules(stabilization_window_s=60))`` keeps the
+    default scale-down policy, as the HPA does.
 
     Attributes:
         scale_up: Rules applied when the recommendation is above the current count.
@@ -222,44 +260,60 @@ class HpaBehavior:
     scale_up: ScalingRules = DEFAULT_SCALE_UP
     scale_down: ScalingRules = DEFAULT_SCALE_DOWN
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale_up", _defaulted(self.scale_up, DEFAULT_SCALE_UP))
+        object.__setattr__(self, "scale_down", _defaulted(self.scale_down, DEFAULT_SCALE_DOWN))
+
     def validate(self, owner: str) -> None:
         """Check the rules as the API server's validation would.
 
         Raises:
-            ConfigError: On an empty policy list, a non-positive value or period,
-                or a stabilisation window outside 0..3600 s.
+            ConfigError: On an empty policy list, a value that is not positive, a
+                period outside 1..1800 s, a stabilisation window outside 0..3600 s or a
+                tolerance below 0.
         """
         for name, rules in (("scale_up", self.scale_up), ("scale_down", self.scale_down)):
             key = f"{owner}.{name}"
             errors.require(
-                bool(rules.policies) or rules.select_policy == "Disabled",
+                bool(rules.policies),
                 f"{key}.policies={rules.policies!r}",
                 "empty",
-                "give at least one policy or set select_policy='Disabled'",
+                "give at least one policy, or leave policies out for the defaults",
             )
-            for p in rules.policies:
+            for i, p in enumerate(rules.rates()):
                 errors.require(
                     p.value > 0,
-                    f"{key}.policies.value={p.value!r}",
+                    f"{key}.policies[{i}].value={p.value!r}",
                     "out of range",
                     "use a positive value",
                 )
                 errors.require(
-                    p.period_s > 0,
-                    f"{key}.policies.period_s={p.period_s!r}",
+                    0 < p.period_s <= MAX_PERIOD_S,
+                    f"{key}.policies[{i}].period_s={p.period_s!r}",
                     "out of range",
                     "use 1..1800 seconds",
                 )
             errors.require(
-                0 <= rules.stabilization_window_s <= 3600,
+                0 <= rules.window_s() <= MAX_WINDOW_S,
                 f"{key}.stabilization_window_s={rules.stabilization_window_s!r}",
                 "out of range",
                 "use 0..3600 seconds",
             )
+            errors.require(
+                rules.tolerance is None or rules.tolerance >= 0,
+                f"{key}.tolerance={rules.tolerance!r}",
+                "out of range",
+                "use 0 or more",
+            )
+
+    def tolerances(self, default: float) -> tuple[float, float]:
+        """(scale-down, scale-up) tolerance: each direction's own, else ``default``."""
+        down, up = self.scale_down.tolerance, self.scale_up.tolerance
+        return (default if down is None else down, default if up is None else up)
 
     def longest_period_s(self) -> float:
         """Longest policy period in either direction, seconds."""
-        periods = [p.period_s for p in (*self.scale_up.policies, *self.scale_down.policies)]
+        periods = [p.period_s for p in (*self.scale_up.rates(), *self.scale_down.rates())]
         return max(periods, default=0.0)
 
 
@@ -280,7 +334,7 @@ def _limit(
     if rules.select_policy == "Disabled":
         return current
     proposals = []
-    for p in rules.policies:
+    for p in rules.rates():
         start = current - _change_in_period(ups, now, p.period_s)
         start += _change_in_period(downs, now, p.period_s)
         if direction == "up":
@@ -327,8 +381,8 @@ def reconcile(
     now = float(now)
     recs = remembered(state, now, current)
     ups, downs = list(state.scale_up_events), list(state.scale_down_events)
-    up_window_s = behavior.scale_up.stabilization_window_s
-    down_window_s = behavior.scale_down.stabilization_window_s
+    up_window_s = behavior.scale_up.window_s()
+    down_window_s = behavior.scale_down.window_s()
     if current > max_replicas:
         desired, why = max_replicas, f"current {current} above max {max_replicas}"
     elif current < min_replicas:

@@ -137,8 +137,22 @@ def milli(value: float) -> int:
     return int(value * 1000)
 
 
-def _within(ratio: float, tolerance: float) -> bool:
-    return (1.0 - tolerance) <= ratio <= (1.0 + tolerance)
+Tolerance = float | tuple[float, float]
+"""One tolerance both ways, or (scale-down, scale-up) as ``behavior``'s ``tolerance`` sets them."""
+
+
+def _within(ratio: float, tolerance: Tolerance) -> bool:
+    down, up = (tolerance, tolerance) if isinstance(tolerance, float | int) else tolerance
+    return (1.0 - down) <= ratio <= (1.0 + up)
+
+
+def tolerances(tolerance: float, behavior: HpaBehavior | None) -> Tolerance:
+    """The calculator's tolerance: ``behavior``'s per-direction ones where set.
+
+    Returns:
+        ``tolerance``, or (scale-down, scale-up) fractions.
+    """
+    return tolerance if behavior is None else behavior.tolerances(tolerance)
 
 
 def _unready_by_cpu_rule(pod: PodStatus, now: float, config: HpaConfig) -> bool:
@@ -239,7 +253,7 @@ def pods_metric_replicas(
     if not metrics:
         return None
     target = round(config.target_average_value * 1000)
-    tol = config.tolerance
+    tol = tolerances(config.tolerance, config.behavior)
     usage = sum(metrics.values()) // len(metrics)
     ratio = usage / target
     shown = usage / 1000
@@ -265,7 +279,7 @@ def pods_metric_replicas(
 
 
 def external_average_value_replicas(
-    status_replicas: int, usage: float, target_per_pod: float, tolerance: float
+    status_replicas: int, usage: float, target_per_pod: float, tolerance: Tolerance
 ) -> Proposal:
     """``GetExternalPerPodMetricReplicas``: an External metric with an AverageValue target.
 
@@ -273,7 +287,8 @@ def external_average_value_replicas(
         status_replicas: ``status.replicas`` of the target (pods that exist).
         usage: The metric's total value.
         target_per_pod: Target value per replica.
-        tolerance: No change when usage / (target x replicas) is within 1 ± tolerance.
+        tolerance: No change when usage / (target x replicas) is within 1 ± tolerance
+            (a pair: minus the first, plus the second).
 
     Returns:
         ``ceil(usage / target_per_pod)`` unless within tolerance; replicas.
@@ -294,7 +309,7 @@ def external_average_value_replicas(
 
 
 def external_value_replicas(
-    current: int, ready: int, usage: float, target: float, tolerance: float
+    current: int, ready: int, usage: float, target: float, tolerance: Tolerance
 ) -> Proposal:
     """``GetExternalMetricReplicas``: an External metric with a Value target.
 
@@ -303,7 +318,7 @@ def external_value_replicas(
         ready: Running and Ready pods.
         usage: The metric's total value.
         target: Target value for the whole workload.
-        tolerance: No change within 1 ± tolerance.
+        tolerance: No change within 1 ± tolerance (a pair: minus the first, plus the second).
 
     Returns:
         ``ceil(usage / target x ready)``, or ``ceil(usage / target)`` from 0; replicas.

@@ -24,9 +24,21 @@ HPA sync (``signal_path = PROMETHEUS_QUERY``: no recording rule in between);
 what it reads is as old as the scraped series.
 
 The default query is the workload's total demand, requests in flight plus
-queued. A missing result holds the replicas (our fail-safe rule); note that
-KEDA's Prometheus scaler itself defaults to ``ignoreNullValues: true``, which
-would read an empty result as 0.
+queued. A missing result holds the replicas (our fail-safe rule) unless the
+query is marked optional, as a pasted trigger's ``ignoreNullValues: true`` (KEDA's
+default) marks it: an empty result then reads as 0, as it does in KEDA.
+
+Two parts of a ScaledObject change that picture, each only when given:
+
+* ``idleReplicaCount``: the idle floor (``min_replicas``) is below the active one
+  (``active_min_replicas``, KEDA's ``minReplicaCount``): inactive past the cooldown
+  goes down to the idle count, activity goes straight back to the active floor.
+* ``fallback``: after more than ``failure_threshold`` HPA syncs in a row without a
+  reading, the HPA is fed ``threshold x replicas`` (``/ ready`` for ``Value``), as
+  KEDA's metrics adapter does (``pkg/fallback``), so it heads for the fallback
+  replicas through its own behaviour. This is the one case where missing data may
+  scale in: the user asked for it. The decision step calls ``fall_back`` where
+  it would hold.
 """
 
 import logging
@@ -50,8 +62,9 @@ from gpuscale.scaling.hpa import (
     external_average_value_replicas,
     external_value_replicas,
     reconcile_legacy,
+    tolerances,
 )
-from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation
+from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, TargetStatus
 from gpuscale.scaling.recommendations import HpaState
 from gpuscale.scaling.state import CLOCK, JsonState, KeepsState
 
@@ -62,6 +75,46 @@ DEFAULT_QUERY = (
     Signal("gpuscale_serving_queue_requests", aggregation="sum"),
 )
 """``sum(gpuscale_serving_requests_in_flight) + sum(gpuscale_serving_queue_requests)``."""
+
+
+FallbackBehavior = Literal[
+    "static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KedaFallback:
+    """A ScaledObject's ``fallback``: replicas to head for while the trigger fails.
+
+    Attributes:
+        failure_threshold: Failed reads in a row tolerated; one more starts the fallback.
+        replicas: Replicas to head for.
+        behavior: ``static`` (``replicas``), ``currentReplicas`` (stay), or the
+            current count if higher or lower than ``replicas``.
+    """
+
+    failure_threshold: int = field(metadata={"unit": "reads"})
+    replicas: int = field(metadata={"unit": "replicas"})
+    behavior: FallbackBehavior = field(default="static", metadata={"unit": ""})
+
+    def __post_init__(self) -> None:
+        for key in ("failure_threshold", "replicas"):
+            require(
+                getattr(self, key) >= 0,
+                f"KedaFallback.{key}={getattr(self, key)!r}",
+                "out of range",
+                "use 0 or more",
+            )
+
+    def target(self, current: int) -> int:
+        """The replica count the fallback heads for from ``current``."""
+        if self.behavior == "currentReplicas":
+            return current
+        if self.behavior == "currentReplicasIfHigher":
+            return max(current, self.replicas)
+        if self.behavior == "currentReplicasIfLower":
+            return min(current, self.replicas)
+        return self.replicas
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +137,10 @@ class KedaConfig:
             default, as upstream) leaves ``spec.behavior`` out: the legacy path.
         downscale_stabilization_s: The controller's
             ``--horizontal-pod-autoscaler-downscale-stabilization`` (legacy path).
+        active_min_replicas: With ``idleReplicaCount``: KEDA's ``minReplicaCount``, the
+            floor while active (``min_replicas`` is then the idle count). None: no idle
+            count, ``min_replicas`` is ``minReplicaCount``.
+        fallback: ``fallback``; None: a failing trigger holds the replicas.
 
     Each numeric field's unit is in its ``metadata["unit"]`` (the report prints it);
     the threshold's is that of the default query, requests in flight plus queued.
@@ -102,10 +159,19 @@ class KedaConfig:
     tolerance: float = field(default=0.1, metadata={"unit": "fraction"})
     behavior: HpaBehavior | None = field(default=None, metadata={"unit": ""})
     downscale_stabilization_s: float = field(default=300.0, metadata={"unit": "s"})
+    active_min_replicas: int | None = field(default=None, metadata={"unit": "replicas"})
+    fallback: KedaFallback | None = field(default=None, metadata={"unit": ""})
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, fix: str, problem: str = "out of range") -> None:
             require(ok, f"KedaConfig.{key}={getattr(self, key)!r}", problem, fix)
+
+        if self.active_min_replicas is not None:
+            check(
+                self.min_replicas < self.active_min_replicas <= self.max_replicas,
+                "active_min_replicas",
+                "keep the idle count (min_replicas) below it, and it at most max_replicas",
+            )
 
         check(self.threshold > 0, "threshold", "use a value > 0")
         check(self.activation_threshold >= 0, "activation_threshold", "use 0 or more")
@@ -129,6 +195,16 @@ class KedaConfig:
             self.behavior.validate("KedaConfig.behavior")
 
     @property
+    def floor_when_active(self) -> int:
+        """The least replicas while the trigger is active: KEDA's ``minReplicaCount``."""
+        return self.min_replicas if self.active_min_replicas is None else self.active_min_replicas
+
+    @property
+    def idles(self) -> bool:
+        """Whether an inactive trigger takes the target down to ``min_replicas``."""
+        return self.active_min_replicas is not None or self.min_replicas == 0
+
+    @property
     def terms(self) -> tuple[Signal, ...]:
         """The Signals whose sum is the query."""
         if isinstance(self.query_signal, Signal):
@@ -147,6 +223,7 @@ class KedaState(JsonState):
         last_active: The last poll that found the trigger active, seconds.
         active: Whether the last poll found it active; None before the first poll.
         hpa: The HPA's recommendations and scale events.
+        failures: HPA syncs in a row that found no reading (``fallback`` counts them).
 
     ``essential()`` keeps of ``last_poll``, ``last_hpa`` and ``last_active`` only
     whether each is set. After a restart a lagging ``last_poll`` or ``last_hpa`` makes
@@ -163,6 +240,7 @@ class KedaState(JsonState):
     last_active: float | None = field(default=None, metadata=CLOCK)
     active: bool | None = None
     hpa: HpaState = field(default_factory=HpaState)
+    failures: int = 0
 
 
 def due(last: float | None, period_s: float, now: float, interval_s: float) -> bool:
@@ -216,16 +294,12 @@ class KedaPolicy(KeepsState[KedaState]):
         logger.debug("%s: %d -> %d: %s", self.name, current, replicas, reason)
         return Decision(replicas, reason, state)
 
-    def _proposal(self, observation: Observation, value: float) -> Proposal:
+    def _proposal(self, target: TargetStatus, value: float) -> Proposal:
         cfg = self.config
-        target = observation.target
+        tol = tolerances(cfg.tolerance, cfg.behavior)
         if cfg.metric_type == "AverageValue":
-            return external_average_value_replicas(
-                len(target.pods), value, cfg.threshold, cfg.tolerance
-            )
-        return external_value_replicas(
-            target.desired, target.ready, value, cfg.threshold, cfg.tolerance
-        )
+            return external_average_value_replicas(len(target.pods), value, cfg.threshold, tol)
+        return external_value_replicas(target.desired, target.ready, value, cfg.threshold, tol)
 
     def decide(self, observation: Observation, state: KedaState) -> Decision[KedaState]:
         """Run whichever of KEDA's poll and the HPA's sync is due.
@@ -242,20 +316,20 @@ class KedaPolicy(KeepsState[KedaState]):
             logger.debug("%s: %s", self.name, decision.reason)
             return decision
         value = summed_latest(observation, self._keys)
+        if value is None and all(t.optional for t in cfg.terms):
+            value = 0.0  # ignoreNullValues: an empty result is a reading of 0
         if value is None:
-            why = "query returned no data"
-            decision = hold(observation, self.min_replicas, self.max_replicas, why, st)
-            logger.debug("%s: %s", self.name, decision.reason)
-            return decision
+            return self.fall_back(observation.target, now, st)
+        st = replace(st, failures=0)
         if due(st.last_poll, cfg.polling_interval_s, now, self.interval_s):
             active = value > cfg.activation_threshold
             last_active = now if active else st.last_active
             st = replace(st, last_poll=now, last_active=last_active, active=active)
-            if active and current == 0:
-                replicas = max(cfg.min_replicas, 1)
+            if active and current <= cfg.min_replicas and (cfg.idles or current == 0):
+                replicas = max(cfg.floor_when_active, 1)
                 why = f"activated: {value:g} > activation {cfg.activation_threshold:g}"
                 return self._done(current, replicas, why, st)
-            if not active and current > 0 and cfg.min_replicas == 0:
+            if not active and current > cfg.min_replicas and cfg.idles:
                 if last_active is None:
                     cooled = float(now if st.created_at is None else st.created_at)
                     cooled += cfg.initial_cooldown_period_s
@@ -263,34 +337,75 @@ class KedaPolicy(KeepsState[KedaState]):
                     cooled = last_active + cfg.cooldown_period_s
                 if cooled < now:
                     why = f"inactive ({value:g} <= {cfg.activation_threshold:g}) past cooldown"
-                    return self._done(current, 0, why, st)
-        if current > 0 and due(st.last_hpa, cfg.hpa_sync_period_s, now, self.interval_s):
-            proposal = self._proposal(observation, value)
-            low, high = max(cfg.min_replicas, 1), cfg.max_replicas
-            if cfg.behavior is None:
-                replicas, why, hpa = reconcile_legacy(
-                    now,
-                    current,
-                    proposal.replicas,
-                    min_replicas=low,
-                    max_replicas=high,
-                    downscale_stabilization_s=cfg.downscale_stabilization_s,
-                    state=st.hpa,
-                )
-            else:
-                replicas, why, hpa = reconcile(
-                    now,
-                    current,
-                    proposal.replicas,
-                    min_replicas=low,
-                    max_replicas=high,
-                    behavior=cfg.behavior,
-                    state=st.hpa,
-                )
-            st = replace(st, last_hpa=now, hpa=hpa)
-            reason = (
-                f"hpa: value {value:g} vs {cfg.metric_type} {cfg.threshold:g} "
-                f"-> {proposal.replicas} ({proposal.note}); {why}"
-            )
-            return self._done(current, replicas, reason, st)
+                    return self._done(current, cfg.min_replicas, why, st)
+        hpa_on = current > cfg.min_replicas if cfg.idles else current > 0
+        if hpa_on and due(st.last_hpa, cfg.hpa_sync_period_s, now, self.interval_s):
+            proposal = self._proposal(observation.target, value)
+            return self._sync(observation.target, now, proposal, f"value {value:g}", st)
         return self._done(current, current, f"value {value:g}; no loop due", st)
+
+    def _sync(
+        self, target: TargetStatus, now: float, proposal: Proposal, seen: str, st: KedaState
+    ) -> Decision[KedaState]:
+        """One sync of KEDA's HPA on the calculator's ``proposal``."""
+        cfg = self.config
+        current = target.desired
+        bounds = {"min_replicas": max(cfg.floor_when_active, 1), "max_replicas": cfg.max_replicas}
+        if cfg.behavior is None:
+            window = cfg.downscale_stabilization_s
+            replicas, why, hpa = reconcile_legacy(
+                now,
+                current,
+                proposal.replicas,
+                **bounds,
+                downscale_stabilization_s=window,
+                state=st.hpa,
+            )
+        else:
+            replicas, why, hpa = reconcile(
+                now, current, proposal.replicas, **bounds, behavior=cfg.behavior, state=st.hpa
+            )
+        st = replace(st, last_hpa=now, hpa=hpa)
+        reason = (
+            f"hpa: {seen} vs {cfg.metric_type} {cfg.threshold:g} "
+            f"-> {proposal.replicas} ({proposal.note}); {why}"
+        )
+        return self._done(current, replicas, reason, st)
+
+    def fall_back(self, target: TargetStatus, now: float, state: KedaState) -> Decision[KedaState]:
+        """What KEDA does when the trigger gives no reading: hold, or its ``fallback``.
+
+        Each HPA sync without a reading counts a failure; once more than
+        ``failure_threshold`` are counted, the HPA is fed the value that asks for the
+        fallback's replicas (``threshold x replicas``, divided by the ready pods for a
+        ``Value`` target) and applies its behaviour to it. With no fallback, no pods
+        ready for a ``Value`` target, or at zero replicas (no HPA), it holds; without a
+        fallback the state is kept, as on any hold.
+
+        Args:
+            target: The target's status.
+            now: Decision time, seconds.
+            state: The policy's state.
+
+        Returns:
+            The decision and the state with the failure counted.
+        """
+        cfg, current = self.config, target.desired
+        fallback = cfg.fallback
+        hpa_on = current > cfg.min_replicas if cfg.idles else current > 0
+        due_now = due(state.last_hpa, cfg.hpa_sync_period_s, now, self.interval_s)
+        if fallback is None or not hpa_on or not due_now:  # a plain hold: state kept
+            return self._done(current, current, "query returned no data; holding", state)
+        st = state if state.created_at is not None else replace(state, created_at=now)
+        st = replace(st, failures=st.failures + 1, last_hpa=now)
+        if st.failures <= fallback.failure_threshold:
+            why = f"query returned no data ({st.failures} in a row); holding"
+            return self._done(current, current, why, st)
+        wanted = fallback.target(current)
+        if cfg.metric_type == "Value" and target.ready == 0:
+            return self._done(current, current, "no data, and no ready pod to fall back on", st)
+        per = target.ready if cfg.metric_type == "Value" else 1
+        value = cfg.threshold * wanted / per
+        proposal = self._proposal(target, value)
+        seen = f"fallback {fallback.behavior} {wanted} after {st.failures} failed reads"
+        return self._sync(target, now, proposal, seen, st)

@@ -10,7 +10,7 @@ in the simulator run unchanged in production.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.state import PolicyState
@@ -275,5 +275,27 @@ class ScalingPolicy(Protocol[S]):
 
         Returns:
             The decision and the state to pass next time.
+        """
+        ...
+
+
+@runtime_checkable
+class FallsBack(Protocol[S]):
+    """A policy with its own answer to missing data (KEDA's ``fallback``).
+
+    The decision step calls ``fall_back`` where it would otherwise hold: a signal
+    missing, stale or unreadable. A policy without it is simply held.
+    """
+
+    def fall_back(self, target: TargetStatus, now: float, state: S) -> Decision[S]:
+        """Decide without a usable reading.
+
+        Args:
+            target: The target's status.
+            now: Decision time, seconds.
+            state: The policy's state.
+
+        Returns:
+            The decision (holding, or heading for the fallback) and the new state.
         """
         ...

@@ -9,7 +9,8 @@ its memory moves on. ``DecisionStep.run`` is all of that, once:
 2. build the ``Observation`` (``scaling.observe``) on the policy's declared signal
    path, ``delay_s`` in the past;
 3. judge it (``scaling.failsafe``): missing, non-finite or stale data, or a source
-   that did not answer, holds the replicas and the policy's state;
+   that did not answer, holds the replicas and the policy's state (a policy with
+   its own answer to missing data, ``FallsBack``, gives it instead, bounded);
 4. ask the policy; bound its answer (step limits, then [min, max]); a scale-in
    further needs every Ready pod's series fresh, or it holds naming the stale pods;
 5. act, in this order: delete the pods the policy asked to replace (its
@@ -33,7 +34,14 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable, NewestByLabel, Signal
 from gpuscale.scaling import failsafe, remediate
 from gpuscale.scaling.observe import Observer
-from gpuscale.scaling.policy import Forecast, Observation, ScalingPolicy, SignalPath, TargetStatus
+from gpuscale.scaling.policy import (
+    FallsBack,
+    Forecast,
+    Observation,
+    ScalingPolicy,
+    SignalPath,
+    TargetStatus,
+)
 from gpuscale.scaling.state import PolicyState
 
 S = TypeVar("S", bound=PolicyState)
@@ -201,6 +209,7 @@ class DecisionStep(Generic[S]):
         self._observer = Observer(source, policy, delay_s=path.delay_s, step_s=step_s)
         self._fresh_signals = freshness_signals(policy)
         self._per_pod: NewestByLabel | None = source if isinstance(source, NewestByLabel) else None
+        self._falls_back: FallsBack[S] | None = policy if isinstance(policy, FallsBack) else None
 
     def run(self, workload: Workload, clock: Callable[[], float], state: S) -> StepOutcome[S]:
         """Observe, judge, decide, bound and act once.
@@ -234,20 +243,20 @@ class DecisionStep(Generic[S]):
             problem = failsafe.unavailable(exc)
         delete: tuple[str, ...] = ()
         forecast: Forecast | None = None
-        if problem is not None or obs is None:
+        if (problem is not None or obs is None) and self._falls_back is not None:
+            problem = problem or failsafe.Problem(failsafe.MISSING, "no observation")
+            fallback = self._falls_back.fall_back(status, now, state)
+            replicas, _ = self._bound(status.desired, fallback.replicas)
+            held = replicas == status.desired  # reads as any hold; a fallback says why
+            reason = f"hold: {problem}" if held else f"fallback: {problem}; {fallback.reason}"
+            new_state = fallback.state
+        elif problem is not None or obs is None:
             problem = problem or failsafe.Problem(failsafe.MISSING, "no observation")
             replicas = failsafe.hold(status.desired, cfg.min_replicas, cfg.max_replicas)
             reason, new_state = f"hold: {problem}", state
         else:
             decision = policy.decide(obs, state)
-            replicas, why = failsafe.bound(
-                status.desired,
-                decision.replicas,
-                cfg.min_replicas,
-                cfg.max_replicas,
-                up_step=cfg.up_step,
-                down_step=cfg.down_step,
-            )
+            replicas, why = self._bound(status.desired, decision.replicas)
             reason = f"{decision.reason}; {why}" if why else decision.reason
             new_state, delete, forecast = decision.state, decision.delete, decision.forecast
             if replicas < status.desired:
@@ -290,6 +299,18 @@ class DecisionStep(Generic[S]):
             blocked=blocked,
             observation=obs,
             forecast=forecast,
+        )
+
+    def _bound(self, current: int, wanted: int) -> tuple[int, str]:
+        """``wanted`` within the target's step limits and bounds, and why it changed."""
+        cfg = self.settings
+        return failsafe.bound(
+            current,
+            wanted,
+            cfg.min_replicas,
+            cfg.max_replicas,
+            up_step=cfg.up_step,
+            down_step=cfg.down_step,
         )
 
     def _partial_view(self, status: TargetStatus, at: float) -> failsafe.Problem | None:

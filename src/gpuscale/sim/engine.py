@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from gpuscale.errors import ConfigError
+from gpuscale.metrics.rawquery import check_in_process
 from gpuscale.metrics.ring import SecondTotals
 from gpuscale.metrics.signal import MetricsSource
 from gpuscale.metrics.store import LOOKBACK_S, MetricStore
@@ -45,7 +46,7 @@ from gpuscale.scaling.policy import ScalingPolicy
 from gpuscale.scaling.remediate import SERIES as REMEDIATION_SERIES
 from gpuscale.scaling.remediate import XID_RECENT_S
 from gpuscale.scaling.state import PolicyState
-from gpuscale.scaling.step import REMEDIATE, DecisionStep, StepSettings
+from gpuscale.scaling.step import REMEDIATE, DecisionStep, StepSettings, freshness_signals
 from gpuscale.sim.alerting import SimAlerting, alert_window_s
 from gpuscale.sim.cluster import (
     READY,
@@ -176,6 +177,8 @@ class _Run:
             if self.ring is not None:
                 self.outages.append(OutageSource(self.store, down))
             health = self.outages[-1]
+        # A raw PromQL signal the in-process store cannot run is refused now, by name.
+        check_in_process(freshness_signals(policy), f"policy {policy.name}")
         settings = StepSettings(
             policy.min_replicas,
             policy.max_replicas,

@@ -44,7 +44,7 @@ POLICIES = {
     "hpa": "{name: hpa, targetAverageValue: 60}",
     "hpa-behavior": (
         "{name: hpa, targetAverageValue: 60, behavior: {scaleDown: {stabilizationWindowSeconds: 60,"
-        " policies: [{kind: Percent, value: 50, periodSeconds: 30}]}}}"
+        " policies: [{type: Percent, value: 50, periodSeconds: 30}]}}}"
     ),
     "keda": "{name: keda, threshold: 0.7, pollingIntervalSeconds: 15}",
     "kpa": "{name: kpa, target: 0.7}",

@@ -80,12 +80,12 @@ def test_nested_dataclasses_round_trip_to_the_policy_config(tmp_path):
     text = BASE.replace(
         "policy: {name: hpa, targetAverageValue: 60}",
         "policy: {name: hpa, targetAverageValue: 60, behavior: "
-        "{scaleUp: {policies: [{kind: Pods, value: 2, periodSeconds: 30}], selectPolicy: Min}}}",
+        "{scaleUp: {policies: [{type: Pods, value: 2, periodSeconds: 30}], selectPolicy: Min}}}",
     )
     cfg = config.policy_config(config.load(write(tmp_path, text))[0].spec.targets[0])
     assert cfg.behavior.scale_up.policies[0].period_s == 30.0
     assert cfg.behavior.scale_up.select_policy == "Min"
-    assert cfg.behavior.scale_down.stabilization_window_s == 300.0  # the dataclass default
+    assert cfg.behavior.scale_down.stabilization_window_s == 300.0  # the API server default
 
 
 def test_several_documents_and_a_list_both_load(tmp_path):
@@ -172,3 +172,27 @@ def test_missing_policy_name_says_what_to_set(tmp_path):
         tmp_path, BASE.replace("{name: hpa, targetAverageValue: 60}", "{targetAverageValue: 60}")
     )
     assert "spec.targets[0].policy: policy has no name; set policy.name to one of" in message
+
+
+def test_a_signal_may_be_a_raw_query_and_a_broken_one_is_refused_on_load(tmp_path):
+    good = BASE.replace(
+        "policy: {name: keda, threshold: 100}",
+        "policy: {name: keda, threshold: 100}\n"
+        "      metrics: {signals: {query_0: {metric: load, "
+        "query: 'sum(rate(x{model=~\"l.*\"}[1m]))'}}}",
+    )
+    target = config.load(write(tmp_path, good))[0].spec.targets[1]
+    assert target.metrics.signals["query_0"].query == 'sum(rate(x{model=~"l.*"}[1m]))'
+    bad = good.replace("[1m]))", "[1m])")
+    with pytest.raises(ConfigError, match=r"metrics\.signals: signal query_0: not valid PromQL"):
+        config.load(write(tmp_path, bad))
+
+
+@pytest.mark.parametrize("value", ['"=~llama.*"', '"!=mistral"', '"!~x|y"'])
+def test_a_matcher_written_as_an_operator_is_refused_naming_the_raw_query(tmp_path, value):
+    text = BASE.replace(
+        "policy: {name: keda, threshold: 100}",
+        f"policy: {{name: keda, threshold: 100}}\n      metrics: {{matchers: {{model: {value}}}}}",
+    )
+    with pytest.raises(ConfigError, match=r"metrics\.matchers: matcher model is a label equality"):
+        config.load(write(tmp_path, text))

@@ -166,3 +166,51 @@ def test_crd_and_controller_both_accept_the_edge(target, tmp_path):
 def test_a_rule_names_only_its_own_policies():
     # kpa has a key "target" and hpa does not: hpa's rules never look at kpa's keys.
     assert failures(with_policy({"name": "keda", "threshold": 2, "target": -1})) == []
+
+
+# A KEDA ScaledObject's spec as a target (control.scaledobject): metadata values are
+# strings, as KEDA's CRD has them.
+SCALED_OBJECT = {
+    "scaleTargetRef": {"name": "web"},
+    "minReplicaCount": 1,
+    "maxReplicaCount": 5,
+    "triggers": [
+        {
+            "type": "prometheus",
+            "metadata": {"serverAddress": "http://p:9090", "query": "sum(x)", "threshold": "5"},
+        }
+    ],
+}
+
+
+def target_failures(target: dict) -> list[str]:
+    """Messages of the target-level CEL rules ``target`` breaks (it may have no policy)."""
+    schema = target_schema()
+    value = celpy.json_to_cel(typed(target, schema))
+    return [
+        rule["message"]
+        for rule in schema["x-kubernetes-validations"]
+        if not bool(ENV.program(ENV.compile(rule["rule"])).evaluate({"self": value}))
+    ]
+
+
+def test_a_scaledobject_spec_is_a_target_for_the_crd_and_the_controller(tmp_path):
+    schema = target_schema()
+    assert set(SCALED_OBJECT) <= set(schema["properties"])
+    assert schema["required"] == ["scaleTargetRef"]
+    metadata = schema["properties"]["triggers"]["items"]["properties"]["metadata"]
+    assert metadata["x-kubernetes-preserve-unknown-fields"] is True  # '5' stays a string
+    assert target_failures(SCALED_OBJECT) == []
+    assert not controller_refuses(SCALED_OBJECT, tmp_path)
+
+
+def test_a_target_in_both_spellings_is_refused_by_both(tmp_path):
+    both = {**SCALED_OBJECT, "maxReplicas": 5, "policy": {"name": "hpa"}}
+    assert target_failures(both) == [
+        "give either policy (gpuscale's spelling) or triggers (a KEDA ScaledObject's spec), "
+        "not both"
+    ]
+    assert controller_refuses(both, tmp_path)
+    neither = {"scaleTargetRef": {"name": "web"}, "maxReplicas": 5}
+    assert "give either policy" in target_failures(neither)[0]
+    assert controller_refuses(neither, tmp_path)

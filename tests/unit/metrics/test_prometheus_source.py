@@ -203,3 +203,17 @@ def test_tls_options_with_a_given_client_are_refused():
         pytest.raises(ConfigError, match="set TLS on the client you pass"),
     ):
         PrometheusSource("https://p:1", client=given, insecure_skip_verify=True)
+
+
+def test_url_parameters_and_headers_go_with_every_query_as_a_keda_trigger_sends_them():
+    src, seen = _source(
+        lambda r: _ok({"resultType": "vector", "result": []}),
+        headers={"X-Scope-OrgID": "tenant-a"},
+        params={"namespace": "serving", "dedup": "true"},
+    )
+    src.instant(Signal("q", query="sum(rate(x[1m]))"), 10.0)
+    assert src.newest(Signal("q", query="sum(rate(x[1m]))"), 10.0) is None
+    for req in seen:
+        assert dict(req.url.params) == {"namespace": "serving", "dedup": "true"}
+        assert req.headers["X-Scope-OrgID"] == "tenant-a"
+    assert [_form(r)["query"] for r in seen] == ["sum(rate(x[1m]))", "max(timestamp(x{}))"]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.hpa import DEFAULT_BEHAVIOR
-from gpuscale.scaling.keda import KedaConfig, KedaPolicy, KedaState, due
+from gpuscale.scaling.keda import KedaConfig, KedaFallback, KedaPolicy, KedaState, due
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from tests.support.policystate import through_json
 
@@ -306,3 +306,60 @@ def test_a_jittered_clock_syncs_the_hpa_at_every_call_and_polls_at_every_second(
 )
 def test_a_loop_is_due_half_an_interval_before_its_period_ends(last, now, is_due):
     assert due(last, 15.0, now, 15.0) is is_due
+
+
+def _failing_syncs(cfg, current, ready, syncs):
+    """Each HPA sync's replicas while the trigger gives no reading (state kept through JSON)."""
+    policy = KedaPolicy(cfg)
+    pods = tuple(PodStatus(f"p{i}", i < ready, -100.0, -50.0) for i in range(current))
+    state, out = policy.initial_state(), []
+    for k in range(syncs):
+        decision = policy.fall_back(TargetStatus(current, pods), 15.0 * k, state)
+        state = through_json(policy, decision.state)
+        out.append(decision.replicas)
+    return out, state
+
+
+@pytest.mark.parametrize(
+    ("behavior", "current", "expected"),
+    [
+        ("static", 2, 6),
+        ("currentReplicas", 2, 2),
+        ("currentReplicasIfHigher", 8, 8),
+        ("currentReplicasIfHigher", 2, 6),
+        ("currentReplicasIfLower", 2, 2),
+        ("currentReplicasIfLower", 8, 6),
+    ],
+)
+def test_fallback_heads_for_its_replicas_after_more_failures_than_the_threshold(
+    behavior, current, expected
+):
+    cfg = KedaConfig(
+        threshold=10.0,
+        fallback=KedaFallback(failure_threshold=2, replicas=6, behavior=behavior),
+        behavior=DEFAULT_BEHAVIOR,
+    )
+    replicas, state = _failing_syncs(cfg, current, current, 6)
+    # KEDA counts failures and falls back once the count passes the threshold (> 2):
+    # the third failed sync; the HPA's default behavior allows the whole step at once,
+    # except scale-down, which waits out its 300 s window.
+    assert replicas[:2] == [current, current]
+    if expected >= current:
+        assert replicas[2:] == [expected] * 4
+    else:
+        assert replicas[2:] == [current] * 4  # stabilised: within 300 s of current
+    assert state.failures == 6
+
+
+def test_a_value_target_falls_back_through_its_ready_pods_and_holds_without_any():
+    fb = KedaFallback(failure_threshold=0, replicas=6)
+    cfg = KedaConfig(threshold=10.0, metric_type="Value", fallback=fb, behavior=DEFAULT_BEHAVIOR)
+    # Value: the HPA reads threshold x 6 / 3 ready = 20 against 10: ceil(2 x 3) = 6.
+    assert _failing_syncs(cfg, 3, 3, 2)[0] == [6, 6]
+    assert _failing_syncs(cfg, 3, 0, 2)[0] == [3, 3]  # no ready pod: KEDA cannot fall back
+
+
+def test_without_a_fallback_a_failed_read_keeps_the_state():
+    replicas, state = _failing_syncs(KedaConfig(threshold=10.0), 4, 4, 3)
+    assert replicas == [4, 4, 4]
+    assert state == KedaState()
