@@ -312,6 +312,7 @@ class Controller:
                 remediate=spec.remediate,
                 cordon=spec.cordon,
                 namespace=rt.ref.namespace,
+                placement=spec.placement,
             )
             step = self._steps[rt.ref] = DecisionStep(
                 rt.policy, self.source, settings, rt.policy.signal_path

@@ -66,6 +66,10 @@ class Actuator(Protocol):
         """Delete one pod."""
         ...
 
+    def set_deletion_cost(self, namespace: str, name: str, cost: int | None) -> None:
+        """Annotate a pod's ``controller.kubernetes.io/pod-deletion-cost`` (None removes it)."""
+        ...
+
     def cordon(self, node: str) -> None:
         """Mark a node unschedulable."""
         ...
@@ -121,6 +125,12 @@ class KubeWorkload:
         """Delete a pod of the target (not in a dry run); its ReplicaSet recreates it."""
         if not self.dry_run:
             self.actuator.delete_pod(self.ref.namespace, name)
+
+    def set_deletion_costs(self, costs: Mapping[str, int | None]) -> None:
+        """Annotate the target's pods' deletion costs (not in a dry run), before ``/scale``."""
+        if not self.dry_run:
+            for name, cost in costs.items():
+                self.actuator.set_deletion_cost(self.ref.namespace, name, cost)
 
     def cordon(self, node: str) -> None:
         """Cordon a node (not in a dry run)."""
