@@ -182,6 +182,16 @@ def evaluate(
             envvar="GPUSCALE_REMEDIATE",
         ),
     ] = False,
+    placement: Annotated[
+        bool,
+        typer.Option(
+            "--placement/--no-placement",
+            help="Before each scale-in, mark the pods to go with pod-deletion-cost "
+            "(unhealthy, loading, then those on the emptiest nodes), as a GPUScaler's "
+            "placement: true does live; off leaves the choice to the ReplicaSet's order.",
+            envvar="GPUSCALE_PLACEMENT",
+        ),
+    ] = True,
     lost_gpu_pod: Annotated[
         str,
         typer.Option(
@@ -282,6 +292,7 @@ def evaluate(
         queue_model=_queue_model(queue_model),
         alerts=alerts,
         remediate=remediate,
+        placement=placement,
         cluster=ClusterConfig(lost_gpu_pod="stuck" if lost_gpu_pod == "stuck" else "replaced"),
     )
     sweep = SweepRequest(

@@ -183,6 +183,7 @@ class _Run:
             step_s=scenario.scrape_interval_s,
             remediate=scenario.remediate,
             namespace=cfg.namespace,
+            placement=scenario.placement,
         )
         self.step = DecisionStep(policy, self.source, settings, self.path, health_source=health)
 
