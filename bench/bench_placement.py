@@ -15,8 +15,10 @@ their ratio, and SLO attainment, means over seeds with 95 % intervals. The GPU-h
 saved are node GPU-hours off minus on, per seed, at the same parameters (so at
 the attainment each reaches, shown beside it). Run:
 
-    python bench/bench_placement.py --trace azure-conv --trace azure-code --trace gentd26 \\
-        --seeds 10 --write
+    python bench/bench_placement.py --seeds 10 --write
+
+(azure-conv and azure-code at scale 100, gentd26 at 0.13 for 6 h, as the README's
+results table runs them; ``--trace``, ``--scale`` and ``--duration`` pick others.)
 
 ``--write`` stores the figures as ``bench/results.json["placement"]["<trace>"]``.
 Traces come from ``GPUSCALE_TRACES_DIR`` (default ``../shared/traces``).
@@ -37,6 +39,8 @@ from gpuscale.sim.engine import simulate
 ROOT = Path(__file__).resolve().parent
 WARMUP_S = 600.0
 WORLDS = {"placement on": True, "placement off": False}
+SHARED = {"azure-conv": (100.0, None), "azure-code": (100.0, None), "gentd26": (0.13, 21600)}
+"""The shared traces as the README's results table runs them: (scale, duration seconds)."""
 
 
 def prepare(trace: str, policies: tuple[str, ...], seed: int, placement: bool, **kw: Any):
@@ -123,16 +127,19 @@ def main() -> None:
     parser.add_argument("--trace", action="append", default=None)
     parser.add_argument("--policy", action="append", default=None)
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--duration", type=int, default=None, help="seconds of each trace")
-    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--duration", type=int, default=None, help="seconds (default: SHARED's)")
+    parser.add_argument("--scale", type=float, default=None, help="default: SHARED's, else 1")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     traces = args.trace or ["azure-conv", "azure-code", "gentd26"]
     policies = tuple(args.policy or ["hpa", "keda", "hybrid"])
-    kw = {"duration_s": args.duration, "scale": args.scale}
     calls = []
+    runs: dict[str, tuple[float, int | None]] = {}
     for trace in traces:
+        scale, duration = SHARED.get(trace, (1.0, None))
+        runs[trace] = (scale if args.scale is None else args.scale, args.duration or duration)
+        kw = {"scale": runs[trace][0], "duration_s": runs[trace][1]}
         for world, on in WORLDS.items():
             for seed in range(args.seeds):
                 prepared = prepare(trace, policies, seed, on, **kw)
@@ -155,7 +162,11 @@ def main() -> None:
             ]
             f["saved"] = summarise(saved)
             out[trace][name] = f
-        print(f"{trace}, {args.seeds} seeds, fair parameters, warm-up {WARMUP_S:g} s not scored")
+        scale, duration = runs[trace]
+        print(
+            f"{trace} x{scale:g}, {duration or 'whole'} s, {args.seeds} seeds, fair parameters, "
+            f"warm-up {WARMUP_S:g} s not scored"
+        )
         print(table(out[trace]))
     if args.write:
         path = ROOT / "results.json"
@@ -164,8 +175,8 @@ def main() -> None:
             data.setdefault("placement", {})[trace] = {
                 "measured": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
                 "seeds": args.seeds,
-                "duration_s": args.duration,
-                "scale": args.scale,
+                "duration_s": runs[trace][1],
+                "scale": runs[trace][0],
                 "policies": out[trace],
             }
         path.write_text(json.dumps(data, indent=2) + "\n")
