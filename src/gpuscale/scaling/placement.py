@@ -33,6 +33,7 @@ gate off (with it on, times within a factor of two of age tie and pod UIDs,
 random, break the tie).
 """
 
+import heapq
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
@@ -142,21 +143,26 @@ def choose_victims(
         return []
     on_node = colocated_counts(pods)
     ready_on = Counter(p.node for p in pods if p.ready)
-
-    def preference(p: PodStatus) -> tuple[object, ...]:
-        rank = replicaset_rank(
-            scheduled=bool(p.node),
-            phase=p.phase,
-            ready=p.ready,
-            cost=0,
-            colocated=on_node[p.node],
-            ready_at=p.ready_at,
-            created_at=p.created_at,
+    phase = PHASE_ORDINAL.get
+    # replicaset_rank's rules 1-3, then the preference; within a node rule 5 is constant
+    # and every cost is taken as 0, so what follows is rules 6 and 8. Built inline: one
+    # tuple per pod, no call per pod (a simulated day makes thousands of scale-ins).
+    keys = [
+        (
+            bool(p.node),
+            phase(p.phase, 0),
+            p.ready,
+            p.name not in unhealthy,
+            ready_on[p.node] if p.node else 0,
+            on_node[p.node] if p.node else 0,
+            p.node,
+            -(p.ready_at if p.ready and p.ready_at is not None else 0.0),
+            -p.created_at,
         )
-        node_load = (ready_on[p.node], on_node[p.node], p.node) if p.node else (0, 0, "")
-        return (*rank[:3], p.name not in unhealthy, *node_load, *rank[3:])
-
-    return sorted(pods, key=preference)[:remove]
+        for p in pods
+    ]
+    first = heapq.nsmallest(remove, range(len(pods)), key=keys.__getitem__)
+    return [pods[i] for i in first]  # = a stable sort's first ``remove``
 
 
 def deletion_costs(

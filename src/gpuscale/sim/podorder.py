@@ -13,7 +13,6 @@ import heapq
 from collections import Counter
 from collections.abc import Sequence
 
-from gpuscale.scaling.placement import replicaset_rank
 from gpuscale.sim.pod import READY, Pod
 
 
@@ -30,15 +29,17 @@ def scale_in_victims(live: Sequence[Pod], k: int, *, node_gpus: int) -> list[Pod
     """
     nodes = [p.slot // node_gpus if p.slot >= 0 else -1 for p in live]
     on_node = Counter(nodes)
+    # ``replicaset_rank``'s key built inline (no call per pod): scheduled pods are
+    # Running (ordinal 2), unscheduled ones Pending (0)
     rank = [
-        replicaset_rank(
-            scheduled=n >= 0,
-            phase="Running" if n >= 0 else "Pending",
-            ready=p.state == READY,
-            cost=p.deletion_cost,
-            colocated=on_node[n],
-            ready_at=p.ready_at,
-            created_at=p.created_at,
+        (
+            n >= 0,
+            2 if n >= 0 else 0,
+            p.state == READY,
+            p.deletion_cost,
+            -on_node[n],
+            -(p.ready_at if p.state == READY and p.ready_at is not None else 0.0),
+            -p.created_at,
         )
         for p, n in zip(live, nodes, strict=True)
     ]
