@@ -6,6 +6,7 @@ them); ``Settings`` is how it runs; ``Outcome`` is what one reconcile did, and i
 also the structured record of the decision log line.
 """
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from typing import Any, Protocol
 from gpuscale.control.kubecall import WriteGuard
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.scaling.policy import Observation, TargetStatus
+
+logger = logging.getLogger(__name__)
 
 STATE_KEY = "state"
 """The annotation ``gpuscale.io/state`` holds ``{"policy": name, "state": <the state's JSON>}``."""
@@ -128,6 +131,14 @@ class KubeWorkload:
 
     def set_deletion_costs(self, costs: Mapping[str, int | None]) -> None:
         """Annotate the target's pods' deletion costs (not in a dry run), before ``/scale``."""
+        logger.info(
+            "%s: pod-deletion-cost%s %s",
+            label(self.ref),
+            " (dry run, not written)" if self.dry_run else "",
+            ", ".join(
+                f"{name}={cost if cost is not None else 'removed'}" for name, cost in costs.items()
+            ),
+        )
         if not self.dry_run:
             for name, cost in costs.items():
                 self.actuator.set_deletion_cost(self.ref.namespace, name, cost)
