@@ -12,12 +12,16 @@ import heapq
 import json
 import random
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from tests.support import kubeapi_model as m
 from tests.support.kubeapi_model import Obj, Resource
 from tests.support.kubeapi_store import Store
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+"""The annotation the ReplicaSet controller ranks pods by on a scale-in."""
 
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.SafeEncodeString alphabet
 PODS = next(r for r in m.BUILTIN if r.plural == "pods")
@@ -77,6 +81,12 @@ class Workloads:
         store.on_write = self._on_write
 
     def _on_write(self, res: Resource, obj: Obj) -> None:
+        if res.plural == "pods":  # a PATCH or PUT replaces the object: follow the new one
+            meta = obj["metadata"]
+            for pods in self._pods.values():
+                old = pods.get(meta.get("name", ""))
+                if old is not None and old["metadata"]["uid"] == meta.get("uid"):
+                    pods[meta["name"]] = obj
         if res.builtin and res.scale:
             self._dirty.add((res.plural, obj["metadata"]["namespace"], obj["metadata"]["name"]))
         elif res.plural == "nodes" and self._pending:
@@ -99,11 +109,17 @@ class Workloads:
             if obj is not None:
                 self._converge(res, obj, now)
 
-    def _alive(self, pod: Obj) -> bool:
+    def _current(self, pod: Obj) -> Obj | None:
+        """The stored object of ``pod`` now (a write replaces it), None once it is gone."""
         meta = pod["metadata"]
-        return self.store.objects.get(("v1", "pods", meta["namespace"], meta["name"])) is pod
+        now = self.store.objects.get(("v1", "pods", meta["namespace"], meta["name"]))
+        return now if now is not None and now["metadata"]["uid"] == meta["uid"] else None
+
+    def _alive(self, pod: Obj) -> bool:
+        return self._current(pod) is not None
 
     def _fire(self, what: str, pod: Obj, at: float) -> None:
+        pod = self._current(pod) or pod
         uid = pod["metadata"]["uid"]
         if what == "gone":
             self._forget(pod)
@@ -263,7 +279,9 @@ class Workloads:
             for _ in range(want - len(active)):
                 self._create_pod(res, obj, self._rs_name(obj) + "-" + self._suffix(), now)
         elif len(active) > want:
-            for pod in sorted(active, key=self._deletion_rank)[: len(active) - want]:
+            on_node = Counter(p["spec"].get("nodeName") or "" for p in active)
+            ranked = sorted(active, key=lambda p: self._deletion_rank(p, on_node))
+            for pod in ranked[: len(active) - want]:
                 self.terminate(pod)
         self._write_status(res, obj)
 
@@ -294,11 +312,34 @@ class Workloads:
             self.terminate(pod)
 
     @staticmethod
-    def _deletion_rank(pod: Obj) -> tuple[Any, ...]:
-        # the ReplicaSet controller deletes unscheduled, then unready, then the newest pods first
+    def _deletion_rank(pod: Obj, on_node: Counter[str]) -> tuple[Any, ...]:
+        # The ReplicaSet controller's order (controller_utils.go, ActivePodsWithRanks.Less):
+        # unscheduled, Pending before Unknown before Running, not Ready, the lower
+        # pod-deletion-cost (0 when unset or not an int32), the more of the workload's pods
+        # on the same node, the more recently Ready, the newest.
+        node = pod["spec"].get("nodeName") or ""
+        phase = {"Pending": 0, "Unknown": 1, "Running": 2}.get(pod["status"].get("phase"), 0)
+        cost_text = (pod["metadata"].get("annotations") or {}).get(DELETION_COST, "0")
+        try:
+            cost = int(cost_text)
+        except ValueError:
+            cost = 0
+        ready = is_ready(pod)
+        ready_at = next(
+            (
+                m.parse_time(c["lastTransitionTime"])
+                for c in pod["status"].get("conditions") or []
+                if c.get("type") == "Ready"
+            ),
+            0.0,
+        )
         return (
-            bool(pod["spec"].get("nodeName")),
-            is_ready(pod),
+            bool(node),
+            phase,
+            ready,
+            cost if -(2**31) <= cost < 2**31 else 0,
+            -on_node[node],
+            -ready_at if ready else 0.0,
             -m.parse_time(pod["metadata"]["creationTimestamp"]),
             pod["metadata"]["name"],
         )

@@ -28,6 +28,7 @@ from gpuscale.sim.queue_model import QUEUE_MODELS, QueueModel
 
 if TYPE_CHECKING:
     from gpuscale.evaluate.sweep import SweepRequest
+    from gpuscale.sim.coldstart import ColdStart
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +190,16 @@ def evaluate(
             envvar="GPUSCALE_REMEDIATE",
         ),
     ] = False,
+    placement: Annotated[
+        bool,
+        typer.Option(
+            "--placement/--no-placement",
+            help="Before each scale-in, mark the pods to go with pod-deletion-cost "
+            "(unhealthy, loading, then those on the emptiest nodes), as a GPUScaler's "
+            "placement: true does live; off leaves the choice to the ReplicaSet's order.",
+            envvar="GPUSCALE_EVALUATE_PLACEMENT",
+        ),
+    ] = False,
     lost_gpu_pod: Annotated[
         str,
         typer.Option(
@@ -198,6 +209,23 @@ def evaluate(
             envvar="GPUSCALE_LOST_GPU_POD",
         ),
     ] = "replaced",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Cold starts load this model's weights (e.g. llama-3-70b; the list is in "
+            "docs/serving-model.md) at --storage's read bandwidth; empty: GenTD26's "
+            "measured diffusion-model loads.",
+            envvar="GPUSCALE_MODEL",
+        ),
+    ] = "",
+    storage: Annotated[
+        str,
+        typer.Option(
+            help="With --model: the node's storage the weights are read from (nvme, ebs-gp3, "
+            "ebs-gp3-default).",
+            envvar="GPUSCALE_STORAGE",
+        ),
+    ] = "nvme",
     out: Annotated[
         Path,
         typer.Option(help="Directory for results.json and report.html.", envvar="GPUSCALE_OUT"),
@@ -293,7 +321,11 @@ def evaluate(
         queue_model=_queue_model(queue_model),
         alerts=alerts,
         remediate=remediate,
-        cluster=ClusterConfig(lost_gpu_pod="stuck" if lost_gpu_pod == "stuck" else "replaced"),
+        placement=placement,
+        cluster=ClusterConfig(
+            lost_gpu_pod="stuck" if lost_gpu_pod == "stuck" else "replaced",
+            cold_start=_cold_start(model, storage),
+        ),
     )
     sweep = SweepRequest(
         request,
@@ -404,3 +436,25 @@ def _progress(console: Console) -> Progress:
 def register(app: typer.Typer) -> None:
     """Add the ``evaluate`` command to ``app``."""
     app.command("evaluate")(evaluate)
+
+
+def _cold_start(model: str, storage: str) -> "ColdStart":
+    """The cold start ``--model`` and ``--storage`` name (GenTD26's without a model).
+
+    Returns:
+        The distribution.
+
+    Raises:
+        ConfigError: An unknown model or storage.
+    """
+    from gpuscale.sim.coldstart import MODELS, READ_BANDWIDTHS, ColdStart
+
+    if not model:
+        return ColdStart.from_gentd26()
+    if model not in MODELS:
+        raise config_error(f"--model {model}", "unknown", f"use one of {', '.join(MODELS)}")
+    if storage not in READ_BANDWIDTHS:
+        raise config_error(
+            f"--storage {storage}", "unknown", f"use one of {', '.join(READ_BANDWIDTHS)}"
+        )
+    return ColdStart.from_model(MODELS[model], READ_BANDWIDTHS[storage])

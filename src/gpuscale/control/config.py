@@ -247,6 +247,14 @@ class Target(_Strict):
         False, description="Delete a pod whose GPU is unhealthy (one per sync, never below min)."
     )
     cordon: bool = Field(False, description="With remediate: also cordon the sick GPU's node.")
+    placement: bool = Field(
+        False,
+        description=(
+            "Before a scale-in, mark the pods to go with controller.kubernetes.io/"
+            "pod-deletion-cost (unhealthy, loading, then on the emptiest nodes) so whole "
+            "GPU nodes empty; needs patch on pods."
+        ),
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> "Target":

@@ -411,6 +411,7 @@ class Controller:
                 remediate=spec.remediate,
                 cordon=spec.cordon,
                 namespace=rt.ref.namespace,
+                placement=spec.placement,
             )
             source = self.source if rt.source is None else rt.source
             step = self._steps[rt.ref] = DecisionStep(

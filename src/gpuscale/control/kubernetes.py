@@ -35,6 +35,7 @@ from gpuscale.control.kubecall import (
 from gpuscale.control.statestore import StateConfigMap, StateStore, state_key
 from gpuscale.errors import config_error
 from gpuscale.fields.resources import GPU_RESOURCES
+from gpuscale.scaling.placement import DELETION_COST
 from gpuscale.scaling.policy import PodStatus, TargetStatus
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,19 @@ def _pod_status(pod: Json) -> PodStatus:
         created_at=_time(pod["metadata"].get("creationTimestamp")) or 0.0,
         ready_at=_time(ready.get("lastTransitionTime")) if is_ready and ready else None,
         node=pod.get("spec", {}).get("nodeName") or "",
+        phase=pod.get("status", {}).get("phase") or "",
+        deletion_cost=_deletion_cost(pod["metadata"].get("annotations") or {}),
     )
+
+
+def _deletion_cost(annotations: Mapping[str, str]) -> int:
+    """The pod's ``pod-deletion-cost``: 0 when unset or not an int32, as the ReplicaSet reads it."""
+    text = str(annotations.get(DELETION_COST, "0"))
+    try:
+        cost = int(text)
+    except ValueError:
+        return 0
+    return cost if -(2**31) <= cost < 2**31 else 0
 
 
 def _gpus(resources: Json | None) -> int:
@@ -473,6 +486,20 @@ class KubeActuator:
         """Delete a pod (gracefully); a pod already gone counts as deleted."""
         try:
             self.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeUnavailableError as exc:
+            if exc.status != 404:
+                raise
+
+    def set_deletion_cost(self, namespace: str, name: str, cost: int | None) -> None:
+        """Annotate a pod's ``pod-deletion-cost`` by a merge patch (None removes it).
+
+        A pod already gone is skipped: its ReplicaSet has one pod fewer to choose from.
+        """
+        value = None if cost is None else str(int(cost))
+        patch = {"metadata": {"annotations": {DELETION_COST: value}}}
+        try:
+            path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+            self.call("PATCH", path, body=patch, content_type=MERGE_PATCH)
         except KubeUnavailableError as exc:
             if exc.status != 404:
                 raise

@@ -127,6 +127,10 @@ class AssumedCluster:
         """Refuse: a dry run writes nothing (the loop never calls it)."""
         raise _refused(f"cordon node {node}")
 
+    def set_deletion_cost(self, namespace: str, name: str, cost: int | None) -> None:
+        """Refuse: a dry run writes nothing (the loop never calls it)."""
+        raise _refused(f"annotate pod {namespace}/{name}")
+
 
 def _refused(what: str) -> RuntimeError:
     return RuntimeError(f"{what}: there is no cluster in a dry run without one")

@@ -6,6 +6,7 @@ them); ``Settings`` is how it runs; ``Outcome`` is what one reconcile did, and i
 also the structured record of the decision log line.
 """
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from gpuscale.control.kubecall import WriteGuard
 from gpuscale.control.kubernetes import TargetRef
 from gpuscale.control.targets import TargetRuntime
 from gpuscale.scaling.policy import Forecast, Observation, TargetStatus
+
+logger = logging.getLogger(__name__)
 
 STATE_REWRITE_S = 60.0
 """A state whose only change is time passing is rewritten at most this often, seconds."""
@@ -64,6 +67,10 @@ class Actuator(Protocol):
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Delete one pod."""
+        ...
+
+    def set_deletion_cost(self, namespace: str, name: str, cost: int | None) -> None:
+        """Annotate a pod's ``controller.kubernetes.io/pod-deletion-cost`` (None removes it)."""
         ...
 
     def cordon(self, node: str) -> None:
@@ -145,6 +152,20 @@ class KubeWorkload:
         """Delete a pod of the target (not in a dry run); its ReplicaSet recreates it."""
         if not self.dry_run:
             self.actuator.delete_pod(self.ref.namespace, name)
+
+    def set_deletion_costs(self, costs: Mapping[str, int | None]) -> None:
+        """Annotate the target's pods' deletion costs (not in a dry run), before ``/scale``."""
+        logger.info(
+            "%s: pod-deletion-cost%s %s",
+            label(self.ref),
+            " (dry run, not written)" if self.dry_run else "",
+            ", ".join(
+                f"{name}={cost if cost is not None else 'removed'}" for name, cost in costs.items()
+            ),
+        )
+        if not self.dry_run:
+            for name, cost in costs.items():
+                self.actuator.set_deletion_cost(self.ref.namespace, name, cost)
 
     def cordon(self, node: str) -> None:
         """Cordon a node (not in a dry run)."""

@@ -111,6 +111,8 @@ class EvaluationRequest:
             or ``requests``.
         alerts: Evaluate the alert catalogue in every run (``Scenario.alerting``).
         remediate: The decision step deletes pods on broken GPUs (``Scenario.remediate``).
+        placement: The decision step marks the pods a scale-in takes so whole nodes
+            empty (``Scenario.placement``).
     """
 
     trace: str
@@ -127,6 +129,7 @@ class EvaluationRequest:
     queue_model: QueueModel = "auto"
     alerts: bool = False
     remediate: bool = False
+    placement: bool = False
 
     def prepare(self) -> "PreparedEvaluation":
         """Load the trace, check every input and derive each policy's parameters.
@@ -183,6 +186,7 @@ class EvaluationRequest:
             queue_model=self.queue_model,
             alerting=self.alerts,
             remediate=self.remediate,
+            placement=self.placement,
         )
 
 
@@ -283,6 +287,7 @@ def plan(
     queue_model: QueueModel = "auto",
     alerting: bool = False,
     remediate: bool = False,
+    placement: bool = False,
 ) -> PreparedEvaluation:
     """Size the cluster to the workload and derive each policy's parameters.
 
@@ -319,6 +324,7 @@ def plan(
         queue_model=queue_model,
         alerting=alerting,
         remediate=remediate,
+        placement=placement,
     )
     grows = peak * gpr > initial_nodes * per_node
     cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)

@@ -125,6 +125,10 @@ class HpaWrites:
         """Cordon a node (remediation)."""
         self.actuator.cordon(node)
 
+    def set_deletion_cost(self, namespace: str, name: str, cost: int | None) -> None:
+        """Mark a pod for the HPA's scale-in (placement): its ReplicaSet reads the cost."""
+        self.actuator.set_deletion_cost(namespace, name, cost)
+
     def guard_writes(self, guard: WriteGuard | None) -> None:
         """Pass the write guard on."""
         self.actuator.guard_writes(guard)

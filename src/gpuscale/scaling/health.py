@@ -147,9 +147,9 @@ NEVER_SEEN = PodHealth()
 """What is known of a pod not seen before."""
 
 
-def _value(observation: Observation, key: str, pod: str) -> float | None:
-    v = observation.pod_metrics.get(key, {}).get(pod)
-    return None if v is None or math.isnan(v) else float(v)
+def _column(observation: Observation, key: str) -> dict[str, float]:
+    """One per-pod signal's values, NaN left out: read once per decision, by pod name."""
+    return {pod: float(v) for pod, v in observation.pod_metrics.get(key, {}).items() if v == v}
 
 
 def completed(observation: Observation, old_pods: Mapping[str, PodHealth]) -> dict[str, float]:
@@ -162,8 +162,9 @@ def completed(observation: Observation, old_pods: Mapping[str, PodHealth]) -> di
         Pod name to completions, in the order of ``observation.target.pods``.
     """
     counts: dict[str, float] = {}
+    done_now = _column(observation, DONE)
     for pod in observation.target.pods:
-        done = _value(observation, DONE, pod.name)
+        done = done_now.get(pod.name)
         old = old_pods.get(pod.name)
         last_done = None if old is None else old.done
         if pod.ready and done is not None and last_done is not None and done >= last_done:
@@ -183,36 +184,42 @@ def assess(
 
     Returns:
         (Ready pod name to the reason it is not counted, the new health state).
+
+    Each signal is read into a map by pod once, so the cost is linear in the pods.
     """
     now = float(observation.now)
     last_at = state.at
     elapsed = now - last_at if last_at is not None else 0.0
     old = state.pods
     ready = [p for p in observation.target.pods if p.ready]
-    any_sm = any(_value(observation, SM, p.name) is not None for p in ready)
+    sm, xids, dbes = _column(observation, SM), _column(observation, XID), _column(observation, DBE)
+    thermals, dones = _column(observation, THERMAL), _column(observation, DONE)
+    alerts = [(a, col) for a in HEALTH_ALERTS if (col := _column(observation, ALERT + a))]
+    any_sm = any(p.name in sm for p in ready)
     sick: dict[str, str] = {}
     pods: dict[str, PodHealth] = {}
     counts = completed(observation, old) if elapsed > 0 else {}
     rates = {name: n / elapsed for name, n in counts.items()}
     for pod in ready:
-        prev = old.get(pod.name, NEVER_SEEN)
+        name = pod.name
+        prev = old.get(name, NEVER_SEEN)
         until, quarantined_for = prev.until, prev.why
-        xid, dbe = _value(observation, XID, pod.name), _value(observation, DBE, pod.name)
-        thermal, done = _value(observation, THERMAL, pod.name), _value(observation, DONE, pod.name)
+        xid, dbe, thermal, done = (
+            xids.get(name),
+            dbes.get(name),
+            thermals.get(name),
+            dones.get(name),
+        )
         since = pod.ready_at if pod.ready_at is not None else pod.created_at
         why = None
-        if (
-            any_sm
-            and _value(observation, SM, pod.name) is None
-            and now - since > cfg.missing_grace_s
-        ):
+        if any_sm and name not in sm and now - since > cfg.missing_grace_s:
             why = "lost"
         elif xid is not None and int(xid) in WORK_LOST_XIDS and xid != prev.xid:
             why = f"xid {int(xid)}"
         elif dbe is not None and dbe > (prev.dbe or 0.0):
             why = "dbe"
         else:
-            firing = [a for a in HEALTH_ALERTS if _value(observation, ALERT + a, pod.name)]
+            firing = [a for a, col in alerts if col.get(name)]
             why = f"alert {firing[0]}" if firing else None
         if why is not None:
             until, quarantined_for = now + cfg.quarantine_s, why

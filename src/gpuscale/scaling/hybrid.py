@@ -473,7 +473,7 @@ class HybridPolicy(KeepsState[HybridState]):
         now, current = float(observation.now), observation.target.desired
         old_health = state.health
         sick, health_state = health.assess(observation, old_health, cfg.health)
-        ready = sum(1 for p in observation.target.pods if p.ready)
+        ready = observation.target.ready
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
         since, queued, reach, cold = None, "", None, None

@@ -29,6 +29,9 @@ class PodStatus:
         created_at: Creation time, seconds.
         ready_at: When it became Ready, seconds; None while starting.
         node: The node it runs on; empty while unscheduled or where unknown.
+        phase: ``status.phase`` (``Pending`` until its containers run).
+        deletion_cost: Its ``controller.kubernetes.io/pod-deletion-cost`` annotation,
+            0 when unset (``scaling.placement``).
     """
 
     name: str
@@ -36,6 +39,8 @@ class PodStatus:
     created_at: float
     ready_at: float | None = None
     node: str = ""
+    phase: str = "Running"
+    deletion_cost: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,10 @@ its memory moves on. ``DecisionStep.run`` is all of that, once:
 4. ask the policy; bound its answer (step limits, then [min, max]); a scale-in
    further needs every Ready pod's series fresh, or it holds naming the stale pods;
 5. act, in this order: delete the pods the policy asked to replace (its
-   ``Decision.delete``; each is recreated by its ReplicaSet, the count kept), set
-   the replicas, then remediate: delete at most one pod whose GPU the exporter's
+   ``Decision.delete``; each is recreated by its ReplicaSet, the count kept); on a
+   scale-in, mark the pods that should go with ``pod-deletion-cost`` so whole GPU
+   nodes empty (``scaling.placement``; ``StepSettings.placement``); set the
+   replicas; then remediate: delete at most one pod whose GPU the exporter's
    series show broken (``scaling.remediate``), never below ``min_replicas``, and
    cordon its node where asked.
 
@@ -27,12 +29,12 @@ I/O of its own: it calls those. What it did comes back as a ``StepOutcome`` for
 the caller to log, count and record.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from gpuscale.metrics.signal import MetricsSource, MetricsUnavailable, NewestByLabel, Signal
-from gpuscale.scaling import failsafe, remediate
+from gpuscale.scaling import failsafe, placement, remediate
 from gpuscale.scaling.observe import Observer
 from gpuscale.scaling.policy import (
     FallsBack,
@@ -68,6 +70,10 @@ class Workload(Protocol):
         """Delete one pod; its ReplicaSet recreates it, so the replica count is kept."""
         ...
 
+    def set_deletion_costs(self, costs: Mapping[str, int | None]) -> None:
+        """Set (None: remove) the named pods' ``controller.kubernetes.io/pod-deletion-cost``."""
+        ...
+
     def cordon(self, node: str) -> None:
         """Mark a node unschedulable."""
         ...
@@ -88,6 +94,9 @@ class StepSettings:
         remediate: Delete a pod whose GPU is broken (one per step, never below min).
         cordon: With ``remediate``, also cordon that pod's node.
         namespace: The namespace whose GPU series remediation reads.
+        placement: Before a scale-in, mark the pods to go (``scaling.placement``):
+            those on unhealthy GPUs, those still loading, then those on the nodes
+            serving the fewest pods, so whole nodes empty for the cluster autoscaler.
     """
 
     min_replicas: int
@@ -99,6 +108,7 @@ class StepSettings:
     remediate: bool = False
     cordon: bool = False
     namespace: str = ""
+    placement: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_replicas <= self.max_replicas:
@@ -146,6 +156,7 @@ class StepOutcome(Generic[S]):
         scaled: Whether ``spec.replicas`` was set.
         deleted: The pods deleted, in the order deleted.
         cordoned: Nodes cordoned.
+        marked: The pods marked to go on a scale-in, first choice first.
         blocked: Why remediation deleted nothing although a pod's GPU is broken ("" when
             nothing was found or a pod was deleted).
         observation: What the policy saw (None when the source did not answer).
@@ -165,6 +176,7 @@ class StepOutcome(Generic[S]):
     blocked: str = ""
     observation: Observation | None = None
     forecast: Forecast | None = None
+    marked: tuple[str, ...] = ()
 
 
 def freshness_signals(policy: ScalingPolicy[Any]) -> dict[str, Signal]:
@@ -273,12 +285,16 @@ class DecisionStep(Generic[S]):
         for d in deleted:
             workload.delete_pod(d.pod)
         scaled = replicas != status.desired
+        marked: tuple[str, ...] = ()
+        if scaled and replicas < status.desired and cfg.placement:
+            gone = {d.pod for d in deleted}
+            marked = self._mark_victims(workload, status, replicas, at, gone)
         if scaled:
             workload.scale(replicas)
         cordoned: tuple[str, ...] = ()
         blocked = ""
         if cfg.remediate and (problem is None or problem.reason != failsafe.UNAVAILABLE):
-            gone = {d.pod for d in deleted}
+            gone = {d.pod for d in deleted} | set(marked)  # a pod the scale-in takes is gone
             fix, blocked = self._remediate(status, at, gone)
             if fix is not None:
                 workload.delete_pod(fix.pod)
@@ -299,6 +315,7 @@ class DecisionStep(Generic[S]):
             blocked=blocked,
             observation=obs,
             forecast=forecast,
+            marked=marked,
         )
 
     def _bound(self, current: int, wanted: int) -> tuple[int, str]:
@@ -312,6 +329,28 @@ class DecisionStep(Generic[S]):
             up_step=cfg.up_step,
             down_step=cfg.down_step,
         )
+
+    def _mark_victims(
+        self, workload: Workload, status: TargetStatus, replicas: int, at: float, gone: set[str]
+    ) -> tuple[str, ...]:
+        """Choose the pods a scale-in to ``replicas`` takes, and mark them with costs.
+
+        The pods deleted this step are replaced by unscheduled pods, which the
+        ReplicaSet deletes first; the rest of the cut is chosen among the others.
+        """
+        pods = [p for p in status.pods if p.name not in gone]
+        remove = len(status.pods) - replicas - len(gone)
+        if remove <= 0:
+            return ()
+        try:
+            findings = remediate.find(self.health_source, self.settings.namespace, at)
+        except MetricsUnavailable:
+            findings = []  # placement without health: the rest of the order still holds
+        victims = placement.choose_victims(pods, remove, {f.pod for f in findings})
+        costs = placement.deletion_costs(pods, victims)
+        if costs:
+            workload.set_deletion_costs(costs)
+        return tuple(v.name for v in victims)
 
     def _partial_view(self, status: TargetStatus, at: float) -> failsafe.Problem | None:
         """Why a scale-in may not go ahead: some Ready pod's series are stale."""

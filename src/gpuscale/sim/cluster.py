@@ -20,8 +20,11 @@ bad one. This module reproduces the delays a GPU deployment sees:
   ``ColdStart`` before it is Ready and takes traffic.
 * A deleted pod takes no new traffic at once and holds its GPU until the
   simulator reports it drained (``release``) or the termination grace ends. The
-  ReplicaSet deletes pods in Kubernetes' order: unscheduled, then not Ready, then
-  the most recently Ready.
+  ReplicaSet deletes pods in Kubernetes' order (``podorder``): unscheduled, then
+  not Ready, then the lowest ``pod-deletion-cost`` (``set_deletion_costs``; the
+  decision step marks victims so, ``scaling.placement``), then those on the
+  fullest nodes, then the most recently Ready.
+* The API view of each pod (``status``) names its node, as ``spec.nodeName`` does.
 
 All randomness comes from the seed, so a seed fixes the pod timeline. The
 ``k``-th pod created takes the ``k``-th draw of a cold-start stream fixed by the
@@ -33,7 +36,7 @@ A crashed pod's restart draws from a second stream and does not shift the first.
 import heapq
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -115,12 +118,10 @@ class Cluster:
         self._live: dict[int, Pod] = {}
         self._live_status: dict[int, PodStatus] = {}
         self._starting: dict[int, Pod] = {}
-        # Ready pods as (Ready time, pod) in the order they turned Ready; while those times
-        # never went back, also their time order (``podorder.scale_in_victims``).
-        self._ready: dict[int, tuple[float, Pod]] = {}
-        self._ready_sorted = True
         self._held, self._left_ready, self._terminating = 0, list[int](), 0
         self.desired = 0
+        # The ReplicaSet's deletion-cost and pods-per-node ranks (``Scenario.placement``).
+        self.ranked_scale_in = True
         self.version = 0
         # Bumped where the Ready pods change (``version`` also counts pods starting,
         # terminating or freeing GPUs): what is built from the Ready pods alone holds.
@@ -128,8 +129,9 @@ class Cluster:
         self._uid = 0
         self._events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, id)
         self._seq = 0
-        # Bumped where the status changes: ``desired``, a live pod added or removed, or
-        # one turning Ready or not (binding a pod or freeing a deleted one's GPU does not).
+        # Bumped where the status changes: ``desired``, a live pod added, removed, bound
+        # to a node, turning Ready or not, or given a deletion cost (freeing a deleted
+        # one's GPU does not).
         self._status_changes = 0
         self._status: tuple[int, TargetStatus] | None = None
 
@@ -137,6 +139,11 @@ class Cluster:
     def node_name(self, node: int) -> str:
         """Name of node ``node``."""
         return f"gpu-node-{node:04d}"
+
+    def _view(self, pod: Pod) -> PodStatus:
+        """The API view of ``pod``, naming its node."""
+        node = self.node_name(pod.slot // self._node_gpus) if pod.slot >= 0 else ""
+        return pod_status(pod, node)
 
     def live_pods(self) -> list[Pod]:
         """Pods counted against ``spec.replicas`` (not terminating), oldest first."""
@@ -238,11 +245,20 @@ class Cluster:
                 self._delete(pod, now)
         self._reconcile(now)
 
+    def set_deletion_costs(self, costs: Mapping[str, int | None]) -> None:
+        """Annotate the named live pods' ``pod-deletion-cost`` (None removes it)."""
+        for pod in self.live_pods():
+            if pod.name in costs:
+                cost = costs[pod.name]
+                pod.deletion_cost = 0 if cost is None else int(cost)
+                self._live_status[pod.uid] = self._view(pod)
+                self._status_changes += 1
+
     def _new_pod(self, now: float) -> Pod:
         self._uid += 1
         pod = Pod(self._uid, f"{self.config.deployment}-{self._uid:05d}", now)
         self.pods[pod.uid] = self._live[pod.uid] = pod
-        self._live_status[pod.uid] = pod_status(pod)
+        self._live_status[pod.uid] = self._view(pod)
         self._pending[pod.uid] = pod
         self._status_changes += 1
         return pod
@@ -253,13 +269,11 @@ class Cluster:
             for _ in range(self.desired - n_live):
                 self._new_pod(now)
         elif n_live > self.desired:
-            ready = self._ready if self._ready_sorted else None
             victims = scale_in_victims(
-                self.live_pods() if self._pending or ready is None else [],
+                self.live_pods(),
                 n_live - self.desired,
-                pending=len(self._pending),
-                starting=self._starting.values(),
-                ready=ready,
+                node_gpus=self._node_gpus,
+                ranked=self.ranked_scale_in,
             )
             for pod in victims:
                 self._delete(pod, now)
@@ -314,16 +328,12 @@ class Cluster:
     def _now_ready(self, pod: Pod, now: float) -> None:
         """``pod`` turns Ready at ``now``."""
         pod.state, pod.ready_at = READY, now
-        self._live_status[pod.uid] = pod_status(pod)
-        if self._ready and now < next(reversed(self._ready.values()))[0]:
-            self._ready_sorted = False
-        self._ready[pod.uid] = (now, pod)
+        self._live_status[pod.uid] = self._view(pod)
 
     def _left(self, pod: Pod) -> None:
         """``pod`` leaves its state (Ready or starting) for another."""
         if pod.state == READY:
             self.ready_changes += 1
-            del self._ready[pod.uid]
             self._left_ready.append(pod.uid)
         elif pod.state == STARTING:
             del self._starting[pod.uid]
@@ -336,6 +346,9 @@ class Cluster:
         self._held += len(gpus)
         self.slot_pod[list(gpus)] = pod.uid
         self._pending.pop(pod.uid, None)
+        if pod.uid in self._live_status:  # its view now names the node
+            self._live_status[pod.uid] = self._view(pod)
+            self._status_changes += 1
 
     def _schedule(self, now: float) -> None:
         if not self._pending:
@@ -430,7 +443,7 @@ class Cluster:
         self._left(pod)
         self._status_changes += 1
         pod.state, pod.ready_at = STARTING, None
-        self._live_status[pod.uid] = pod_status(pod)
+        self._live_status[pod.uid] = self._view(pod)
         self._starting[pod.uid] = pod  # a not-Ready pod, first to go on a scale-in
         pod.due = math.inf  # no start falls due: it waits to be deleted
         self.version += 1
@@ -460,7 +473,7 @@ class Cluster:
         self._left(pod)
         self._status_changes += 1
         pod.state, pod.ready_at = STARTING, None
-        self._live_status[pod.uid] = pod_status(pod)
+        self._live_status[pod.uid] = self._view(pod)
         self._starting[pod.uid] = pod
         pod.due = now + float(self.config.cold_start.sample(self._restart_rng, 1)[0])
         self._push(pod.due, 0, pod.uid)

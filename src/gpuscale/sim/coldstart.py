@@ -3,6 +3,28 @@
 Cold start (pulling the image, loading the model onto the GPU) is the delay that
 makes reactive scaling hard, so its distribution comes from production
 measurements rather than a guess, and is shipped here as a handful of quantiles.
+
+Those measurements are of diffusion models (GenTD26's Stable Diffusion pods, a few
+GB of weights), and they stay the default. An LLM replica's load is ruled by the
+size of its weights instead: ``ColdStart.from_model`` takes a model (``MODELS``:
+parameters times bytes per parameter) and the node's read bandwidth
+(``READ_BANDWIDTHS``) and gives ``weights / bandwidth + container start``. The
+figures and their sources:
+
+* parameters, from each model's card and published weights: Llama-2-7B 6.74 B and
+  Llama-2-70B 69 B (Touvron et al. 2023, "Llama 2", table 1 and the released
+  checkpoints); Llama-3-8B 8.03 B and Llama-3-70B 70.6 B (Meta's Llama 3 model card;
+  the totals of the published bf16 safetensors, 16.1 GB and 141.1 GB); Mistral-7B
+  7.24 B (Mistral AI's model card). Served in bf16/fp16: 2 bytes per parameter.
+* read bandwidth of the node's storage: a local PCIe 4.0 NVMe SSD reads up to
+  6,500 MB/s sequentially (Samsung PM9A3 U.2, Samsung's specification); an AWS EBS
+  gp3 volume up to 1,000 MiB/s provisioned (EC2 ``CreateVolume`` API reference;
+  125 MiB/s by default). A load rarely reaches a device's peak (safetensors reads
+  are sequential, but the file system and the copy to the GPU cost), so these are
+  lower bounds on the load time.
+
+A tensor-parallel replica loads all its shards from the one node, so the node's
+bandwidth divides the whole model.
 """
 
 from dataclasses import dataclass
@@ -27,6 +49,56 @@ GENTD26_MODEL_LOAD_QUANTILES_S: tuple[float, ...] = (
 CONTAINER_START_S = 10.0
 """Added to the model load: container start plus the first readiness probe, whose
 Kubernetes default period is 10 s (an estimate, not from the trace)."""
+
+BF16_BYTES = 2.0
+"""Bytes per parameter of weights served in bf16 or fp16."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A model's weights, as its loader reads them.
+
+    Attributes:
+        name: The model's name.
+        parameters: Parameters, a count.
+        bytes_per_parameter: Bytes each takes as stored (2 for bf16/fp16, 1 for fp8).
+    """
+
+    name: str
+    parameters: float
+    bytes_per_parameter: float = BF16_BYTES
+
+    def __post_init__(self) -> None:
+        if not (self.parameters > 0 and self.bytes_per_parameter > 0):
+            raise ConfigError(
+                f"model {self.name!r}: parameters and bytes_per_parameter must be > 0, got "
+                f"{self.parameters:g} and {self.bytes_per_parameter:g}"
+            )
+
+    @property
+    def weights_bytes(self) -> float:
+        """Size of the weights, bytes."""
+        return self.parameters * self.bytes_per_parameter
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec("llama-2-7b", 6.74e9),
+        ModelSpec("llama-2-70b", 69e9),
+        ModelSpec("llama-3-8b", 8.03e9),
+        ModelSpec("llama-3-70b", 70.6e9),
+        ModelSpec("mistral-7b", 7.24e9),
+    )
+}
+"""Models by name, in bf16 (sources in the module docstring)."""
+
+READ_BANDWIDTHS: dict[str, float] = {
+    "nvme": 6.5e9,
+    "ebs-gp3": 1000 * 2**20,
+    "ebs-gp3-default": 125 * 2**20,
+}
+"""A node's storage read bandwidth by kind, bytes per second (sources in the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +129,34 @@ class ColdStart:
             The distribution.
         """
         return cls(GENTD26_MODEL_LOAD_QUANTILES_S, extra_s)
+
+    @classmethod
+    def from_model(
+        cls,
+        model: ModelSpec,
+        read_bandwidth_bytes_per_s: float,
+        extra_s: float = CONTAINER_START_S,
+    ) -> "ColdStart":
+        """The load of ``model``'s weights at the node's read bandwidth, plus ``extra_s``.
+
+        Args:
+            model: The model served.
+            read_bandwidth_bytes_per_s: What the node's storage reads, bytes per second.
+            extra_s: Container start and the first readiness probe, seconds.
+
+        Returns:
+            A fixed cold start of ``weights_bytes / read_bandwidth + extra_s`` seconds.
+
+        Raises:
+            ConfigError: The bandwidth is not positive.
+        """
+        if not read_bandwidth_bytes_per_s > 0:
+            raise ConfigError(
+                f"read bandwidth {read_bandwidth_bytes_per_s:g} B/s for model {model.name!r}: "
+                "give a positive number of bytes per second"
+            )
+        load = model.weights_bytes / read_bandwidth_bytes_per_s
+        return cls((load, load), extra_s)
 
     @classmethod
     def fixed(cls, seconds: float) -> "ColdStart":

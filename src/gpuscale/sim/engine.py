@@ -96,6 +96,7 @@ class _Run:
         self.cluster = Cluster(
             cfg, seed=int(seeds[0].generate_state(1)[0]), spare_gpus=spares, gpus_per_pod=self.gpr
         )
+        self.cluster.ranked_scale_in = scenario.placement
         model = gpu_model(cfg.gpu_model)
         self.physics = FleetPhysics(
             [model] * self.cluster.n_devices, seed=int(seeds[1].generate_state(1)[0])
@@ -186,6 +187,7 @@ class _Run:
             step_s=scenario.scrape_interval_s,
             remediate=scenario.remediate,
             namespace=cfg.namespace,
+            placement=scenario.placement,
         )
         self.step = DecisionStep(policy, self.source, settings, self.path, health_source=health)
 

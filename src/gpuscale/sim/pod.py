@@ -22,6 +22,7 @@ class Pod:
         ready_at: When it became Ready (None before).
         due: When its current phase ends (Ready for STARTING, GPU freed for TERMINATING).
         status: Cached API view of the pod (None where it must be rebuilt).
+        deletion_cost: Its ``pod-deletion-cost`` annotation (0 when unset).
     """
 
     uid: int
@@ -33,9 +34,17 @@ class Pod:
     ready_at: float | None = None
     due: float = math.inf
     status: PodStatus | None = None
+    deletion_cost: int = 0
 
 
-def pod_status(p: Pod) -> PodStatus:
-    """The API view of ``p``, kept on it until it changes."""
-    p.status = PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
+def pod_status(p: Pod, node: str) -> PodStatus:
+    """The API view of ``p`` on ``node`` ("" while unscheduled), kept on it until it changes.
+
+    A scheduled pod is ``Running`` (its image pull is part of the cold start), an
+    unscheduled one ``Pending``.
+    """
+    phase = "Running" if p.slot >= 0 else "Pending"
+    p.status = PodStatus(
+        p.name, p.state == READY, p.created_at, p.ready_at, node, phase, p.deletion_cost
+    )
     return p.status

@@ -1,57 +1,52 @@
 """Which live pods a ReplicaSet deletes first when it scales in.
 
-Kubernetes' order (``controller.ActivePods``, as far as the simulated pods carry it):
-unscheduled pods first, then those not Ready, then the most recently Ready, then the
-newest; ties keep the older pod (creation order, which is uid order) first.
+Kubernetes' order (``controller.ActivePodsWithRanks``), as ``scaling.placement``
+states it: unscheduled pods first, then by phase, then those not Ready, then the
+lower ``pod-deletion-cost``, then those on the nodes holding more of the
+workload's pods, then the most recently Ready, then the newest; ties keep the
+older pod (creation order, which is uid order) first. The simulator's scheduled
+pods are ``Running`` and its unscheduled ones ``Pending``; they carry no restart
+count (a crashed pod cold-starts again and is not Ready, ranked by rule 3).
 """
 
 import heapq
-import math
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Sequence
 
 from gpuscale.sim.pod import READY, Pod
 
 
 def scale_in_victims(
-    live: Sequence[Pod],
-    k: int,
-    *,
-    pending: int,
-    starting: Collection[Pod],
-    ready: dict[int, tuple[float, Pod]] | None,
+    live: Sequence[Pod], k: int, *, node_gpus: int, ranked: bool = True
 ) -> list[Pod]:
     """The first ``k`` live pods in deletion order, in that order.
-
-    With no pod unscheduled the order needs no rank of every pod: the starting pods
-    come first (they tie on all but their age), then the Ready ones from the most
-    recently Ready, read backwards from ``ready`` until the ``k``-th's time is passed.
 
     Args:
         live: The live pods (unscheduled, starting or Ready), oldest first.
         k: How many to delete, at most ``len(live)``.
-        pending: How many of them are unscheduled.
-        starting: Those scheduled and not yet Ready.
-        ready: The Ready ones as (Ready time, pod), in the order they turned Ready when
-            that is also Ready-time order; None where it is not known to be.
+        node_gpus: GPU slots per node (a pod's node is its first slot's).
+        ranked: Apply the deletion cost and the pods-per-node rank; without them the
+            order is by scheduling, readiness and age alone (``Scenario.placement``
+            off, the order the simulator's published comparisons ran with).
 
     Returns:
         The same pods, in the same order, as a stable sort of ``live`` by the full key.
     """
-    if not pending and (ready is not None or len(starting) >= k):
-        newest = sorted(starting, key=lambda p: (-p.created_at, p.uid))[:k]
-        if len(newest) < k and ready is not None:
-            rest, found = k - len(newest), list[tuple[float, Pod]]()
-            for at, pod in reversed(ready.values()):  # most recently Ready first
-                if len(found) >= rest and at < found[-1][0]:
-                    break  # every pod further back turned Ready earlier: none ties
-                found.append((at, pod))
-            found.sort(key=lambda e: (-e[0], -e[1].created_at, e[1].uid))
-            newest += [pod for _, pod in found[:rest]]
-        return newest
-    inf = math.inf
-    rank = [  # each pod's key built inline (no call per pod)
-        (p.slot >= 0, p.state == READY, -(inf if p.ready_at is None else p.ready_at), -p.created_at)
-        for p in live
+    nodes = [p.slot // node_gpus if p.slot >= 0 else -1 for p in live]
+    on_node = Counter(nodes) if ranked else Counter[int]()
+    # ``replicaset_rank``'s key built inline (no call per pod): scheduled pods are
+    # Running (ordinal 2), unscheduled ones Pending (0)
+    rank = [
+        (
+            n >= 0,
+            2 if n >= 0 else 0,
+            p.state == READY,
+            p.deletion_cost if ranked else 0,
+            -on_node[n],
+            -(p.ready_at if p.state == READY and p.ready_at is not None else 0.0),
+            -p.created_at,
+        )
+        for p, n in zip(live, nodes, strict=True)
     ]
     first = heapq.nsmallest(k, range(len(live)), key=rank.__getitem__)
     return [live[i] for i in first]  # = sorted(live, key=rank)[:k]: ties keep the older first

@@ -33,6 +33,12 @@ class Scenario:
             ``metrics.staleAfterSeconds``): older data holds the replicas, seconds.
         remediate: The decision step deletes pods whose GPU the series show broken
             (a GPUScaler's ``remediate: true``; ``scaling.remediate``).
+        placement: Before a scale-in the decision step marks the pods to go with
+            ``pod-deletion-cost`` so whole nodes empty (a GPUScaler's ``placement``;
+            ``scaling.placement``), and the simulated ReplicaSet ranks its pods as
+            Kubernetes' ``ActivePodsWithRanks`` does (the cost, then pods per node). Off
+            (the default, as a GPUScaler's) leaves the choice to the ReplicaSet's order by
+            readiness and age, the order every published comparison ran with.
         record_interval_s: Timeline row length, seconds.
         collect_interval_s: dcgm-exporter's collect period (``-c``, default 30 s):
             the GPU physics advances and the DCGM fields change only then, seconds.
@@ -60,6 +66,7 @@ class Scenario:
     scrape_interval_s: float = 15.0
     stale_after_s: float = 60.0
     remediate: bool = False
+    placement: bool = False
     record_interval_s: float = 10.0
     collect_interval_s: float = 30.0
     collect_offset_s: float = 7.0

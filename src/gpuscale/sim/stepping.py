@@ -2,13 +2,13 @@
 
 The engine runs ``scaling.step.DecisionStep`` exactly as the live controller
 does; only the ends differ. ``ClusterWorkload`` is the simulated deployment
-behind the step's ``Workload`` protocol (``/scale`` and pod deletion on the model
-cluster), and ``OutageSource`` makes the metric source fail as Prometheus does
+behind the step's ``Workload`` protocol (``/scale``, pod deletion and deletion
+costs on the model cluster), and ``OutageSource`` makes the metric source fail as Prometheus does
 when it is down (``metrics-down`` faults), so the fail-safe's holds are
 exercised in simulation as they are live.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpuscale.errors import ConfigError
 from gpuscale.metrics.signal import LabelledValue, MetricsSource, MetricsUnavailable, Signal
@@ -46,6 +46,10 @@ class ClusterWorkload:
     def delete_pod(self, name: str) -> None:
         """Delete one pod; the ReplicaSet creates its replacement at once."""
         self.cluster.delete_named((name,), self.now)
+
+    def set_deletion_costs(self, costs: Mapping[str, int | None]) -> None:
+        """Annotate pods' ``pod-deletion-cost``; the ReplicaSet's order reads it."""
+        self.cluster.set_deletion_costs(costs)
 
     def cordon(self, node: str) -> None:
         """Cordoning is not modelled.

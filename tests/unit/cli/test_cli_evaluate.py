@@ -146,6 +146,8 @@ def test_options_come_from_gpuscale_environment_variables(app, runner, tmp_path)
         ),
         (["--trace", "data/rates"], "--trace data/rates: no such file: data/rates"),
         (["--queue-model", "des"], "--queue-model des: is not a queue model; use one of auto"),
+        (["--model", "gpt-9"], "--model gpt-9: unknown; use one of llama-2-7b"),
+        (["--model", "llama-3-8b", "--storage", "tape"], "--storage tape: unknown; use one of"),
     ],
 )
 def test_bad_options_raise_one_line_config_errors(app, runner, tmp_path, args, message):

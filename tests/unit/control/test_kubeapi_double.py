@@ -317,3 +317,21 @@ def test_nan_in_a_body_is_a_bad_request(api, http):
     r = http.patch(DEPLOY, content=b'{"metadata": {"labels": {"x": NaN}}}', headers=MERGE)
     assert r.status_code == 400
     assert r.json()["reason"] == "BadRequest"
+
+
+def test_a_patched_pod_still_turns_ready_and_its_deletion_cost_ranks_it_first(api, http, clock):
+    # A merge patch replaces the stored pod: the double's controller follows the new
+    # object (readiness timer, scale-in order), as the real ones watch the API.
+    api.create_deployment("web", replicas=3)
+    names = sorted(p["metadata"]["name"] for p in api.pods())
+    # created together, one per node: unmarked, the tie goes to the smallest name
+    marked = names[-1]
+    cost = {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1"}}}
+    assert http.patch(f"{PODS}/{marked}", json=cost, headers=MERGE).status_code == 200
+    clock.advance(10.0)
+    assert len(api.ready_pods()) == 3
+    scale = http.get(f"{DEPLOY}/scale").json()
+    scale["spec"]["replicas"] = 2
+    assert http.put(f"{DEPLOY}/scale", json=scale).status_code == 200
+    left = sorted(p["metadata"]["name"] for p in api.pods())
+    assert left == sorted(set(names) - {marked})

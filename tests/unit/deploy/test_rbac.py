@@ -165,9 +165,11 @@ def run_controller(
     clock = ManualClock()
     with KubeApiDouble(clock=clock) as api:
         api.serve_keda()
-        for name in ("gpu-a", "gpu-b"):
+        for name in ("gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"):
             api.add_node(name, gpus=4)
-        api.create_deployment("llm", "serving", replicas=3, gpus=1)
+        # llm runs one replica above its maxReplicas (16): the scale-in to the bound marks
+        # the pod to go with a deletion cost
+        api.create_deployment("llm", "serving", replicas=17, gpus=1)
         api.create_statefulset("embedder", "serving", replicas=1, parallel=True)
         api.register_scalable_kind(*CUSTOM)
         chat = {"metadata": {"name": "chat"}, "spec": {"replicas": 1}, "status": {"replicas": 1}}
@@ -188,7 +190,8 @@ def run_controller(
             store,
             now,
             "gpuscale_gpu_up",
-            {p: 0.0 if p == llm[0] else 1.0 for p in llm},
+            # two broken GPUs: the scale-in takes one pod, remediation deletes the other
+            {p: 0.0 if p in llm[:2] else 1.0 for p in llm},
             Hostname="gpu-a",
         )
         path = tmp_path / "gpuscaler.yaml"

@@ -69,6 +69,9 @@ class Recorded:
     def delete_pod(self, name):
         self.calls.append(("delete", name))
 
+    def set_deletion_costs(self, costs):
+        self.calls.append(("costs", dict(costs)))
+
     def cordon(self, node):
         self.calls.append(("cordon", node))
 
@@ -263,3 +266,79 @@ def test_remediation_deletes_a_pod_that_is_not_ready_even_at_the_floor():
     )
     assert wl.calls == [("delete", "b")]
     assert out.blocked == ""
+
+
+# --- placement: the pods a scale-in takes are marked before /scale --------------------------
+
+
+class Placed(Recorded):
+    """A workload whose pods sit on given nodes, some still loading."""
+
+    def __init__(self, desired: int, placed: dict[str, str], loading=()) -> None:
+        super().__init__(desired, list(placed))
+        self.pods = [
+            PodStatus(p, p not in loading, 0.0, None if p in loading else 5.0, node=n)
+            for p, n in placed.items()
+        ]
+
+
+PLACED = {"a1": "a", "a2": "a", "a3": "a", "b1": "b", "b2": "b", "c1": "c"}
+
+
+def test_scale_in_marks_sick_then_loading_then_emptiest_node_before_scaling():
+    pods = list(PLACED)
+    store = sick_store(pods, down="a2")
+    wl = Placed(6, PLACED, loading=("a3",))
+    out = DecisionStep(
+        Wish(want=2), store, settings(namespace="default", placement=True), PROMETHEUS_QUERY
+    ).run(wl, lambda: 11.0, Count())
+    # loading a3 (the controller takes not-Ready pods first), the pod on the broken GPU,
+    # then node c's pod and node b's two: a node emptied whole each time
+    assert out.marked == ("a3", "a2", "c1", "b1")
+    assert wl.calls == [("costs", {"a3": -4, "a2": -3, "c1": -2, "b1": -1}), ("scale", 2)]
+
+
+def test_placement_off_marks_nothing():
+    pods = list(PLACED)
+    wl = Placed(6, PLACED)
+    cfg = settings(namespace="default", placement=False)
+    out = DecisionStep(Wish(want=4), sick_store(pods), cfg, PROMETHEUS_QUERY).run(
+        wl, lambda: 11.0, Count()
+    )
+    assert (out.marked, wl.calls) == ((), [("scale", 4)])
+
+
+def test_scale_up_and_hold_mark_nothing():
+    pods = list(PLACED)
+    for want in (6, 8):
+        wl = Placed(6, PLACED)
+        out = DecisionStep(
+            Wish(want=want), sick_store(pods), settings(placement=True), PROMETHEUS_QUERY
+        ).run(wl, lambda: 11.0, Count())
+        assert out.marked == ()
+        assert all(c[0] != "costs" for c in wl.calls)
+
+
+def test_pods_replaced_this_step_leave_the_cut_to_their_unscheduled_replacements():
+    # The policy deletes b1 (its replacement is unscheduled, deleted first by the
+    # ReplicaSet) and asks for one replica fewer: no other pod need be marked.
+    pods = list(PLACED)
+    wl = Placed(6, PLACED)
+    policy = Wish(want=5, delete=("b1",))
+    out = DecisionStep(policy, sick_store(pods, down=""), settings(), PROMETHEUS_QUERY).run(
+        wl, lambda: 11.0, Count()
+    )
+    assert out.marked == ()
+    assert wl.calls == [("delete", "b1"), ("scale", 5)]
+
+
+def test_remediation_leaves_a_sick_pod_the_scale_in_already_takes():
+    pods = list(PLACED)
+    wl = Placed(6, PLACED)
+    cfg = settings(remediate=True, namespace="default", placement=True)
+    out = DecisionStep(Wish(want=5), sick_store(pods, down="a1"), cfg, PROMETHEUS_QUERY).run(
+        wl, lambda: 11.0, Count()
+    )
+    assert out.marked == ("a1",)
+    assert wl.calls == [("costs", {"a1": -1}), ("scale", 5)]
+    assert out.deleted == ()

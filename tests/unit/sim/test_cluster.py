@@ -343,15 +343,16 @@ def test_ready_changes_moves_exactly_when_the_ready_pods_change():
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["scale", "advance", "release", "fail", "restart"]), st.integers(0, 7)
+            st.sampled_from(["scale", "advance", "release", "fail", "restart", "cost"]),
+            st.integers(0, 7),
         ),
         min_size=1,
         max_size=40,
     )
 )
 def test_cached_status_is_always_the_one_built_afresh(ops):
-    # status() is rebuilt only where it can change (desired, live pods added or gone,
-    # Ready or not); after any sequence of changes it must equal a fresh build.
+    # status() is rebuilt only where it can change (desired, live pods added, gone or
+    # bound, Ready or not, costs); after any sequence of changes it must equal a fresh build.
     c = Cluster(small(initial_nodes=2, max_nodes=4, cold_start=ColdStart.fixed(20.0)))
     c.start(2)
     g = c.config.gpus_per_node
@@ -368,6 +369,10 @@ def test_cached_status_is_always_the_one_built_afresh(ops):
                 c.release(stopping[k % len(stopping)].uid, now)
         elif op == "fail":
             c.fail_gpu(k % c.n_devices, now, replace_after=30.0)
+        elif op == "cost":
+            live = c.live_pods()
+            if live:
+                c.set_deletion_costs({live[k % len(live)].name: -k or None})
         else:
             live = [p for p in c.pods.values() if p.state in (STARTING, READY)]
             if live:
@@ -375,7 +380,15 @@ def test_cached_status_is_always_the_one_built_afresh(ops):
         fresh = TargetStatus(
             c.desired,
             tuple(
-                PodStatus(p.name, p.state == READY, p.created_at, p.ready_at)
+                PodStatus(
+                    p.name,
+                    p.state == READY,
+                    p.created_at,
+                    p.ready_at,
+                    c.node_name(p.slot // g) if p.slot >= 0 else "",
+                    "Running" if p.slot >= 0 else "Pending",
+                    p.deletion_cost,
+                )
                 for p in c.pods.values()
                 if p.state in (PENDING, STARTING, READY)
             ),

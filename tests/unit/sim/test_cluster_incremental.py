@@ -29,13 +29,21 @@ OPS = st.lists(
 )
 
 
-def deletion_order(live: list[Pod]) -> list[Pod]:
-    """Kubernetes' scale-in order, from scratch: a stable sort of every live pod."""
+def deletion_order(live: list[Pod], node_gpus: int) -> list[Pod]:
+    """Kubernetes' scale-in order, from scratch: a stable sort of every live pod.
+
+    Unscheduled first, not Ready next, then the lower deletion cost, the more pods on
+    the same node, the most recently Ready, the newest.
+    """
+    node = {p.uid: p.slot // node_gpus if p.slot >= 0 else -1 for p in live}
+    on_node = {n: sum(1 for q in live if node[q.uid] == n) for n in node.values()}
     return sorted(
         live,
         key=lambda p: (
             p.slot >= 0,
             p.state == READY,
+            p.deletion_cost,
+            -on_node[node[p.uid]],
             -(math.inf if p.ready_at is None else p.ready_at),
             -p.created_at,
         ),
@@ -70,7 +78,9 @@ def test_kept_sets_equal_a_fresh_scan_after_any_changes(ops, gpus_per_pod):
         if op == "scale":
             want = k % 7
             if want < len(live_before):
-                victims = deletion_order(live_before)[: len(live_before) - want]
+                victims = deletion_order(live_before, config.gpus_per_node)[
+                    : len(live_before) - want
+                ]
                 expected_victims = [p.uid for p in victims]
             c.scale(want, now)
         elif op == "advance":
@@ -120,7 +130,7 @@ def test_scale_in_takes_the_most_recently_ready_pods_one_by_one():
     assert len(c.ready_pods()) == 8
     for want in range(7, -1, -1):
         live = [p for p in c.pods.values() if p.state in (PENDING, STARTING, READY)]
-        expected = deletion_order(live)[0]
+        expected = deletion_order(live, c.config.gpus_per_node)[0]
         c.scale(want, 101.0 + want)
         assert expected.state == TERMINATING
         assert [p.uid for p in c.live_pods()] == [p.uid for p in live if p is not expected]
