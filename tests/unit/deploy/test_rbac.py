@@ -8,9 +8,9 @@ from a file (docs/deploy.md's overlay for that mode) and add what only the node 
 serve (cordon, a policy filling whole nodes). Each request is then authorised as the
 API server's RBAC authoriser does (group, resource and subresource, verb, namespace,
 resource name) against the Roles, ClusterRoles and bindings the overlays render; every
-verb of every rule must have been needed by some request. Finally, every place in ``gpuscale.control`` that sends a
-request (found in its source) must have sent one in these runs, so a new API call
-cannot slip past this test unexercised.
+verb of every rule must have been needed by some request. Finally, every place in
+``gpuscale.control`` that sends a request (found in its source) must have sent one in
+these runs, so a new API call cannot slip past this test unexercised.
 """
 
 import ast
