@@ -112,7 +112,11 @@ def test_every_overlay_installs_a_controller_that_reconciles_gpuscalers(rendered
 
 @pytest.fixture(scope="module")
 def from_file(tmp_path_factory) -> list[dict]:
-    return render(documented_overlay(tmp_path_factory.mktemp("docs")))
+    overlay = documented_overlay(tmp_path_factory.mktemp("docs"))
+    # What the guide tells users to write keeps to what kubectl 1.20 reads, too.
+    fields = set(yaml.safe_load((overlay / "kustomization.yaml").read_text()))
+    assert fields <= KUSTOMIZE_V2_FIELDS
+    return render(overlay)
 
 
 def test_the_documented_file_mode_runs_the_same_controller_from_a_configmap(rendered, from_file):
