@@ -1,6 +1,7 @@
 """Rendering deploy/'s kustomizations with the real kustomize (``kubectl kustomize``) and
 picking objects out of the result."""
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,3 +45,28 @@ def named(objects: list[dict], kind: str, prefix: str) -> dict:
     found = [o for o in find(objects, kind) if o["metadata"]["name"].startswith(prefix + "-")]
     assert len(found) == 1, f"{kind}/{prefix}-*: {len(found)} objects"
     return found[0]
+
+
+DOCUMENTED_OVERLAY = "from-file"
+"""The overlay docs/deploy.md spells out for running the controller from a file."""
+
+
+def documented_overlay(workdir: Path) -> Path:
+    """docs/deploy.md's "Running from a file" overlay, written under ``workdir``.
+
+    Each YAML block of the guide whose first line is ``# from-file/NAME`` becomes the
+    file NAME, and the example GPUScaler is its ``gpuscaler.yaml``; ``workdir/deploy``
+    points at this repository's deploy/, so the overlay's ``../deploy/...`` bases
+    resolve as they would in a user's checkout. Returns the overlay's directory.
+    """
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    block = r"^```yaml\n# " + DOCUMENTED_OVERLAY + r"/(\S+)\n(.*?)^```$"
+    blocks = re.findall(block, text, re.MULTILINE | re.DOTALL)
+    assert {name for name, _ in blocks} >= {"kustomization.yaml"}, "docs/deploy.md lost its blocks"
+    overlay = workdir / DOCUMENTED_OVERLAY
+    overlay.mkdir(parents=True)
+    (workdir / "deploy").symlink_to(DEPLOY)
+    for name, body in blocks:
+        (overlay / name).write_text(body)
+    shutil.copy(DEPLOY / "examples" / "gpuscaler.yaml", overlay / "gpuscaler.yaml")
+    return overlay

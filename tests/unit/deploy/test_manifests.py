@@ -22,7 +22,15 @@ from kubernetes_validate import utils as kv_utils
 from gpuscale.alerts.catalogue import build_catalogue
 from gpuscale.alerts.config import load_config
 from gpuscale.alerts.render import render as render_rules
-from tests.support.manifests import DEPLOY, OVERLAYS, find, named, one
+from tests.support.manifests import (
+    DEPLOY,
+    OVERLAYS,
+    documented_overlay,
+    find,
+    named,
+    one,
+    render,
+)
 
 VERSIONS = sorted(set(kv_utils.all_versions()), key=lambda v: tuple(map(int, v.split("."))))[-3:]
 """The three newest Kubernetes minor versions kubernetes-validate ships schemas for."""
@@ -65,14 +73,83 @@ def crd_schema() -> dict:
     return doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_controllers_config_is_a_valid_gpuscaler(rendered, overlay):
-    config = named(rendered[overlay], "ConfigMap", "gpuscale-autoscaler-config")
-    doc = yaml.safe_load(config["data"]["gpuscaler.yaml"])
+def test_the_example_is_a_valid_gpuscaler_object_in_its_targets_namespace():
+    (doc,) = render(DEPLOY / "examples")
+    assert (doc["apiVersion"], doc["kind"]) == ("gpuscale.io/v1alpha1", "GPUScaler")
+    # Its targets' namespace, where deploy/rbac/targets grants the controller's rights.
+    assert doc["metadata"]["namespace"] == "serving"
     # OpenAPI v3.0 bounds are draft 4's (boolean exclusiveMinimum).
     assert list(jsonschema.Draft4Validator(crd_schema()).iter_errors(doc)) == []
     broken = {**doc, "spec": {"targets": [{**doc["spec"]["targets"][0], "maxReplicas": 0}]}}
     assert list(jsonschema.Draft4Validator(crd_schema()).iter_errors(broken))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_installs_a_controller_that_reconciles_gpuscalers(rendered, overlay):
+    objects = rendered[overlay]
+    (container,) = one(objects, "Deployment", "gpuscale-autoscaler")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--watch-gpuscalers" in container["args"]
+    assert not any(a.startswith(("--config", "--watch-namespace")) for a in container["args"])
+    assert one(objects, "CustomResourceDefinition", "gpuscalers.gpuscale.io")
+    # The rights to read GPUScalers, bound to the controller's ServiceAccount everywhere.
+    binding = one(objects, "ClusterRoleBinding", "gpuscale-autoscaler-gpuscalers")
+    assert binding["roleRef"]["name"] == "gpuscale-autoscaler-gpuscalers"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpuscale-autoscaler", "namespace": "gpuscale"}
+    ]
+    role = one(objects, "ClusterRole", "gpuscale-autoscaler-gpuscalers")
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {
+        "gpuscalers",
+        "gpuscalers/status",
+    }
+    # No GPUScaler in an overlay: its kind is unknown until the CRD is established.
+    assert find(objects, "GPUScaler") == []
+    configs = [o["metadata"]["name"] for o in find(objects, "ConfigMap")]
+    assert not [n for n in configs if n.startswith("gpuscale-autoscaler-config")]
+
+
+@pytest.fixture(scope="module")
+def from_file(tmp_path_factory) -> list[dict]:
+    overlay = documented_overlay(tmp_path_factory.mktemp("docs"))
+    # What the guide tells users to write keeps to what kubectl 1.20 reads, too.
+    fields = set(yaml.safe_load((overlay / "kustomization.yaml").read_text()))
+    assert fields <= KUSTOMIZE_V2_FIELDS
+    return render(overlay)
+
+
+def test_the_documented_file_mode_runs_the_same_controller_from_a_configmap(rendered, from_file):
+    default = one(rendered["prometheus-operator"], "Deployment", "gpuscale-autoscaler")
+    deployment = one(from_file, "Deployment", "gpuscale-autoscaler")
+    (before,) = default["spec"]["template"]["spec"]["containers"]
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    config = named(from_file, "ConfigMap", "gpuscale-autoscaler-config")
+    assert yaml.safe_load(config["data"]["gpuscaler.yaml"]) == yaml.safe_load(
+        (DEPLOY / "examples" / "gpuscaler.yaml").read_text()
+    )
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == config["metadata"]["name"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
+    assert mount["readOnly"] is True
+    # Only the one arg differs: the rest stays the base's.
+    swapped = [
+        f"--config={mount['mountPath']}/gpuscaler.yaml" if a == "--watch-gpuscalers" else a
+        for a in before["args"]
+    ]
+    assert container["args"] == swapped
+    # Least privilege: nothing on GPUScaler objects, which this mode never reads.
+    assert find(from_file, "ClusterRole") == find(from_file, "ClusterRoleBinding") == []
+    errors = []
+    for obj in from_file:
+        if obj["kind"] in OPERATOR_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
+        except kv_utils.ValidationError as exc:
+            errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message}")
+    assert errors == []
 
 
 def selects(selector: dict, labels: dict) -> bool:
@@ -168,11 +245,7 @@ def test_the_controller_runs_two_non_root_replicas_with_leader_election(rendered
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert "--leader-elect" in container["args"]
     assert container["image"] == "gpuscale-controller:0.1.0"
-    config = named(rendered["prometheus-operator"], "ConfigMap", "gpuscale-autoscaler-config")
-    volume = next(v for v in spec["volumes"] if v["name"] == "config")
-    assert volume["configMap"]["name"] == config["metadata"]["name"]
-    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
-    assert f"--config={mount['mountPath']}/gpuscaler.yaml" in container["args"]
+    assert [v["name"] for v in spec["volumes"]] == ["tmp"]
     assert spec["serviceAccountName"] == "gpuscale-autoscaler"
 
 

@@ -2,14 +2,15 @@
 
 The requests come from the code, not from a list kept here: the real controller (with
 its real actuator and Lease elector) runs over the Kubernetes API double with the example
-GPUScaler, and every request it sends is recorded with the function that sent it. A
-second run adds what only the node rights serve (cordon, a policy filling whole
-nodes). Each request is then authorised as the API server's RBAC authoriser does (group,
-resource and subresource, verb, namespace, resource name) against the Roles,
-ClusterRoles and bindings the overlays render; every verb of every rule must have been
-needed by some request. Finally, every place in ``gpuscale.control`` that sends a
-request (found in its source) must have sent one in these runs, so a new API call
-cannot slip past this test unexercised.
+GPUScaler as an object in the cluster, as the overlays deploy it, and every request it
+sends is recorded with the function that sent it. Further runs read the same GPUScaler
+from a file (docs/deploy.md's overlay for that mode) and add what only the node rights
+serve (cordon, a policy filling whole nodes). Each request is then authorised as the
+API server's RBAC authoriser does (group, resource and subresource, verb, namespace,
+resource name) against the Roles, ClusterRoles and bindings the overlays render; every
+verb of every rule must have been needed by some request. Finally, every place in
+``gpuscale.control`` that sends a request (found in its source) must have sent one in
+these runs, so a new API call cannot slip past this test unexercised.
 """
 
 import ast
@@ -39,7 +40,7 @@ from gpuscale.control.targets import runtimes
 from gpuscale.metrics.store import MetricStore
 from tests.support.control import FAST
 from tests.support.kubeapi import KubeApiDouble, ManualClock
-from tests.support.manifests import DEPLOY, find, render
+from tests.support.manifests import DEPLOY, documented_overlay, find, render
 
 CONTROL = Path(gpuscale.control.__file__).parent
 NAMESPACE = "gpuscale"  # the controller's, where its Lease lives
@@ -348,8 +349,12 @@ def unused(requests: list[Request], rules: list[Rule]) -> set[tuple]:
     return out
 
 
-def rbac(*directories: str) -> list[Rule]:
+def rbac(*directories: str | Path) -> list[Rule]:
     return bound_rules([o for d in directories for o in render(DEPLOY / d)])
+
+
+def without_gpuscaler_rights(rules: list[Rule]) -> list[Rule]:
+    return [r for r in rules if not r.resources & {"gpuscalers", "gpuscalers/status"}]
 
 
 def test_a_request_outside_the_rules_is_denied_and_a_rule_nobody_needs_is_reported():
@@ -360,9 +365,10 @@ def test_a_request_outside_the_rules_is_denied_and_a_rule_nobody_needs_is_report
     assert ("Role/serving/gpuscale-autoscaler-targets", "delete", "pods", "") in unused([], rules)
 
 
-@pytest.mark.parametrize("overlay", ["prometheus-operator", "gpu-operator"])
+@pytest.mark.parametrize("overlay", ["prometheus-operator", "plain-prometheus", "gpu-operator"])
 def test_the_example_needs_exactly_the_overlays_rules(overlay, tmp_path, recorded):
-    requests = run_controller(tmp_path, example(), recorded)
+    # As deployed: the controller reconciles the example as a GPUScaler object.
+    requests = run_controller(tmp_path, example(), recorded, cluster=True)
     rules = rbac(f"overlays/{overlay}")
     assert denied(requests, rules) == set()
     assert unused(requests, rules) == set()
@@ -392,15 +398,26 @@ def test_cordon_and_node_filling_need_exactly_the_node_rights(tmp_path, recorded
 
 def test_gpuscalers_from_the_cluster_need_exactly_the_gpuscalers_rights(tmp_path, recorded):
     requests = run_controller(tmp_path, example(), recorded, cluster=True)
-    base = rbac("overlays/prometheus-operator")
+    rest = without_gpuscaler_rights(rbac("overlays/prometheus-operator"))
     scalers = rbac("rbac/gpuscalers")
-    assert {(r.verb, r.resource) for r in denied_requests(requests, base)} == {
+    assert {(r.verb, r.resource) for r in denied_requests(requests, rest)} == {
         ("list", "gpuscalers"),
         ("watch", "gpuscalers"),
         ("patch", "gpuscalers/status"),
     }
-    assert denied(requests, base + scalers) == set()
+    assert denied(requests, rest + scalers) == set()
     assert unused(requests, scalers) == set()
+
+
+def test_the_documented_file_mode_needs_exactly_its_rules(tmp_path, recorded):
+    # docs/deploy.md's overlay for --config drops the GPUScaler rights; the controller
+    # reading the same GPUScaler from the file needs all the rest, and nothing more.
+    rules = rbac(documented_overlay(tmp_path / "docs"))
+    assert without_gpuscaler_rights(rules) == rules
+    (tmp_path / "run").mkdir()
+    requests = run_controller(tmp_path / "run", example(), recorded)
+    assert denied(requests, rules) == set()
+    assert unused(requests, rules) == set()
 
 
 def denied_requests(requests: list[Request], rules: list[Rule]) -> list[Request]:
