@@ -7,13 +7,14 @@ a deployment can learn instead is how far its demand has jumped above its recent
 level within one burst window: at each decision, the peak of the demand offered
 (``hybrid`` passes what its reactive need reads: in service, the queue at its
 weight and its growth, never a backlog that grows only while pods are short) over the
-last ``burst_window_s`` over its mean in the ``baseline_window_s`` before that
-window (a naive forecast made one burst window ago). Those ratios go into a
-histogram, each weighted by the peak's demand (a request-weighted record, as the
-SLO is), and the floor is the ratio at the target attainment's quantile times the
-current baseline (the same window's mean, now): the capacity that, had it stood at
-every past decision, would have held the burst windows for that share of the
-requests.
+last ``burst_window_s`` over its lowest point in the ``baseline_window_s`` before
+that window (the level a burst starts from; the lowest, not the mean, so that the
+tail of one burst does not raise the level the next is measured and held from).
+Those ratios go into a histogram, each weighted by the peak's demand (a
+request-weighted record, as the SLO is), and the floor is the ratio at the target
+attainment's quantile times the current baseline (the same window's lowest point,
+now): the capacity that, had it stood at every past decision, would have held the
+burst windows for that share of the requests.
 
 With no burst in its history the ratio stays near one and the floor under the
 reactive need; after one burst the floor holds capacity for its like, as a
@@ -35,24 +36,24 @@ above 32 counts in the last bin)."""
 def burst_ratio(
     points: Series, now: float, burst_window_s: float, baseline_window_s: float
 ) -> tuple[float, float] | None:
-    """The peak over the last burst window against the mean of the window before it.
+    """The peak over the last burst window against the lowest point of the window before it.
 
     Args:
         points: Demand as (time, value) points, oldest first.
         now: The decision's time, seconds.
         burst_window_s: The burst window, seconds.
-        baseline_window_s: The window before it whose mean is the baseline, seconds.
+        baseline_window_s: The window before it whose lowest point is the baseline, seconds.
 
     Returns:
         (ratio, the peak's demand); None until at least half the baseline window
-        has points, or while their mean is zero.
+        has points, or while its lowest is zero.
     """
     edge = now - burst_window_s
     recent = [v for t, v in points if t > edge]
     before = [(t, v) for t, v in points if edge - baseline_window_s < t <= edge]
     if not recent or not before or before[0][0] > edge - baseline_window_s / 2.0:
         return None  # less than half the baseline window seen: no level to measure against
-    base = sum(v for _, v in before) / len(before)
+    base = min(v for _, v in before)
     if base <= 0:
         return None
     peak = max(recent)
@@ -62,18 +63,18 @@ def burst_ratio(
 def baseline(
     points: Series, now: float, burst_window_s: float, baseline_window_s: float
 ) -> float | None:
-    """The level a floor scales: the mean demand in the baseline window before the burst window.
+    """The level a floor scales: the lowest demand of the baseline window before the burst's.
 
-    The same window a ratio's denominator is read over, so that the floor during a
-    burst is the burst's own ratio times the level before it, not that ratio again
-    on a level the burst has already raised.
+    What a ratio's denominator is read as, so that the floor during a burst is the
+    burst's own ratio times the level before it, not that ratio again on a level the
+    burst has already raised.
 
     Returns:
-        The mean, or None without points in the window.
+        The lowest point, or None without points in the window.
     """
     edge = now - burst_window_s
     window = [v for t, v in points if edge - baseline_window_s < t <= edge]
-    return sum(window) / len(window) if window else None
+    return min(window) if window else None
 
 
 def record(weights: Sequence[float], ratio: float, weight: float) -> tuple[float, ...]:

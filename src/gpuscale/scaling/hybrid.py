@@ -125,7 +125,7 @@ class HybridConfig(PredictiveConfig):
             ``per_replica`` alone).
         burst_window_s: The learned floor's burst window: how far ahead capacity must
             already stand, a cold start's worth (Knative's stable window is 60 s).
-        baseline_window_s: The learned floor's baseline: the mean demand over this
+        baseline_window_s: The learned floor's baseline: the lowest demand in this
             window before the burst window is the level a burst is measured against.
     """
 
