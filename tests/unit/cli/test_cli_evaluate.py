@@ -140,6 +140,7 @@ def test_options_come_from_gpuscale_environment_variables(app, runner, tmp_path)
         (["--slo-latency", "0"], "--slo-latency 0.0"),
         (["--trace", "nope"], "--trace nope: neither a trace name nor a file; use one of"),
         (["--trace", "nope.csv"], "--trace nope.csv: no such file: nope.csv; check the path"),
+        (["--trace", "shape:nope"], "--trace shape:nope: no such shape; name one of the 44"),
         (
             ["--trace", "/nonexistent.csv"],
             "--trace /nonexistent.csv: no such file: /nonexistent.csv; check the path",
