@@ -29,6 +29,11 @@ apart) and never happens while requests queue beyond ordinary queueing (with
 load it agrees with leaves out such saturated times (``served_since``), when the
 count in flight is the pods' capacity draining a backlog. Scale-out is fast but
 bounded.
+
+Told the attainment it must reach (``target_attainment``), the policy also holds a
+floor learned online from the bursts its demand has shown (``scaling.headroom``):
+the headroom its own history calls for at that share of requests, in place of a
+``per_replica`` chosen per trace.
 """
 
 import logging
