@@ -306,7 +306,7 @@ def test_a_policy_registered_once_reaches_the_cli_the_runner_and_the_report(
     bad = runner.invoke(app, ["--policy", "vpa", "--out", str(tmp_path)])
     listed = (
         "static, hpa, keda, kpa, hpa-behavior, hpa-sm, keda-util, keda-sm, oracle, "
-        "predictive, hybrid, ceiling"
+        "predictive, hybrid, hybrid-deploy, ceiling"
     )
     assert f"use one of {listed}" in str(bad.exception)
     args = ["--trace", "ramp", "--duration", "300", "--jobs", "1", "--out", str(tmp_path)]
