@@ -4,17 +4,18 @@ A forecast follows the level; a reactive rule follows a rise a cold start late.
 Neither holds capacity for a burst that arrives faster than a pod starts, and a
 per-replica knob tuned per trace only buys such headroom everywhere at once. What
 a deployment can learn instead is how far its demand has jumped above its recent
-level within one burst window: at each decision, the peak of the demand offered
+level within one burst window: at each decision, the mean of the demand offered
 (``hybrid`` passes what its reactive need reads: in service, the queue at its
 weight and its growth, never a backlog that grows only while pods are short) over the
-last ``burst_window_s`` over its lowest point in the ``baseline_window_s`` before
-that window (the level a burst starts from; the lowest, not the mean, so that the
-tail of one burst does not raise the level the next is measured and held from).
-Those ratios go into a histogram, each weighted by the peak's demand (a
-request-weighted record, as the SLO is), and the floor is the ratio at the target
-attainment's quantile times the current baseline (the same window's lowest point,
-now): the capacity that, had it stood at every past decision, would have held the
-burst windows for that share of the requests.
+last ``burst_window_s`` over its mean in the ``baseline_window_s`` before that
+window (a naive forecast made one burst window ago; a mean, since the lowest point
+of a noisy window would read noise as a burst). Those ratios go into a histogram,
+each weighted by that window's demand (a request-weighted record, as the SLO is), and
+the floor is the ratio at the target attainment's quantile times the level now:
+the capacity that, had it stood at every past decision, would have held the burst
+windows for that share of the requests. The level is the lower of that window's
+mean and the demand now: during a burst the level it started from (not the burst
+again), and after one the demand as it decays (not the burst's tail in the mean).
 
 With no burst in its history the ratio stays near one and the floor under the
 reactive need; after one burst the floor holds capacity for its like, as a
@@ -36,45 +37,47 @@ above 32 counts in the last bin)."""
 def burst_ratio(
     points: Series, now: float, burst_window_s: float, baseline_window_s: float
 ) -> tuple[float, float] | None:
-    """The peak over the last burst window against the lowest point of the window before it.
+    """The mean over the last burst window against the mean of the window before it.
+
+    A mean, not the window's peak: the peak of a few noisy samples reads their
+    scatter as a burst, and the floor would hold it at every decision.
 
     Args:
         points: Demand as (time, value) points, oldest first.
         now: The decision's time, seconds.
         burst_window_s: The burst window, seconds.
-        baseline_window_s: The window before it whose lowest point is the baseline, seconds.
+        baseline_window_s: The window before it whose mean is the baseline, seconds.
 
     Returns:
-        (ratio, the peak's demand); None until at least half the baseline window
-        has points, or while its lowest is zero.
+        (ratio, the burst window's mean demand); None until at least half the baseline window
+        has points, or while their mean is zero.
     """
     edge = now - burst_window_s
     recent = [v for t, v in points if t > edge]
     before = [(t, v) for t, v in points if edge - baseline_window_s < t <= edge]
     if not recent or not before or before[0][0] > edge - baseline_window_s / 2.0:
         return None  # less than half the baseline window seen: no level to measure against
-    base = min(v for _, v in before)
+    base = sum(v for _, v in before) / len(before)
     if base <= 0:
         return None
-    peak = max(recent)
-    return max(peak, 0.0) / base, max(peak, 0.0)
+    burst = max(sum(recent) / len(recent), 0.0)
+    return burst / base, burst
 
 
-def baseline(
+def level(
     points: Series, now: float, burst_window_s: float, baseline_window_s: float
 ) -> float | None:
-    """The level a floor scales: the lowest demand of the baseline window before the burst's.
-
-    What a ratio's denominator is read as, so that the floor during a burst is the
-    burst's own ratio times the level before it, not that ratio again on a level the
-    burst has already raised.
+    """The level a floor scales: the baseline window's mean, or the demand now if lower.
 
     Returns:
-        The lowest point, or None without points in the window.
+        The level, or None without points.
     """
+    if not points:
+        return None
     edge = now - burst_window_s
     window = [v for t, v in points if edge - baseline_window_s < t <= edge]
-    return min(window) if window else None
+    latest = points[-1][1]
+    return min(sum(window) / len(window), latest) if window else latest
 
 
 def record(weights: Sequence[float], ratio: float, weight: float) -> tuple[float, ...]:
@@ -83,7 +86,7 @@ def record(weights: Sequence[float], ratio: float, weight: float) -> tuple[float
     Args:
         weights: Weight per ``RATIO_EDGES`` bin (empty: none yet).
         ratio: The burst ratio.
-        weight: Its weight (the peak's demand).
+        weight: Its weight (the burst window's demand).
 
     Returns:
         The new weights, one per bin.

@@ -130,7 +130,7 @@ class HybridConfig(PredictiveConfig):
             ``per_replica`` alone).
         burst_window_s: The learned floor's burst window: how far ahead capacity must
             already stand, a cold start's worth (Knative's stable window is 60 s).
-        baseline_window_s: The learned floor's baseline: the lowest demand in this
+        baseline_window_s: The learned floor's baseline: the mean demand in this
             window before the burst window is the level a burst is measured against.
     """
 
@@ -430,7 +430,7 @@ def learned_floor(
     if seen is not None:
         bursts = headroom.record(bursts, *seen)
     share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
-    level = headroom.baseline(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
+    level = headroom.level(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
     return bursts, offered, headroom.floor_replicas(bursts, share, level, cfg.per_replica)
 
 
