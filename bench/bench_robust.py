@@ -295,11 +295,12 @@ sweep of its knob until its cost-against-attainment curve brackets the target
 `hybrid-deploy` is `hybrid` told the target attainment (`HybridConfig.
 target_attainment`): besides the forecast plan and the reactive need, it holds a
 floor learned online from its own demand (`scaling/headroom.py`). At each decision
-it records the peak of the demand offered over the last 60 s against its lowest
-point in the 600 s before (the level a burst starts from), weighted by the peak's
+it records the mean demand offered over the last 60 s against its mean over the
+600 s before (a naive forecast made a minute earlier), weighted by the window's
 requests, and holds that ratio's quantile at the target attainment times the
-current level. Its two windows are set once from principle (a cold start's worth
-ahead; a ten-minute level), not per shape; its knob (`per_replica`) stays at its
+level now (the lower of that baseline and the demand now). Its two windows are
+set once from principle (a cold start's worth ahead; a ten-minute level), not per
+shape; its knob (`per_replica`) stays at its
 fair value. A run starts with no history, so the first burst of a shape is unseen
 by construction."""
 
