@@ -97,7 +97,9 @@ def evaluate(
         str,
         typer.Option(
             help="Trace name (azure-code, azure-conv, gentd26, diurnal, bursty, flash-crowd, "
-            "ramp) or a time_s,rps CSV file.",
+            "ramp), a generated shape as shape:NAME (e.g. shape:flash-double-h6-w600; the "
+            "family and its training/held-back split: docs/robustness.md) or a time_s,rps "
+            "CSV file.",
             envvar="GPUSCALE_TRACE",
         ),
     ] = "diurnal",

@@ -1,8 +1,11 @@
 """Reading a knob sweep's curves at the target, and extending a sweep that misses it.
 
 A policy's cost at the target attainment is read off its cost-against-attainment
-curve (``stats.reading_at_target``), on the mean curve (the headline figure) and on
-each seed's own curve (its interval). That is a reading only when the curve
+curve (``stats.reading_at_target``) on each seed's own curve; the headline is the
+mean of those readings and its interval their Student-t interval, one estimator for
+both, so the headline always lies inside its interval. Only when some seed's curve
+never reaches the target does the headline fall back to the reading on the mean
+curve, with no interval. That is a reading only when the curve
 brackets the target: when even the cheapest swept point exceeds the target, the
 cheapest point's cost is an upper bound, and a fixed relative range (0.6 to 1.4 x
 the fair value) leaves some policies there. ``next_value`` says how far past its
@@ -28,7 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscale.evaluate.knobs import Knob
-from gpuscale.evaluate.stats import UPPER, bracketing_points, reading_at_target
+from gpuscale.evaluate.stats import (
+    UPPER,
+    Estimate,
+    bracketing_points,
+    mean_ci,
+    reading_at_target,
+)
 
 MAX_ROUNDS = 6
 """Extension and refinement rounds per sweep at most (each runs one more knob value
@@ -71,6 +80,23 @@ class AtTarget:
     bound: str | None
     per_seed: dict[int, float | None]
     seeds_bounded: int = 0
+
+    def headline(self) -> tuple[Estimate | None, str | None]:
+        """The reported cost at the target, with its interval from the same estimator.
+
+        Returns:
+            The mean of the seeds' readings with its interval, marked ``stats.UPPER``
+            when any seed's reading is only a bound (a mean of upper bounds bounds the
+            mean); when some seed never reaches the target, the mean curve's reading
+            with no interval (n = 0) and its own mark; (None, None) when neither exists.
+        """
+        readings = list(self.per_seed.values())
+        if readings and all(r is not None for r in readings):
+            known = [r for r in readings if r is not None]
+            return mean_ci(known), (UPPER if self.seeds_bounded else None)
+        if self.mean is None:
+            return None, None
+        return Estimate(self.mean, None, None, 0), self.bound
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -46,18 +46,23 @@ class PolicySummary:
         slo_attainment_ci95: 95 % interval of ``slo_attainment`` over seeds, [low, high]
             (None ends with one seed).
         gpu_hours_ci95: 95 % interval of ``gpu_hours`` over seeds.
-        gpu_hours_at_target: GPU-hours at the target attainment on the policy's mean
-            cost-against-attainment curve; None when the curve never reaches it.
-        gpu_hours_at_target_ci95: Its 95 % interval from each seed's own curve; None
-            ends unless every seed's curve reaches the target.
+        gpu_hours_at_target: GPU-hours at the target attainment: the mean over seeds of
+            each seed's reading on its own cost-against-attainment curve, or, when some
+            seed's curve never reaches the target, the reading on the mean curve; None
+            when that never reaches it either.
+        gpu_hours_at_target_ci95: Its 95 % interval from the same per-seed readings (so
+            it contains the figure); None ends unless every seed's curve reaches the
+            target.
         seeds_reaching_target: Seeds whose own curve reaches the target.
-        gpu_hours_at_target_bound: ``"upper"`` when even the cheapest point of the mean
-            curve (after the sweep's extension, ``evaluate.bracket``) exceeds the
-            target, so ``gpu_hours_at_target`` and ``x_oracle_at_target`` only bound
-            the cost at the target from above; None when they are readings.
+        gpu_hours_at_target_bound: ``"upper"`` when a seed's cheapest point (after the
+            sweep's extension, ``evaluate.bracket``) still exceeds the target (or, for a
+            mean-curve reading, the mean curve's), so ``gpu_hours_at_target`` and
+            ``x_oracle_at_target`` only bound the cost at the target from above; None
+            when they are readings.
         seeds_bounded_at_target: Seeds whose own curve gives only such a bound.
-        x_oracle_at_target: ``gpu_hours_at_target`` over the oracle's.
-        x_oracle_at_target_ci95: Its 95 % interval from the per-seed ratios.
+        x_oracle_at_target: The mean of the per-seed ratios of the reading to the
+            oracle's (the ratio of the two headlines when a seed lacks one).
+        x_oracle_at_target_ci95: Its 95 % interval from the same per-seed ratios.
         knob: The config field the sweep varied; None for a policy without one.
         knob_unit: Its unit.
         curve: The sweep's points in knob order (means over seeds, with intervals).

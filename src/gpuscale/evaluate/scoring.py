@@ -280,9 +280,33 @@ def _searched_at_target(
     return AtTarget(mean, bound, per_seed)
 
 
-def _all_known(values: Mapping[int, float | None]) -> list[float] | None:
-    known = [v for v in values.values() if v is not None]
-    return known if len(known) == len(values) else None
+def _ratio_at_target(
+    reach: AtTarget, oracle: AtTarget | None, seeds: Sequence[int]
+) -> tuple[float | None, tuple[float | None, float | None]]:
+    """A policy's cost at the target over the oracle's, and its interval.
+
+    When every seed has both readings, the figure is the mean of the per-seed ratios
+    and the interval theirs (one estimator, so the figure lies inside it); otherwise
+    the ratio of the two headlines, with no interval.
+
+    Returns:
+        (ratio, its 95 % interval); (None, (None, None)) without an oracle reading.
+    """
+    if oracle is None:
+        return None, (None, None)
+    ratios = [
+        mine / theirs
+        for seed, mine in reach.per_seed.items()
+        if mine is not None and (theirs := oracle.per_seed.get(seed))
+    ]
+    if ratios and len(ratios) == len(seeds):
+        estimate = mean_ci(ratios)
+        return estimate.mean, _interval(estimate)
+    mine_headline, _ = reach.headline()
+    their_headline, _ = oracle.headline()
+    if mine_headline is None or their_headline is None or not their_headline.mean:
+        return None, (None, None)
+    return mine_headline.mean / their_headline.mean, (None, None)
 
 
 def evaluation_from_sweep(
@@ -322,18 +346,8 @@ def evaluation_from_sweep(
         energy = _estimate([s.energy_kwh for s in fair])
         recovery = _estimate([s.recovery_s for s in fair])
         reach = reached[name]
-        per_seed = _all_known(reach.per_seed)
-        ratio: float | None = None
-        ratio_ci: tuple[float | None, float | None] = (None, None)
-        if oracle is not None and oracle.mean and reach.mean is not None:
-            ratio = reach.mean / oracle.mean
-            pairs = [
-                (mine, oracle.per_seed[seed])
-                for seed, mine in reach.per_seed.items()
-                if mine is not None and oracle.per_seed.get(seed)
-            ]
-            if len(pairs) == len(seeds):
-                ratio_ci = _interval(mean_ci([m / o for m, o in pairs if o]))
+        headline, bound = reach.headline()
+        ratio, ratio_ci = _ratio_at_target(reach, oracle, seeds)
         knob = registry.get(name).knob
         knob_name, knob_unit = (
             SEARCH_KNOB if searched else (None, None) if knob is None else (knob.field, knob.unit)
@@ -353,10 +367,10 @@ def evaluation_from_sweep(
             in_flight_requests=float(np.mean([s.in_flight_requests for s in fair])),
             slo_attainment_ci95=_interval(attainment),
             gpu_hours_ci95=_interval(hours),
-            gpu_hours_at_target=reach.mean,
-            gpu_hours_at_target_bound=reach.bound,
+            gpu_hours_at_target=None if headline is None else headline.mean,
+            gpu_hours_at_target_bound=bound,
             seeds_bounded_at_target=reach.seeds_bounded,
-            gpu_hours_at_target_ci95=_interval(mean_ci(per_seed)) if per_seed else (None, None),
+            gpu_hours_at_target_ci95=_interval(headline),
             seeds_reaching_target=sum(v is not None for v in reach.per_seed.values()),
             x_oracle_at_target=ratio,
             x_oracle_at_target_ci95=ratio_ci,

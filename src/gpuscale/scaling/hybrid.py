@@ -29,6 +29,11 @@ apart) and never happens while requests queue beyond ordinary queueing (with
 load it agrees with leaves out such saturated times (``served_since``), when the
 count in flight is the pods' capacity draining a backlog. Scale-out is fast but
 bounded.
+
+Told the attainment it must reach (``target_attainment``), the policy also holds a
+floor learned online from the bursts its demand has shown (``scaling.headroom``):
+the headroom its own history calls for at that share of requests, in place of a
+``per_replica`` chosen per trace.
 """
 
 import logging
@@ -40,7 +45,7 @@ from types import MappingProxyType
 from gpuscale.errors import require
 from gpuscale.extras import require_library
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling import health
+from gpuscale.scaling import headroom, health
 from gpuscale.scaling.demand import recent_view, smooth
 from gpuscale.scaling.health import HealthConfig, HealthState
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series
@@ -118,6 +123,15 @@ class HybridConfig(PredictiveConfig):
             guard is off while a queue allowed to wait this long absorbs a shortfall
             of the guard's headroom until new replicas arrive (``sm_guard``). None:
             the guard is always on.
+        target_attainment: The share of requests the deployment must serve within its
+            SLO. Set, the policy holds the headroom its demand's history calls for at
+            that share (``scaling.headroom``): a floor learned online, with no
+            per-trace knob. None: no learned floor (the policy as tuned by
+            ``per_replica`` alone).
+        burst_window_s: The learned floor's burst window: how far ahead capacity must
+            already stand, a cold start's worth (Knative's stable window is 60 s).
+        baseline_window_s: The learned floor's baseline: the mean demand in this
+            window before the burst window is the level a burst is measured against.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -135,6 +149,9 @@ class HybridConfig(PredictiveConfig):
     service_window_s: float = field(default=300.0, metadata={"unit": "s"})
     service_completions: int = field(default=100, metadata={"unit": "requests"})
     wait_budget_s: float | None = field(default=None, metadata={"unit": "s"})
+    target_attainment: float | None = field(default=None, metadata={"unit": "ratio"})
+    burst_window_s: float = field(default=60.0, metadata={"unit": "s"})
+    baseline_window_s: float = field(default=600.0, metadata={"unit": "s"})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -152,6 +169,10 @@ class HybridConfig(PredictiveConfig):
         check(self.service_completions >= 1, "service_completions", "use 1 or more")
         budget = self.wait_budget_s
         check(budget is None or budget >= 0, "wait_budget_s", "use >= 0 s, or none")
+        goal = self.target_attainment
+        check(goal is None or 0 < goal < 1, "target_attainment", "use a share in (0, 1)")
+        check(self.burst_window_s > 0, "burst_window_s", "use > 0 s")
+        check(self.baseline_window_s > 0, "baseline_window_s", "use > 0 s")
 
 
 def sm_guard(cfg: HybridConfig, reach_s: float | None) -> float | None:
@@ -383,6 +404,36 @@ def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Serie
     return tuple((t, v - (1.0 - weight) * queued.get(t, 0.0)) for t, v in total)
 
 
+def learned_floor(
+    demand: float, cfg: HybridConfig, state: "HybridState", now: float
+) -> tuple[tuple[float, ...], tuple[tuple[float, float], ...], int]:
+    """Record the newest burst ratio and read the floor at ``target_attainment``.
+
+    The demand is what the reactive need reads (requests in service, the queue at its
+    weight and its growth times the service time: the load offered, where the queue
+    alone would count a backlog that grows only while the pods are short), kept in
+    the state for the burst and baseline windows.
+
+    Args:
+        demand: The reactive need's demand now (``backlog_demand``'s newest point).
+        cfg: The policy's parameters.
+        state: The previous state (``bursts`` and ``offered``).
+        now: The decision's time, seconds.
+
+    Returns:
+        (the histogram with the newest ratio, the demand kept, the floor in replicas).
+    """
+    span = cfg.burst_window_s + cfg.baseline_window_s
+    offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
+    bursts = state.bursts
+    seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
+    if seen is not None:
+        bursts = headroom.record(bursts, *seen)
+    share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
+    level = headroom.level(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
+    return bursts, offered, headroom.floor_replicas(bursts, share, level, cfg.per_replica)
+
+
 def replace(
     sick: Mapping[str, str], cfg: HybridConfig, state: "HybridState", now: float
 ) -> tuple[str, ...]:
@@ -418,6 +469,10 @@ class HybridState(PredictiveState):
         service: The intervals of ``service_window_s`` (``service_time_s``).
         sick_since: When each sick pod was first judged so, seconds.
         replaced: Sick pods already deleted for replacement, sorted.
+        bursts: The learned floor's histogram of burst ratios (``scaling.headroom``),
+            weight per bin; empty while none is recorded or the floor is off.
+        offered: The demand the reactive need read at each decision of the floor's
+            burst and baseline windows, (time s, requests); empty when it is off.
 
     ``essential()`` is ``to_json()``, as ``predictive``'s; the health counters and
     the service intervals also move with the load served.
@@ -428,6 +483,8 @@ class HybridState(PredictiveState):
     service: tuple[Interval, ...] = ()
     sick_since: Mapping[str, float] = field(default_factory=dict)
     replaced: tuple[str, ...] = ()
+    bursts: tuple[float, ...] = ()
+    offered: tuple[tuple[float, float], ...] = ()
 
 
 class HybridPolicy(KeepsState[HybridState]):
@@ -501,6 +558,12 @@ class HybridPolicy(KeepsState[HybridState]):
         need, seen = reactive_need(observation, now_points, sick, cfg, sm_guard(cfg, reach))
         seen += queued
         proposal = max(planned, need) + len(sick)
+        bursts, offered = state.bursts, state.offered
+        if cfg.target_attainment is not None:
+            bursts, offered, floor = learned_floor(now_points[-1][1], cfg, state, now)
+            if floor > max(planned, need):
+                seen += f", learned floor {floor}"
+            proposal = max(proposal, floor + len(sick))
         started = now if state.started_at is None else state.started_at
         served = served_since(points, since, cfg.smoothing_s)
         proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples)
@@ -525,5 +588,7 @@ class HybridPolicy(KeepsState[HybridState]):
             service=intervals,
             sick_since={n: state.sick_since.get(n, now) for n in sick},
             replaced=tuple(sorted({*done, *delete})),
+            bursts=bursts,
+            offered=offered,
         )
         return Decision(replicas, reason, new_state, delete=delete, forecast=expected)

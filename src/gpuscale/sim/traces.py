@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from gpuscale.errors import config_error
-from gpuscale.sim import demand, generators
+from gpuscale.sim import demand, generators, shapes
 from gpuscale.sim.serving import llm_work_seconds
 from gpuscale.sim.workload import FloatArray, RequestProfile, Workload
 
@@ -97,7 +97,7 @@ inference time): mean 39.0 s, median 35.0 s, p90 74 s. The fluid model needs the
 mean, since the work a second brings is its arrivals times the mean service time.
 """
 
-TRACE_NAMES = (*AZURE_FILES, "gentd26", *generators.GENERATORS)
+TRACE_NAMES = (*AZURE_FILES, "gentd26", *generators.GENERATORS, f"{shapes.PREFIX}NAME")
 """Every name ``load_trace`` accepts besides a path to a rate file."""
 
 
@@ -406,7 +406,8 @@ def load_trace(
 
     Args:
         spec: ``azure-code``, ``azure-conv``, ``gentd26``, a generator name
-            (``diurnal``, ``bursty``, ``flash-crowd``, ``ramp``) or a rate file path.
+            (``diurnal``, ``bursty``, ``flash-crowd``, ``ramp``), ``shape:NAME`` (one of
+            ``sim.shapes``) or a rate file path.
         scale: Multiplies the request rate (and the work), to run a trace at fleet size;
             an Azure trace is redrawn as Poisson arrivals at that rate (``sim.demand``).
         duration_s: Keep the first this many seconds (generators: their length).
@@ -436,6 +437,9 @@ def load_trace(
     if spec in generators.GENERATORS:
         kwargs = {} if service_s is None else {"service_s": service_s}
         return generators.generate(spec, duration_s=duration_s, scale=scale, seed=seed, **kwargs)
+    if spec.startswith(shapes.PREFIX):
+        kwargs = {} if service_s is None else {"service_s": service_s}
+        return shapes.generate(spec, duration_s=duration_s, scale=scale, seed=seed, **kwargs)
     workload, marks = _read_named(spec, traces_dir, service_s)
     if duration_s is not None:
         if duration_s > workload.duration_s:

@@ -140,6 +140,7 @@ def test_options_come_from_gpuscale_environment_variables(app, runner, tmp_path)
         (["--slo-latency", "0"], "--slo-latency 0.0"),
         (["--trace", "nope"], "--trace nope: neither a trace name nor a file; use one of"),
         (["--trace", "nope.csv"], "--trace nope.csv: no such file: nope.csv; check the path"),
+        (["--trace", "shape:nope"], "--trace shape:nope: no such shape; name one of the 44"),
         (
             ["--trace", "/nonexistent.csv"],
             "--trace /nonexistent.csv: no such file: /nonexistent.csv; check the path",
@@ -307,7 +308,7 @@ def test_a_policy_registered_once_reaches_the_cli_the_runner_and_the_report(
     bad = runner.invoke(app, ["--policy", "vpa", "--out", str(tmp_path)])
     listed = (
         "static, hpa, keda, kpa, hpa-behavior, hpa-sm, keda-util, keda-sm, oracle, "
-        "predictive, hybrid, ceiling"
+        "predictive, hybrid, hybrid-deploy, ceiling"
     )
     assert f"use one of {listed}" in str(bad.exception)
     args = ["--trace", "ramp", "--duration", "300", "--jobs", "1", "--out", str(tmp_path)]

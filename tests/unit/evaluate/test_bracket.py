@@ -280,3 +280,37 @@ def test_refinement_stops_where_an_integer_knob_has_no_value_between():
     knob = Knob("replicas", "replicas", 1, 100, relative=False, integer=True, cheap_up=False)
     points = samples([4.0, 5.0], lambda v: 0.999 if v >= 5 else 0.5, cost=lambda v: 10.0 * v)
     assert refine_value(knob, points, TARGET) is None
+
+
+def test_the_headline_at_the_target_lies_inside_its_own_interval():
+    # Half the seeds meet the target at 10 GPU-h, half only at 20 (a cliff between). The
+    # mean curve (0.495 at 10, 0.99 at 20) reads 20, outside the per-seed readings'
+    # interval around 15; the headline from those same readings is 15 and inside it.
+    seeds = tuple(range(10))
+    points = []
+    for seed in seeds:
+        lean = 0.99 if seed % 2 else 0.0
+        points += [Sample(seed, 1.0, 10.0, lean), Sample(seed, 0.5, 20.0, 0.99)]
+    reach = at_target(points, seeds, TARGET)
+    assert reach.mean == pytest.approx(20.0)
+    estimate, bound = reach.headline()
+    assert bound is None
+    assert estimate.mean == pytest.approx(15.0)
+    assert estimate.low < estimate.mean < estimate.high
+    assert estimate.high < reach.mean  # the old headline sat outside this interval
+    assert estimate.n == len(seeds)
+
+
+def test_a_seed_that_never_reaches_leaves_the_mean_curve_headline_without_interval():
+    points = [Sample(1, 1.0, 10.0, 0.995), Sample(2, 1.0, 12.0, 0.98), Sample(3, 1.0, 11.0, 1.0)]
+    estimate, bound = at_target(points, SEEDS, TARGET).headline()
+    assert estimate.mean == pytest.approx(11.0)  # the mean curve's single point, 0.9917
+    assert (estimate.low, estimate.high, estimate.n) == (None, None, 0)
+    assert bound == UPPER
+
+
+def test_a_seed_bounded_from_above_marks_the_headline_as_a_bound():
+    points = [Sample(1, 1.0, 10.0, 0.995), Sample(2, 1.0, 12.0, 0.99), Sample(3, 1.0, 11.0, 0.99)]
+    estimate, bound = at_target(points, SEEDS, TARGET).headline()
+    assert estimate.mean == pytest.approx(11.0)
+    assert bound == UPPER

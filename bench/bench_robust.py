@@ -1,0 +1,333 @@
+"""Policies on demand nobody tuned them for: the held-back shapes and the shared traces.
+
+Runs ``gpuscale evaluate`` on each named shape of ``sim.shapes`` (the held-back
+set by default) and each named shared trace, every policy over the same seeds,
+then reads each run's ``results.json`` and reports, per shape:
+
+* each policy's GPU-hours at the target attainment as a multiple of the oracle's
+  (the mean of the per-seed ratios, with its 95 % interval; ``<=`` where a curve
+  only bounds it);
+* the gap closure ``(best baseline - hybrid) / (best baseline - oracle)`` at matched
+  attainment, for ``hybrid`` and ``hybrid-deploy``, where the best baseline is the
+  cheapest of static, hpa, hpa-sm, keda and kpa at the target;
+* ``hybrid-deploy`` at its deployable setting (its fair parameters, told the
+  target attainment, no knob chosen per shape): the attainment it reached and its
+  GPU-hours over the oracle's at the target.
+
+Each run is a directory ``OUT/NAME`` holding ``results.json``; a run whose file
+exists is read, not run again, so a long bench can be resumed. ``--json`` writes
+the figures, ``--doc`` the Markdown page generated from them (docs/robustness.md).
+Run (small, then the final figures with more seeds):
+
+    python bench/bench_robust.py --out /tmp/robust --seeds 3 --duration 3600 \\
+        --shape flash-double-h10-w600 --trace azure-conv --trace-scale 0.2 \\
+        --trace-duration 3000 --json bench/results-robust.json --doc docs/robustness.md
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuscale.sim import shapes
+
+BASELINES = ("static", "hpa", "hpa-sm", "keda", "kpa")
+"""The tuned baselines the gap is measured from (the cheapest at the target)."""
+
+HYBRIDS = ("hybrid", "hybrid-deploy")
+"""The policies whose gap closure is reported."""
+
+POLICIES = (*BASELINES, *HYBRIDS, "oracle")
+"""Every policy each run evaluates, in the table's order."""
+
+CLOSURE_TARGET = 0.5
+"""The gap closure hybrid is asked for."""
+
+DEPLOY_LIMIT = 1.25
+"""``hybrid-deploy``'s GPU-hours over the oracle's asked for on learnable shapes."""
+
+
+def run(name: str, out: Path, args: argparse.Namespace) -> Path:
+    """Run ``gpuscale evaluate`` on one shape or trace unless its results exist.
+
+    Returns:
+        The path of its ``results.json``.
+    """
+    folder = out / name.replace(":", "-")
+    result = folder / "results.json"
+    if result.is_file():
+        return result
+    shape = name.startswith(shapes.PREFIX)
+    scale = args.scale if shape else args.trace_scale
+    command = [
+        sys.executable, "-m", "gpuscale", "evaluate", "--trace", name,
+        "--seeds", str(args.seeds), "--jobs", str(args.jobs), "--scale", str(scale),
+        "--out", str(folder),
+    ]  # fmt: skip
+    duration = args.duration if shape else args.trace_duration
+    if duration:
+        command += ["--duration", str(duration)]
+    for policy in POLICIES:
+        command += ["--policy", policy]
+    subprocess.run(command, check=True)
+    return result
+
+
+def ratio(p: dict[str, Any]) -> dict[str, Any]:
+    """A policy's x-oracle at the target, its interval and whether it is a bound.
+
+    Returns:
+        ``{"x": ..., "ci": [low, high], "bound": bool}``.
+    """
+    return {
+        "x": p["x_oracle_at_target"],
+        "ci": p["x_oracle_at_target_ci95"],
+        "bound": p.get("gpu_hours_at_target_bound") == "upper",
+    }
+
+
+def closure(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """The share of the gap from the cheapest baseline to the oracle a policy closes.
+
+    Returns:
+        ``{"closure": share or None, "best_baseline": name, "bound": bool}``; the
+        share is None when the policy, the oracle or every baseline lacks a reading,
+        or the best baseline is no dearer than the oracle.
+    """
+    pols = doc["policies"]
+    known = {
+        b: pols[b]["gpu_hours_at_target"]
+        for b in BASELINES
+        if b in pols and pols[b]["gpu_hours_at_target"] is not None
+    }
+    mine = pols.get(name, {}).get("gpu_hours_at_target")
+    oracle = pols["oracle"]["gpu_hours_at_target"]
+    if not known or mine is None or oracle is None:
+        return {"closure": None, "best_baseline": None, "bound": False}
+    best = min(known, key=lambda b: known[b])
+    gap = known[best] - oracle
+    bound = any(pols[n].get("gpu_hours_at_target_bound") == "upper" for n in (best, name))
+    value = (known[best] - mine) / gap if gap > 0 else None
+    return {"closure": value, "best_baseline": best, "bound": bound}
+
+
+def deployable(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """``hybrid-deploy`` at its fair parameters: attainment and GPU-hours over the oracle's.
+
+    Returns:
+        ``{"attainment": ..., "x_oracle": ...}``, or None without the policy or oracle.
+    """
+    p, oracle = doc["policies"].get("hybrid-deploy"), doc["policies"]["oracle"]
+    if p is None or not oracle["gpu_hours_at_target"]:
+        return None
+    return {
+        "attainment": p["slo_attainment"],
+        "x_oracle": p["gpu_hours"] / oracle["gpu_hours_at_target"],
+    }
+
+
+def summarise(doc: dict[str, Any]) -> dict[str, Any]:
+    """One run's figures.
+
+    Returns:
+        The trace, its split and learnability, seeds, x-oracle per policy, closures
+        and the deployable reading.
+    """
+    trace = str(doc["trace"])
+    shape = shapes.SHAPES.get(trace.removeprefix(shapes.PREFIX))
+    return {
+        "trace": trace,
+        "split": None if shape is None else shapes.split_of(shape.name),
+        "learnable": None if shape is None else shape.learnable,
+        "seeds": doc["seeds"],
+        "duration_s": doc["duration_s"],
+        "scale": doc["scale"],
+        "target_attainment": doc["target_attainment"],
+        "x_oracle": {n: ratio(p) for n, p in doc["policies"].items()},
+        "closure": {n: closure(doc, n) for n in HYBRIDS if n in doc["policies"]},
+        "deployable": deployable(doc),
+    }
+
+
+def _x(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "-"  # not run
+    if cell["x"] is None:
+        return "never"
+    text = ("<=" if cell["bound"] else "") + f"{cell['x']:.2f}"
+    low, high = cell["ci"]
+    return text + (f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else "")
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The Markdown table of every run.
+
+    Returns:
+        Lines.
+    """
+    head = ["shape", "seeds", *POLICIES, "closure hybrid", "closure deploy", "deploy att / x"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        run_of = f"{r['trace']} ({r['duration_s']:.0f} s, x{r['scale']:g})"
+        cells = [run_of, str(r["seeds"]), *(_x(r["x_oracle"].get(n)) for n in POLICIES)]
+        for name in HYBRIDS:
+            c = r["closure"].get(name)
+            share = None if c is None else c["closure"]
+            mark = "~" if c is not None and c["bound"] else ""
+            cells.append("-" if share is None else f"{mark}{share:.2f} (vs {c['best_baseline']})")
+        d = r["deployable"]
+        cells.append("-" if d is None else f"{d['attainment']:.4f} / {d['x_oracle']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    """Run or read the bench's runs and report them."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder of the runs")
+    parser.add_argument("--shape", action="append", help="a shape (default: the held-back set)")
+    parser.add_argument("--trace", action="append", default=[], help="a shared trace to add")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds per run")
+    parser.add_argument("--duration", type=int, default=None, help="seconds per shape")
+    parser.add_argument("--scale", type=float, default=2.0, help="rate multiple of the shapes")
+    parser.add_argument("--trace-scale", type=float, default=1.0, help="of the shared traces")
+    parser.add_argument("--trace-duration", type=int, default=None, help="their seconds")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--doc", type=Path, help="write the Markdown page here")
+    args = parser.parse_args()
+    names = [shapes.PREFIX + s for s in (args.shape or shapes.names(shapes.HELD_BACK))]
+    rows = []
+    for name in [*names, *args.trace]:
+        doc = json.loads(run(name, args.out, args).read_text())
+        rows.append(summarise(doc))
+    lines = table(rows)
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps({"runs": rows}, indent=1) + "\n")
+    if args.doc:
+        args.doc.write_text(page(rows, lines))
+
+
+def page(rows: list[dict[str, Any]], lines: list[str]) -> str:
+    """docs/robustness.md: the method, then the table generated from the figures.
+
+    Returns:
+        The Markdown text.
+    """
+    closures = [
+        r["closure"]["hybrid-deploy"]["closure"]
+        for r in rows
+        if r["closure"].get("hybrid-deploy")
+        and r["closure"]["hybrid-deploy"]["closure"] is not None
+    ]
+    met = sum(c >= CLOSURE_TARGET for c in closures)
+    deploy = [r["deployable"] for r in rows if r["deployable"] is not None]
+    reached = sum(
+        d["attainment"] >= r["target_attainment"] for r, d in zip(rows, deploy, strict=False)
+    )
+    return "\n".join(
+        [
+            "# Robustness: demand shapes nobody tuned for",
+            "",
+            METHOD,
+            "",
+            "## Results",
+            "",
+            f"Generated by `bench/bench_robust.py` from its runs ({len(rows)} runs; seeds per"
+            " run in the table). Each policy cell is GPU-hours at the target attainment as a"
+            " multiple of the oracle's: the mean of the per-seed ratios with its 95 % interval"
+            " (`<=`: a curve that only bounds it). Closure: `(best baseline - policy) / (best"
+            " baseline - oracle)` at the target (`~`: a bound enters it). Deploy: hybrid-deploy"
+            " at its fair parameters, the attainment it reached and its GPU-hours over the"
+            " oracle's at the target.",
+            "",
+            *lines,
+            "",
+            f"hybrid-deploy closes at least {CLOSURE_TARGET:g} of the gap on {met} of"
+            f" {len(closures)} runs with a reading; at its deployable setting it reaches the"
+            f" target attainment on {reached} of {len(deploy)}.",
+            "",
+            *cheapest_lines(rows),
+            "",
+            READING,
+            "",
+        ]
+    )
+
+
+def cheapest_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per run: the cheapest policy at the target besides the oracle.
+
+    Returns:
+        Markdown list items.
+    """
+    out = []
+    for r in rows:
+        known = {
+            n: c["x"] for n, c in r["x_oracle"].items() if n != "oracle" and c["x"] is not None
+        }
+        if known:
+            best = min(known, key=lambda n: known[n])
+            out.append(f"- {r['trace']}: cheapest at the target is {best} ({known[best]:.2f} x).")
+    return out
+
+
+METHOD = """\
+## Method
+
+`sim/shapes.py` generates 44 demand shapes in seven families: single, double and
+periodic flash crowds (heights 3, 6 and 10 x the base, decay 120 s or 600 s, periods
+900 s or 1800 s), ramps ending in a cliff and cliffs followed by a ramp (to 3 or 6
+x), steps to 3 or 6 x decaying over 900 s or 2700 s, two noisy diurnal days with and
+without a one-hour dip, and weeks pressed into one day with a quieter weekend. A
+shape is held back when the SHA-256 of its name is divisible by 3 (16 shapes), and
+for training otherwise (28); every family has members on both sides. Each shape is
+named `shape:NAME` by `gpuscale evaluate --trace`; its seed draws its noise and its
+Poisson arrivals.
+
+Every policy is evaluated as `gpuscale evaluate` does: the fair parameters, then a
+sweep of its knob until its cost-against-attainment curve brackets the target
+(0.99), read per seed; the oracle is the hindsight planner's search per seed.
+
+`hybrid-deploy` is `hybrid` told the target attainment (`HybridConfig.
+target_attainment`): besides the forecast plan and the reactive need, it holds a
+floor learned online from its own demand (`scaling/headroom.py`). At each decision
+it records the mean demand offered over the last 60 s against its mean over the
+600 s before (a naive forecast made a minute earlier), weighted by the window's
+requests, and holds that ratio's quantile at the target attainment times the
+level now (the lower of that baseline and the demand now). Its two windows are
+set once from principle (a cold start's worth ahead; a ten-minute level), not per
+shape; its knob (`per_replica`) stays at its
+fair value. A run starts with no history, so the first burst of a shape is unseen
+by construction."""
+
+
+READING = """\
+## Reading
+
+What stands in the way, as far as these runs show it:
+
+- At matched attainment (0.99) on the burst shapes, every autoscaler (hybrid and
+  hybrid-deploy included) reaches the target only at the dear end of its knob, where
+  the fleet stands near its maximum; their figures bunch together, and a static fleet
+  sized in hindsight is cheaper. A crowd that rises within a minute, faster than a
+  pod (and a node) starts, is met only by capacity already standing.
+- A run starts with no history, so the learned floor cannot cover the first burst of
+  a shape: on a double flash crowd half the burst's requests come before anything is
+  learned.
+- Where the floor has history (periodic crowds), hybrid-deploy's fair run held its
+  desired count at the fleet's maximum through later crowds (seen in its decision
+  log on one seed) and still missed the target: what is lost there is lost to pods
+  and nodes still starting, which no floor on the desired count buys back.
+- The ratios are read off the demand the pods see (in service, the queue at its
+  weight and growth), which a crowd that outruns the pods caps, so the floor learns
+  a lower ratio than the crowd's height; and on a noisy ramp the same ratio reads
+  scatter within a minute as headroom to hold, which the per-replica target already
+  holds: the floor costs GPU-hours there without raising attainment."""
+
+
+if __name__ == "__main__":
+    main()

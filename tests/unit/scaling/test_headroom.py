@@ -1,0 +1,127 @@
+"""The learned headroom floor (``scaling.headroom``) and hybrid's use of it when told its
+target attainment (``HybridConfig.target_attainment``)."""
+
+import dataclasses
+
+import pytest
+
+from gpuscale.errors import ConfigError
+from gpuscale.scaling import headroom
+from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy, HybridState
+from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from gpuscale.scaling.predictive import DEMAND_METRICS
+from tests.support.policystate import through_json
+
+IN_FLIGHT, QUEUE = DEMAND_METRICS
+STEP_S = 15.0
+
+
+def flat_then(level: float, burst: float, n: int = 60, burst_at: int = 56) -> tuple:
+    """``n`` points 15 s apart from t = 0: ``level``, then ``burst`` from point ``burst_at``."""
+    return tuple((STEP_S * i, burst if i >= burst_at else level) for i in range(n))
+
+
+def test_a_burst_ratio_is_the_last_windows_peak_over_the_mean_before_it():
+    points = flat_then(10.0, 60.0)
+    ratio, peak = headroom.burst_ratio(points, STEP_S * 59, 60.0, 600.0)
+    assert (ratio, peak) == (pytest.approx(6.0), 60.0)
+
+
+def test_no_ratio_until_the_baseline_window_is_covered_or_while_it_is_empty():
+    short = flat_then(
+        10.0, 60.0, n=20, burst_at=16
+    )  # 285 s of history: < 300 s before the burst window
+    assert headroom.burst_ratio(short, STEP_S * 19, 60.0, 600.0) is None
+    idle = flat_then(0.0, 5.0)
+    assert headroom.burst_ratio(idle, STEP_S * 59, 60.0, 600.0) is None
+
+
+def test_the_quantile_is_request_weighted_and_reads_a_bins_upper_edge():
+    weights: tuple[float, ...] = ()
+    for _ in range(98):
+        weights = headroom.record(weights, 1.0, 10.0)  # quiet windows: 980 requests
+    weights = headroom.record(weights, 6.0, 60.0)  # one burst window: 60 requests
+    # The burst holds 60 of 1040 requests (5.8 %): at 0.9 the quiet ratio is enough, at
+    # 0.99 only the burst's bin (6 lies in (2^(20/8), 2^(21/8)] = (5.66, 6.17]).
+    assert headroom.quantile(weights, 0.9) == 1.0
+    assert headroom.quantile(weights, 0.99) == pytest.approx(2 ** (21 / 8))
+    assert headroom.quantile((), 0.99) is None
+    assert headroom.record((), 1000.0, 1.0)[-1] == 1.0  # beyond 32: the last bin
+
+
+def test_the_floor_is_the_quantile_ratio_times_the_level_per_replica():
+    weights = headroom.record((), 3.0, 1.0)  # bin (2^(12/8), 2^(13/8)] = (2.83, 3.08]
+    assert headroom.floor_replicas(weights, 0.99, 10.0, 2.0) == 16  # ceil(3.08 x 10 / 2)
+    assert headroom.floor_replicas((), 0.99, 10.0, 2.0) == 0
+    assert headroom.floor_replicas(weights, 0.99, None, 2.0) == 0
+
+
+def idle(points: tuple) -> tuple:
+    """An empty queue at the same times."""
+    return tuple((t, 0.0) for t, _ in points)
+
+
+CFG = HybridConfig(per_replica=10.0, stabilization_window_s=0.0, scale_down_percent=100.0)
+
+
+def decide_after_a_burst(cfg: HybridConfig) -> tuple[int, HybridState, HybridPolicy]:
+    """A quiet 10 in flight for ten minutes, one 6x burst window, and later quiet again.
+
+    The first decision sees 60 in flight after 600 s at 10 (its kept ``offered``
+    demand) and three burst samples; the second, 20 minutes on, 10 after 600 s at 10.
+    """
+    policy = HybridPolicy(cfg)
+    pods = tuple(PodStatus(f"p{i}", True, -1000.0, -1000.0) for i in range(6))
+    now = STEP_S * 59
+    before = tuple((t, 10.0 if i < 56 else 60.0) for i, (t, _) in enumerate(flat_then(0, 0)))
+    burst = flat_then(60.0, 60.0)
+    state = HybridState(started_at=0.0, offered=before[:-1])
+    obs = Observation(now, TargetStatus(6, pods), {}, {IN_FLIGHT: burst, QUEUE: idle(burst)})
+    state = policy.decide(obs, state).state
+    later = now + 1200.0
+    quiet = tuple((t + 1200.0, 10.0) for t, _ in flat_then(10.0, 10.0))
+    state = dataclasses.replace(state, offered=quiet[:-1] if state.offered else ())
+    obs = Observation(later, TargetStatus(6, pods), {}, {IN_FLIGHT: quiet, QUEUE: idle(quiet)})
+    decision = policy.decide(obs, state)
+    return decision.replicas, decision.state, policy
+
+
+def test_told_its_target_hybrid_holds_the_headroom_its_history_calls_for():
+    replicas, state, policy = decide_after_a_burst(
+        HybridConfig(**{**_fields(CFG), "target_attainment": 0.99})
+    )
+    # The burst window's ratio (6) holds its 60 requests, the quiet one's (1) 10: 60 of
+    # 70 requests, so at 0.99 the floor reads 6.17 x 10 in flight / 10 per replica -> 7.
+    assert replicas == 7
+    assert sum(state.bursts) == pytest.approx(70.0)
+    assert through_json(policy, state) == state
+
+
+def test_without_a_target_hybrid_learns_nothing_and_scales_to_the_load():
+    replicas, state, _ = decide_after_a_burst(CFG)
+    assert state.bursts == ()
+    # 10 in flight at 10 per replica: 1, or 2 where the forecast's upper quantile of a
+    # flat 10 lies above 10; nowhere near the 7 the burst's history called for above
+    assert replicas <= 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("target_attainment", 1.0), ("target_attainment", 0.0), ("burst_window_s", 0.0)],
+)
+def test_bad_floor_settings_are_config_errors(key, value):
+    with pytest.raises(ConfigError, match=key):
+        HybridConfig(**{key: value})
+
+
+def test_the_kept_demand_spans_only_the_burst_and_baseline_windows():
+    _, state, _ = decide_after_a_burst(HybridConfig(**{**_fields(CFG), "target_attainment": 0.99}))
+    times = [t for t, _ in state.offered]
+    now = STEP_S * 59 + 1200.0
+    assert times[-1] == now
+    assert min(times) > now - 660.0  # the 60 s burst window and the 600 s baseline
+    assert len(times) == 44  # 15 s apart
+
+
+def _fields(cfg: HybridConfig) -> dict:
+    return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
