@@ -10,7 +10,8 @@ cores, the 24-hour run of the default policies under 2 minutes and the 1-hour,
   two-second advance, as a sweep's worker loads it once) in this process, pinned to one core
   where the OS allows it, timed with ``time.process_time`` (CPU seconds, so other
   load on a shared machine counts less than in wall time). Every policy runs once
-  per repeat, in turn, so the machine's load moves all alike. Reported: each
+  per repeat, in turn, each repeat starting at the next policy, so the machine's
+  load moves all alike. Reported: each
   policy's median over ``--repeats``, its ratio to static's median (the target
   2.5), the ratio of medians' spread (each repeat's own ratio to static's run of that
   repeat), with the date and the load average before and after (``--one-core-only``
@@ -124,8 +125,9 @@ def bench_one_core(repeats: int) -> dict[str, object]:
     before, core = pin_to_one_core()
     cpu: dict[str, list[float]] = {p: [] for p in ONE_CORE_POLICIES}
     try:
-        for _ in range(repeats):  # each repeat runs every policy in turn
-            for policy in ONE_CORE_POLICIES:
+        for r in range(repeats):  # each repeat runs every policy in turn, from a new first
+            shift = r % len(ONE_CORE_POLICIES)
+            for policy in ONE_CORE_POLICIES[shift:] + ONE_CORE_POLICIES[:shift]:
                 start = time.process_time()
                 run_one(prepared, policy, quiet=True)
                 cpu[policy].append(time.process_time() - start)
