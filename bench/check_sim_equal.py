@@ -1,10 +1,11 @@
 """Check that simulator results are unchanged: record them once, compare after each change.
 
-Runs every default policy on a few scenarios (a 24 h diurnal day on 100 GPUs, a
-bursty hour with GPU faults, azure-conv at small scale, gentd26) and stores each
-``RunResult`` (totals and timeline arrays). ``--compare`` reruns them and reports
-the largest relative difference per field; exact equality is expected except where
-a vectorised sum changes the order of float additions (tolerance ``--rtol``).
+Runs every default policy, and predictive and hybrid, on a few scenarios (a 24 h
+diurnal day on 100 GPUs, a bursty hour with GPU faults, azure-conv at small scale,
+gentd26) and stores each ``RunResult`` (totals and timeline arrays). ``--compare``
+reruns them and reports the largest relative difference per field; exact equality
+is expected except where a vectorised sum changes the order of float additions
+(tolerance ``--rtol``).
 
 Run:
 
@@ -22,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from gpuscale.evaluate.runner import POLICY_NAMES, EvaluationRequest, run_one
+
+POLICIES = (*POLICY_NAMES, *(p for p in ("predictive", "hybrid") if p not in POLICY_NAMES))
+"""The default policies and the two forecast-driven ones the defaults leave out."""
 
 SCENARIOS: dict[str, dict[str, object]] = {
     "diurnal-24h-100gpu": {"trace": "diurnal", "scale": 5.5, "duration_s": 86_400},
@@ -64,8 +68,9 @@ def run_all(only: set[str] | None) -> dict[tuple[str, str], dict[str, object]]:
     for name, kwargs in SCENARIOS.items():
         if only and name not in only:
             continue
-        prepared = EvaluationRequest(**kwargs).prepare()  # type: ignore[arg-type]
-        for policy in POLICY_NAMES:
+        request = EvaluationRequest(policies=POLICIES, **kwargs)  # type: ignore[arg-type]
+        prepared = request.prepare()
+        for policy in POLICIES:
             results[(name, policy)] = flatten(run_one(prepared, policy, quiet=True))
             print(f"ran {name} {policy}", file=sys.stderr, flush=True)
     return results

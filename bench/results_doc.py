@@ -231,8 +231,9 @@ def _speed(results: Json) -> list[str]:
         if not ratios:
             continue
         names = list(ratios)
+        date = r.get("date", results["sim"].get("date", "undated"))  # a case run alone has its own
         out += [
-            f"### {case} (`bench/bench_sim.py`, {results['sim'].get('date', 'undated')})",
+            f"### {case} (`bench/bench_sim.py`, {date})",
             "",
             "CPU seconds of one run on one core, and as a multiple of static's in the same run.",
             "",

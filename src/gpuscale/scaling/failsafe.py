@@ -84,25 +84,49 @@ def check_values(
     Returns:
         The first problem found, or None when every value is usable.
     """
+    finite = _finite_by_sums(observation)
     for key, sig in signals.items():
         points = observation.series.get(key, ())
         if not points:
             if sig.optional:
                 continue
             return Problem(MISSING, f"{_named(key, sig)}: no series")
+        if id(points) in finite:
+            continue
         bad = next((v for _, v in points if not math.isfinite(v)), None)
         if bad is not None:
             return Problem(NAN, f"{key} = {bad}")
+    if not pod_signals:
+        return None
     ready = {p.name for p in observation.target.pods if p.ready}
     for key in pod_signals:
         values = observation.pod_metrics.get(key, {})
-        for pod, v in values.items():
-            if not math.isfinite(v):
-                return Problem(NAN, f"{key}{{pod={pod!r}}} = {v}")
+        if not math.isfinite(sum(values.values())):  # else every value is finite
+            for pod, v in values.items():
+                if not math.isfinite(v):
+                    return Problem(NAN, f"{key}{{pod={pod!r}}} = {v}")
         if ready and not ready.intersection(values) and not pod_signals[key].optional:
             named = _named(key, pod_signals[key])
             return Problem(MISSING, f"{named}: no sample for any of {len(ready)} Ready pods")
     return None
+
+
+def _finite_by_sums(observation: Observation) -> set[int]:
+    """The ids of the series whose every value is finite, as their source's sums show.
+
+    A sum of floats is finite only if every addend is (an infinity or a NaN carries
+    into it), so one finite total per time clears the series added into it; a total
+    that is not finite (an overflow too) clears nothing, and those series are read
+    value by value.
+
+    Returns:
+        ``id`` of each series of ``observation.sums`` so cleared.
+    """
+    finite: set[int] = set()
+    for summed in observation.sums.values():
+        if math.isfinite(sum(summed.values)):
+            finite.update(map(id, summed.of))
+    return finite
 
 
 def check_fresh(

@@ -309,7 +309,8 @@ class KpaPolicy(KeepsState[KpaState]):
         if panic_time is not None:
             max_panic = max(max_panic, desired_stable, desired_panic)
             desired, mode = max_panic, "panic"
-        st = replace(st, panic_time=panic_time, max_panic_pods=max_panic)
+        if panic_time != st.panic_time or max_panic != st.max_panic_pods:
+            st = replace(st, panic_time=panic_time, max_panic_pods=max_panic)
         if cfg.target_burst_capacity == -1:
             burst = -1.0
         elif cfg.target_burst_capacity == 0:
@@ -376,6 +377,13 @@ class KpaPolicy(KeepsState[KpaState]):
         changed_at = now if active != st.active else st.active_changed_at
         serving = want > 0 and burst >= 0 and ready_pods > 0  # else the activator backs it
         proxy_since = None if serving else (now if st.proxy_since is None else st.proxy_since)
+        if (initialised, active, changed_at, proxy_since) == (
+            st.initialised,
+            st.active,
+            st.active_changed_at,
+            st.proxy_since,
+        ):  # the usual tick: nothing moved, so no new state to build
+            return st
         return replace(
             st,
             initialised=initialised,

@@ -276,12 +276,14 @@ class DecisionStep(Generic[S]):
                 if problem is not None:
                     replicas = failsafe.hold(status.desired, cfg.min_replicas, cfg.max_replicas)
                     reason, new_state, delete = f"hold: {problem}", state, ()
-        live = {p.name for p in status.pods}
-        deleted = [
-            Deletion(name, REPLACE, "the policy replaces it", node=_node(status, name))
-            for name in delete
-            if name in live
-        ]
+        deleted: list[Deletion] = []
+        if delete:
+            live = {p.name for p in status.pods}
+            deleted = [
+                Deletion(name, REPLACE, "the policy replaces it", node=_node(status, name))
+                for name in delete
+                if name in live
+            ]
         for d in deleted:
             workload.delete_pod(d.pod)
         scaled = replicas != status.desired

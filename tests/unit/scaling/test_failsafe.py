@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from gpuscale.metrics.signal import MetricsUnavailable, Signal
 from gpuscale.metrics.store import MetricStore
 from gpuscale.scaling import failsafe
-from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
+from gpuscale.scaling.policy import Observation, PodStatus, SeriesSum, TargetStatus
 
 steps = st.one_of(st.none(), st.integers(1, 20))
 
@@ -62,6 +62,41 @@ def test_values_problem_names_the_signal():
     assert failsafe.check_values(pod_inf, SIG, POD).reason == failsafe.NAN
     empty = Observation(10.0, target(True), {"u": {"p0": 3.0}}, {"q": ()})
     assert str(failsafe.check_values(empty, SIG, POD)) == "missing: q (query sum (q)): no series"
+
+
+def summed(series: dict[str, tuple[tuple[float, float], ...]]) -> Observation:
+    """An observation whose series come with their sums, as a ring of totals gives them."""
+    of = tuple(series.values())
+    times = [t for t, _ in of[0]]
+    totals = [sum(v for s in of for t2, v in s if t2 == t) for t in times]
+    sums = {tuple(series): SeriesSum(of, times, totals)}
+    return Observation(10.0, target(True), {}, series, sums=sums)
+
+
+TWO = {"a": Signal("a", aggregation="sum"), "b": Signal("b", aggregation="sum")}
+
+
+def test_values_with_sums_find_the_same_first_bad_value_as_without():
+    fine = {"a": ((9.0, 1.0), (10.0, 2.0)), "b": ((9.0, 3.0), (10.0, 4.0))}
+    assert failsafe.check_values(summed(fine), TWO, {}) is None
+    # A NaN, an infinity, or infinities of both signs that cancel into NaN: each makes
+    # a total not finite, so the series are read value by value and the first is named.
+    for bad, named in [
+        ({"a": ((9.0, 1.0), (10.0, math.nan)), "b": fine["b"]}, "nan: a = nan"),
+        ({"a": fine["a"], "b": ((9.0, math.inf), (10.0, 4.0))}, "nan: b = inf"),
+        ({"a": ((9.0, math.inf),), "b": ((9.0, -math.inf),)}, "nan: a = inf"),
+    ]:
+        assert str(failsafe.check_values(summed(bad), TWO, {})) == named
+
+
+def test_values_whose_sum_overflows_are_finite_still():
+    huge = {"a": ((10.0, 1e308),), "b": ((10.0, 1e308),)}  # their total is inf
+    assert math.isinf(1e308 + 1e308)
+    assert failsafe.check_values(summed(huge), TWO, {}) is None
+    pods = Observation(10.0, target(True, True), {"u": {"p0": 1e308, "p1": 1e308}}, {})
+    assert failsafe.check_values(pods, {}, POD) is None
+    pods_nan = Observation(10.0, target(True, True), {"u": {"p0": 1.0, "p1": math.nan}}, {})
+    assert str(failsafe.check_values(pods_nan, {}, POD)) == "nan: u{pod='p1'} = nan"
 
 
 def test_per_pod_gaps_are_the_policys_but_no_ready_pod_sample_is_missing():
