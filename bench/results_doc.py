@@ -235,7 +235,8 @@ def _speed(results: Json) -> list[str]:
         out += [
             f"### {case} (`bench/bench_sim.py`, {date})",
             "",
-            "CPU seconds of one run on one core, and as a multiple of static's in the same run.",
+            "CPU seconds per run, and as a multiple of static's in the same run (a case named "
+            "one_core ran every policy on one core; the others on the bench's workers).",
             "",
             "| " + " | ".join(["", *names]) + " |",
             "|---|" + "---:|" * len(names),
