@@ -21,7 +21,7 @@ and GpuFellOffBus reaches a webhook through the real Prometheus and Alertmanager
 Run:
 
     python bench/bench_alerts.py                 # writes bench/results-alerts.json
-    python bench/bench_alerts.py --markdown      # also prints the README tables
+    python bench/bench_alerts.py --markdown      # also prints the tables of docs/benchmarks.md
 """
 
 import argparse

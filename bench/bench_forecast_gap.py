@@ -13,10 +13,10 @@ the same policy, so its cost is the rest of the policy's, and the difference to
 
 Each variant's cost at the target attainment is read off each seed's curve of
 ``per_replica`` (``evaluate.bracket.at_target``) and off the mean curve, as
-``gpuscale evaluate`` reads it, and divided by the oracle's figure in the README's
+``gpuscale evaluate`` reads it, and divided by the oracle's figure in docs/results.md's
 table (``bench/results.json["hybrid"]``) for the same trace and scale without
 faults, when it is there. LLM traces are refused: under continuous batching the
-requests in service are not the work rate. Run (the README's table rows):
+requests in service are not the work rate. Run (docs/benchmarks.md's table rows):
 
     python bench/bench_forecast_gap.py --trace gentd26 --scale 0.13 --duration 21600 --write
     python bench/bench_forecast_gap.py --trace diurnal --scale 4 --duration 21600 --write
@@ -143,7 +143,7 @@ def run(
 
 
 def oracle_at_target(trace: str, scale: float) -> float | None:
-    """The oracle's GPU-hours at the target in the README table's row without faults.
+    """The oracle's GPU-hours at the target in docs/results.md's row without faults.
 
     A rate file's row is found by its file name (the table stores the path it ran).
 
@@ -234,7 +234,7 @@ def run_sweep(
     return {v: readings(p, seeds, multiples) for v, p in points.items()}
 
 
-ORACLE_LINE = "oracle: {oracle:.1f} GPU-h at {target} (README's table, bench/results.json)"
+ORACLE_LINE = "oracle: {oracle:.1f} GPU-h at {target} (docs/results.md, bench/results.json)"
 
 
 def ratio_text(name: str, ratio: Mapping[str, Any]) -> str:

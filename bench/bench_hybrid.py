@@ -2,7 +2,7 @@
 
 Each ``results.json`` named on the command line is one trace (with or without a
 fault), written by ``gpuscale evaluate ... --out DIR``. For every policy this
-prints, as the README's Markdown table, the GPU-hours at the target attainment
+prints, as a Markdown table (docs/benchmarks.md), the GPU-hours at the target attainment
 read off the policy's knob curve (mean over seeds, 95 % interval from each seed's
 own curve), that as a multiple of the oracle's, the share fewer than HPA's at the
 same attainment (or at HPA's best when its curve never reaches the target), the

@@ -26,7 +26,7 @@ from gpuscale.sim.outcome import RunResult
 ROOT = Path(__file__).resolve().parent
 
 TRACES = {"azure-code": 100.0, "azure-conv": 100.0, "gentd26": 0.13}
-"""Trace to request-rate scale (the README's evaluation scales)."""
+"""Trace to request-rate scale (the evaluation scales of docs/results.md)."""
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Does the searched oracle reach the target on every trace and seed? The per-trace table.
 
-For each shared trace (at the README's scales) and each generator (at its default
+For each shared trace (at the scales of docs/results.md) and each generator (at its default
 scale and length) it runs what ``gpuscale evaluate --policy oracle --knob-values 0
 --seeds 10`` runs, through the same ``evaluate.sweep`` and local process pool: on
 each seed the trace's ceiling (a static fleet of 4 x the peak need, started warm)
@@ -43,7 +43,7 @@ TRACES: dict[str, dict[str, object]] = {
     "flash-crowd": {},
     "ramp": {},
 }
-"""Each trace's evaluation as the README runs it (generators: their defaults)."""
+"""Each trace's evaluation as docs/results.md runs it (generators: their defaults)."""
 
 
 def command(trace: str, seeds: int) -> str:

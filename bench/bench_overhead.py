@@ -28,7 +28,7 @@ window of wall time. Per cell it measures:
   through a recording rule evaluated every scrape interval (collect + scrape +
   rule delay); median and p95.
 
-Run (the machine is shared: numbers are medians, and every ratio in the README
+Run (the machine is shared: numbers are medians, and every ratio in docs/benchmarks.md
 is between cells of the same run):
 
     python bench/bench_overhead.py           # full grid, about 5 minutes

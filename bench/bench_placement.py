@@ -17,7 +17,7 @@ the attainment each reaches, shown beside it). Run:
 
     python bench/bench_placement.py --seeds 10 --write
 
-(azure-conv and azure-code at scale 100, gentd26 at 0.13 for 6 h, as the README's
+(azure-conv and azure-code at scale 100, gentd26 at 0.13 for 6 h, as docs/results.md's
 results table runs them; ``--trace``, ``--scale`` and ``--duration`` pick others.)
 
 ``--write`` stores the figures as ``bench/results.json["placement"]["<trace>"]``.
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent
 WARMUP_S = 600.0
 WORLDS = {"placement on": True, "placement off": False}
 SHARED = {"azure-conv": (100.0, None), "azure-code": (100.0, None), "gentd26": (0.13, 21600)}
-"""The shared traces as the README's results table runs them: (scale, duration seconds)."""
+"""The shared traces as docs/results.md's results table runs them: (scale, duration seconds)."""
 
 
 def prepare(trace: str, policies: tuple[str, ...], seed: int, placement: bool, **kw: Any):

@@ -12,7 +12,7 @@ best remediation could do: the pod replaced the moment the GPU went
 Each policy runs at its fair parameters on the same seeds in the three worlds; the
 table gives GPU-hours (node GPUs until scale-down, from the warm-up on, as
 ``gpuscale evaluate`` counts them), SLO attainment, the pods remediation deleted and
-the fail-safe's holds, means over seeds with 95 % intervals. Run (README's table):
+the fail-safe's holds, means over seeds with 95 % intervals. Run (docs/results.md's table):
 
     python bench/bench_remediation.py --trace ramp --fault gpu-lost@1200 --seeds 10 --write
 

@@ -1,6 +1,6 @@
 """The seasonal forecast against its fallback line, on days of real requests.
 
-Every trace in the README's issue-9 table is one to six hours long, so the seasonal
+Every trace in the predictive and hybrid table (docs/results.md) is one to six hours long, so the seasonal
 model (a day's season, fitted once two seasons exist) never fits there and every
 decision uses the fallback line. GenTD26's LoRA request log
 (``gentd26_lora_request_trace.csv.gz``) spans 23 days of a service whose users
@@ -27,7 +27,7 @@ all come after its first fit. Each variant's cost at the target attainment is
 read off each seed's curve of ``per_replica`` (the knob, by default 1 to 2 x the
 fair value; ``evaluate.bracket.at_target``) and off the mean curve; ratios
 between variants are taken seed by seed, and each variant's ratio to the oracle
-against the oracle's figure in the README's table (``bench/results.json["hybrid"]``,
+against the oracle's figure in docs/results.md (``bench/results.json["hybrid"]``,
 from ``gpuscale evaluate`` on the same rate file), when it is there.
 Before the runs it prints how much the log's 15-minute counts change from one
 block to the next against what Poisson noise alone would give (``block_changes``):
@@ -99,7 +99,7 @@ STORED = {"seasonal": "seasonal", "line": "fallback", "clairvoyant": "clairvoyan
 MIN_BLOCK_COUNT = 20
 """``block_changes`` counts the pairs of blocks averaging this many requests or more."""
 DEFAULT_PROVISION_S = ClusterConfig().node_provision_s
-"""The provisioning time of the README table's runs, whose oracle figure applies."""
+"""The provisioning time of docs/results.md's runs, whose oracle figure applies."""
 
 
 def read_log(traces_dir: Path) -> pd.DataFrame:
