@@ -1,7 +1,7 @@
 """The seasonal forecast against its fallback line, on days of real requests.
 
-Every trace in the predictive and hybrid table (docs/results.md) is one to six hours long, so the seasonal
-model (a day's season, fitted once two seasons exist) never fits there and every
+Every trace in the predictive and hybrid table (docs/results.md) is one to six
+hours long, so the seasonal model (a day's season, fitted once two seasons exist) never fits there and every
 decision uses the fallback line. GenTD26's LoRA request log
 (``gentd26_lora_request_trace.csv.gz``) spans 23 days of a service whose users
 arrive in the same hours each day: over the 23 days, under 0.2 % of the requests

@@ -1,6 +1,6 @@
-"""Print the README's per-trace comparison table from a ``gpuscale evaluate`` results.json.
+"""Print a per-trace comparison table from a ``gpuscale evaluate`` results.json.
 
-The README's "Results on the shared traces" tables are this script's output for
+The "Results on the shared traces" tables of docs/benchmarks.md are this script's output for
 the ``--out`` directory of the command printed above each table:
 
     python bench/results_table.py out/gentd26/results.json
