@@ -1,8 +1,8 @@
 """The seasonal forecast against its fallback line, on days of real requests.
 
 Every trace in the predictive and hybrid table (docs/results.md) is one to six
-hours long, so the seasonal model (a day's season, fitted once two seasons exist) never fits there and every
-decision uses the fallback line. GenTD26's LoRA request log
+hours long, so the seasonal model (a day's season, fitted once two seasons
+exist) never fits there and every decision uses the fallback line. GenTD26's LoRA request log
 (``gentd26_lora_request_trace.csv.gz``) spans 23 days of a service whose users
 arrive in the same hours each day: over the 23 days, under 0.2 % of the requests
 come in each hour from 09 to 15 h (its clock), 2.4 % at 16 h, 8.7 and 10.4 % at 17
