@@ -7,6 +7,7 @@ server binds 127.0.0.1 unless told another address.
 """
 
 import logging
+import os
 import signal
 import ssl
 import threading
@@ -180,7 +181,11 @@ def keda_scaler(
             "give the server's PEM certificate and key (KEDA's enableTLS and caCert), "
             "or serve plaintext with --insecure",
         )
-    from gpuscale.control.kubernetes import KubeActuator
+    from gpuscale.control.kubernetes import (
+        KubeActuator,
+        cluster_config_found,
+        default_kubeconfigs,
+    )
     from gpuscale.control.server import ControllerMetrics, HealthState, TelemetryServer
     from gpuscale.control.statestore import StateConfigMap
     from gpuscale.exporter.server import parse_address
@@ -213,6 +218,13 @@ def keda_scaler(
         insecure_skip_verify=prometheus_insecure_skip_verify,
     )
     state = StateConfigMap(own_namespace(), state_configmap)
+    if kubeconfig is None and not cluster_config_found(None):
+        # the scaler reads workloads and keeps state in the cluster: it has no dry run
+        raise config_error(
+            f"kubeconfig {os.pathsep.join(default_kubeconfigs())}",
+            "no such file, and not in a pod (KUBERNETES_SERVICE_HOST is not set)",
+            "pass --kubeconfig PATH or run the scaler in a pod with a service account",
+        )
     actuator = KubeActuator.connect(kubeconfig, context, state=state)
     metrics = ControllerMetrics()
     health = HealthState(3 * HEALTH_BEAT_S)

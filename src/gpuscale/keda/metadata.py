@@ -59,7 +59,7 @@ SCALE_TARGET = {
 
 TARGET_KEYS = frozenset(
     {"minReplicas", "maxReplicas", "maxScaleUpStep", "maxScaleDownStep", "metrics"}
-    | {"remediate", "cordon"}
+    | {"remediate", "cordon", "placement"}
 )
 """Keys of the GPUScaler target itself; every other key is a policy parameter."""
 

@@ -58,6 +58,21 @@ def test_a_missing_client_ca_file_is_named(capsys, tmp_path):
     assert "--tls-client-ca-file" in line
 
 
+def test_no_cluster_is_one_line_that_offers_no_dry_run(capsys, tmp_path, monkeypatch):
+    # the scaler has no dry run: the hint must not send the user to one
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    tls = make_tls_files(tmp_path)
+    code, line = run(
+        capsys, "--tls-cert-file", str(tls.server_cert), "--tls-key-file", str(tls.server_key)
+    )
+    assert code == 2
+    assert "no such file, and not in a pod" in line
+    assert "--dry-run" not in line
+    assert "pass --kubeconfig PATH" in line
+
+
 def test_started_it_serves_kedas_calls_over_mutual_tls(tmp_path, kapi):
     kapi.create_deployment("web", "default", replicas=3)
     tls = make_tls_files(tmp_path)

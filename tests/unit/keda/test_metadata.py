@@ -103,3 +103,9 @@ def test_a_mistake_is_one_line_naming_the_scaledobject_and_the_key(metadata, mes
         target_runtime("so", "ns", metadata)
     assert str(err.value).startswith(message), str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_placement_is_a_target_key_as_in_a_gpuscaler():
+    on = target_runtime("so", "ns", {**HYBRID, "placement": "true"})
+    assert on.spec.placement is True
+    assert target_runtime("so", "ns", HYBRID).spec.placement is False  # opt-in, as a GPUScaler's
