@@ -8,13 +8,9 @@ from gpuscale.evaluate.runner import EvaluationRequest, run_one
 from gpuscale.sim.cluster import ClusterConfig
 
 
-def keda_on_ramp(threshold: float) -> tuple[float, float, float]:
+def keda_on_diurnal(threshold: float) -> tuple[float, float, float]:
     cluster = ClusterConfig(scale_down_gpu_utilization_threshold=threshold)
-    # placement off: the ReplicaSet's own order spreads the survivors, leaving a node
-    # with a few pods for cluster-autoscaler to drain
-    prepared = EvaluationRequest(
-        "ramp", ("keda",), 1, duration_s=7200, cluster=cluster, placement=False
-    )
+    prepared = EvaluationRequest("diurnal", ("keda",), 4, duration_s=7200, cluster=cluster)
     result = run_one(prepared.prepare(), "keda", quiet=True)
     ended = result.completed_requests + result.dropped + result.in_flight_requests
     return result.node_gpu_seconds, result.requests, ended
@@ -23,12 +19,11 @@ def keda_on_ramp(threshold: float) -> tuple[float, float, float]:
 def test_drained_nodes_cost_less_and_every_arrival_still_ends_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # KEDA on the ramp, scaled in by the ReplicaSet's own order, leaves a node with a
-    # few pods within two hours: with the default threshold (0.5) it is drained, with 0
-    # it stays up.
-    kept, requests_kept, ended_kept = keda_on_ramp(0.0)
+    # KEDA on diurnal x4 leaves a node with a few pods after a scale-in within two
+    # hours: with the default threshold (0.5) it is drained, with 0 it stays up.
+    kept, requests_kept, ended_kept = keda_on_diurnal(0.0)
     with caplog.at_level(logging.DEBUG, logger="gpuscale.sim.cluster"):
-        drained, requests, ended = keda_on_ramp(0.5)
+        drained, requests, ended = keda_on_diurnal(0.5)
     assert any("draining under-used node" in r.getMessage() for r in caplog.records)
     assert drained < kept
     assert requests == requests_kept  # the same arrivals
