@@ -9,6 +9,7 @@ subcommand is looked up (to run it, or to show its own help). A module that need
 an extra that is not installed ends the command with one line naming the extra.
 """
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -109,8 +110,12 @@ def _print_version(ctx: typer.Context, value: bool) -> None:
         raise typer.Exit
 
 
+@functools.cache
 def _version_option() -> Any:  # noqa: ANN401 - a parameter of Typer's bundled click
-    """A ``--version`` option, built through Typer's public API from a one-option command."""
+    """A ``--version`` option, built once through Typer's public API.
+
+    Every command shares it: a Click parameter holds no per-command state.
+    """
     holder = typer.Typer()
 
     @holder.command()
