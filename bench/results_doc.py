@@ -167,19 +167,30 @@ def _placement(results: Json) -> list[str]:
             "",
             f"{run['seeds']} seeds, fair parameters, measured {run.get('measured', 'undated')}; "
             "node GPU-hours over the pods' GPU-hours with placement on and off, and the node "
-            "GPU-hours placement saves (± is the half-width of the 95 % interval).",
+            "GPU-hours placement saves (± is the half-width of the 95 % interval). The last "
+            "three columns (placement on) price two fleets built from the run's own pods: "
+            "`packed` holds the fewest whole nodes the pods' GPUs fit on in each second, "
+            "`packed, held` keeps each such node for the cluster autoscaler's 10-minute "
+            "scale-down-unneeded-time after it was last needed; the last column is what "
+            "placement leaves above the second (`bench/bench_placement.py`).",
             "",
-            "| policy | node over pods', on | off | node GPU-h saved | within SLO, on | off |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| policy | node over pods', on | off | node GPU-h saved | within SLO, on | off "
+            "| packed over pods' | packed, held over pods' | node over packed, held, on |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for policy, r in run["policies"].items():
             on, off, saved = r["placement on"], r["placement off"], r["saved"]
             half = _half(saved.get("node_gpu_hours_ci95")) or 0.0
+            fleets = " | ".join(
+                f"{100 * on[key]:.1f} %" if key in on else "not measured"
+                for key in ("packed_over_pods", "held_over_pods", "node_over_held")
+            )
             out.append(
                 f"| {policy} | {100 * on['node_over_pods']:.1f} % "
                 f"| {100 * off['node_over_pods']:.1f} % "
                 f"| {saved['node_gpu_hours']:.1f} ±{half:.1f} "
-                f"| {100 * on['slo_attainment']:.2f} % | {100 * off['slo_attainment']:.2f} % |"
+                f"| {100 * on['slo_attainment']:.2f} % | {100 * off['slo_attainment']:.2f} % "
+                f"| {fleets} |"
             )
         out.append("")
     return out

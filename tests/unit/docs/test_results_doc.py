@@ -1,26 +1,19 @@
 """README's headline table and docs/results.md are generated from bench/results.json."""
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.bench import load_bench
+
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "bench" / "results_doc.py"
 
 
 @pytest.fixture(scope="module")
 def results_doc():
-    spec = importlib.util.spec_from_file_location("results_doc", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["results_doc"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("results_doc")
 
 
 @pytest.fixture(scope="module")
