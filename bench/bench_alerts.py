@@ -13,7 +13,7 @@ a synchronous job has and a swinging serving load does not. The fleet's history
 goes through the real Prometheus (``gpuscale.alerts.simtest``), and every rule
 of the default catalogue is scored against the faults, its delays counted from
 the injection and from the observable onset (``gpuscale.alerts.history.WATCHES``).
-The goal of issue 11: every fault detected, no alert on fault-free hosts,
+The goal: every fault detected, no alert on fault-free hosts,
 detection within two scrape intervals plus the rule's ``for:``, judged from the
 observable onset. Then, ``--e2e-runs`` times, the
 end-to-end path of the integration test is timed: the sim exporter loses a GPU,

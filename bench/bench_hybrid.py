@@ -1,4 +1,4 @@
-"""Issue 9's targets, read from ``gpuscale evaluate`` results: hybrid against the oracle and HPA.
+"""Hybrid's targets, read from ``gpuscale evaluate`` results: hybrid against the oracle and HPA.
 
 Each ``results.json`` named on the command line is one trace (with or without a
 fault), written by ``gpuscale evaluate ... --out DIR``. For every policy this
@@ -30,7 +30,9 @@ same trace, scale, faults, seeds, warm-up and target, each with some policies) a
 read as one: their policies are put together in the table's order, and a policy
 in more than one file (the oracle, which each call needs for its ratios) must
 read the same in each. ``--write`` also stores the figures and verdicts as the
-``hybrid`` key of bench/results.json, keeping the other keys.
+``hybrid`` key of bench/results.json, keeping the other keys; with ``--update`` it
+replaces only the stored runs the files rerun (the same trace, scale and faults)
+and keeps the rest.
 """
 
 import argparse
@@ -336,6 +338,22 @@ def merged(named: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, Any]]:
     return [run for _, run in runs.values()]
 
 
+def _run_key(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """What names one stored run: its trace, scale and faults."""
+    return entry["trace"], entry.get("scale", 1.0), tuple(entry.get("faults", []))
+
+
+def updated(stored: list[dict[str, Any]], rerun: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stored runs with each one ``rerun`` names replaced in place, new ones appended.
+
+    Returns:
+        The runs, in the stored order.
+    """
+    fresh = {_run_key(e): e for e in rerun}
+    out = [fresh.pop(_run_key(e), e) for e in stored]
+    return out + list(fresh.values())
+
+
 def _reading(p: dict[str, Any]) -> tuple[Any, ...]:
     """What two runs of one policy on one run's settings must agree on."""
     return p["gpu_hours_at_target"], p["gpu_hours"], p["slo_attainment"]
@@ -347,12 +365,19 @@ def main() -> None:
     parser.add_argument(
         "--write", action="store_true", help="store them as the hybrid key of bench/results.json"
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="with --write: replace only the stored runs these files rerun, keep the others",
+    )
     args = parser.parse_args()
     docs = merged([(path, json.loads(path.read_text())) for path in args.results])
     if args.write:
         store = Path(__file__).with_name("results.json")
         kept = json.loads(store.read_text()) if store.exists() else {}
-        kept["hybrid"] = {"queue_model": "auto", "traces": [summary(d) for d in docs]}
+        new = [summary(d) for d in docs]
+        old = kept.get("hybrid", {}).get("traces", []) if args.update else []
+        kept["hybrid"] = {"queue_model": "auto", "traces": updated(old, new)}
         store.write_text(json.dumps(kept, indent=2) + "\n")
     print(
         "| trace | policy | GPU-h at target | x oracle | fewer than HPA | within SLO "

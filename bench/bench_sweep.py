@@ -1,6 +1,6 @@
 """Sweep benchmark: 5 policies x 8 knob values x 10 seeds on azure-conv, on 2 local workers.
 
-Target (issue 8, on 2 cores): the whole sweep within 10 minutes. It is the sweep
+Target (on 2 cores): the whole sweep within 10 minutes. It is the sweep
 ``gpuscale evaluate --trace azure-conv --scale 100`` runs by default (each
 policy's knob values plus its fair value, the ceiling's unlimited fleet, every
 seed), run through the same ``evaluate.sweep`` and local process pool. Each

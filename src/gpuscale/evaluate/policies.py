@@ -254,7 +254,7 @@ exponential waits, a mean of a quarter of that budget leaves e^-4 (2 %) of the
 requests that wait past it."""
 
 
-# Predictive and hybrid (issue 9): not in the default set until their matched-SLO
+# Predictive and hybrid: not in the default set until their matched-SLO
 # targets are shown. Demand per replica is KEDA's and KPA's (in flight plus queued at
 # the 70 % target); node provisioning counts beyond the always-up nodes, as the
 # oracle's; the cold start is measured from the run's own pods (60 s until then).
