@@ -324,12 +324,15 @@ class MetricStore:
             return None
         columns = self._grouping(fam, signal, series=True).columns
         ts = fam.times[: fam.rows]
-        row = int(np.searchsorted(ts, float(at), side="right")) - 1
-        if columns.size == 0 or row < 0 or at - ts[row] > self.lookback_s:
+        row = int(ts.searchsorted(float(at), side="right")) - 1
+        if columns.size == 0 or row < 0:
+            return None
+        t = float(ts[row])
+        if at - t > self.lookback_s:
             return None
         # Every series of a family is written at each of its scrapes (absent ones as NaN,
         # the staleness marker), so the newest row is the only one an instant query sees.
-        return float(ts[row]) if not np.all(np.isnan(fam.values[row, columns])) else None
+        return t if not np.isnan(fam.values[row, columns]).all() else None
 
     def newest_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
         """Time of the newest sample an instant query sees, per value of ``label``.
@@ -347,7 +350,7 @@ class MetricStore:
             return {}
         columns = self._grouping(fam, signal, series=True).columns
         ts = fam.times[: fam.rows]
-        row = int(np.searchsorted(ts, float(at), side="right")) - 1
+        row = int(ts.searchsorted(float(at), side="right")) - 1
         if columns.size == 0 or row < 0 or at - ts[row] > self.lookback_s:
             return {}
         t = float(ts[row])
@@ -435,7 +438,7 @@ class MetricStore:
         if signal.window <= 0 and not getattr(signal, "rate", False):
             if times.size == 1:  # an instant query: one row, read as scalars
                 at = float(times[0])
-                r = int(np.searchsorted(ts, at, side="right")) - 1
+                r = int(ts.searchsorted(at, side="right")) - 1
                 if r >= 0 and at - float(ts[r]) <= self.lookback_s:
                     return np.asarray(fam.values[r, columns][None, :], dtype=float)
                 return np.full((1, columns.size), np.nan)

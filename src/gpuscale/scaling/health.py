@@ -230,6 +230,22 @@ def assess(
 
     Each signal is read into a map by pod once, so the cost is linear in the pods.
     """
+    sick, new_state, _ = assess_counted(observation, state, cfg)
+    return sick, new_state
+
+
+def assess_counted(
+    observation: Observation, state: HealthState, cfg: HealthConfig
+) -> tuple[dict[str, str], HealthState, dict[str, float]]:
+    """``assess``, and the completions it judged the stragglers on.
+
+    A caller that also needs what the Ready pods completed since the last decision
+    (``hybrid``'s service time) reads it here instead of counting it again.
+
+    Returns:
+        (as ``assess``; ``completed(observation, state.pods)``, or empty when no time
+        has passed since ``state.at``).
+    """
     now = float(observation.now)
     last_at = state.at
     elapsed = now - last_at if last_at is not None else 0.0
@@ -274,7 +290,7 @@ def assess(
     for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
         if not pod.ready and pod.name in old:
             pods[pod.name] = old[pod.name]
-    return sick, HealthState(now, pods)
+    return sick, HealthState(now, pods), counts
 
 
 def stragglers(
