@@ -540,6 +540,7 @@ class MetricStore:
                 if h
             ]
         any_have: list[bool] = np.asarray(have.any(axis=0)).tolist()
+        all_have: list[bool] = np.asarray(have.all(axis=0)).tolist()
         vals_t: list[list[float]] = agg.T.tolist()
         have_t: list[list[bool]] = have.T.tolist()
         results = []
@@ -547,6 +548,9 @@ class MetricStore:
             if not any_have[g]:
                 continue
             vals, hv = vals_t[g], have_t[g]
-            points = tuple((tt, v) for tt, v, h in zip(time_list, vals, hv, strict=True) if h)
+            if all_have[g]:  # the usual range: a value at every time, paired as they are
+                points = tuple(zip(time_list, vals, strict=True))
+            else:
+                points = tuple((tt, v) for tt, v, h in zip(time_list, vals, hv, strict=True) if h)
             results.append(LabelledValue(labels, points))
         return results
