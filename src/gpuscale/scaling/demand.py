@@ -55,7 +55,8 @@ def rising(points: Series, now: float, window_s: float) -> bool:
     Returns:
         True when both hold over the points in ``(now - window_s, now]``.
     """
-    recent = [(t, v) for t, v in points if now - window_s < t <= now]
+    edge = now - window_s
+    recent = [(t, v) for t, v in points if edge < t <= now]
     if len(recent) < 2:
         return False
     fit = fit_line(recent)

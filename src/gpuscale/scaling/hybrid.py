@@ -274,7 +274,8 @@ def service_time_s(
         (seconds or None when no completion falls in the window, the intervals kept).
     """
     now = float(observation.now)
-    intervals = [k for k in kept if k[0] > now - window_s]
+    edge = now - window_s
+    intervals = [k for k in kept if k[0] > edge]
     last_at = health_state.at
     if last_at is not None and now > last_at:
         if completions is None:
@@ -299,7 +300,8 @@ def queue_growth(backlog: Series, now: float) -> float:
     Returns:
         The rise from the window's first point to its last over their time apart.
     """
-    recent = [(t, q) for t, q in backlog if t > now - GROWTH_S]
+    edge = now - GROWTH_S
+    recent = [(t, q) for t, q in backlog if t > edge]
     if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
         return 0.0
     return max((recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0]), 0.0)
@@ -430,7 +432,8 @@ def learned_floor(
         (the histogram with the newest ratio, the demand kept, the floor in replicas).
     """
     span = cfg.burst_window_s + cfg.baseline_window_s
-    offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
+    edge = now - span
+    offered = (*(p for p in state.offered if p[0] > edge), (now, demand))
     bursts = state.bursts
     seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
     if seen is not None:
