@@ -257,17 +257,28 @@ def assess_counted(
     any_sm = any(p.name in sm for p in ready)
     sick: dict[str, str] = {}
     pods: dict[str, PodHealth] = {}
-    counts = _completed(observation, old, dones) if elapsed > 0 else {}
-    rates = {name: n / elapsed for name, n in counts.items()}
+    # What each Ready pod completed since the last decision (``completed``), counted in
+    # the same pass: the rise of its counter, where it has one now and then.
+    counts: dict[str, float] = {}
     grace, quarantine_s, share_max = cfg.missing_grace_s, cfg.quarantine_s, cfg.throttle_share
     for pod in ready:
         name = pod.name
         prev = old.get(name, NEVER_SEEN)
         until, quarantined_for = prev.until, prev.why
-        xid, dbe, thermal = xids.get(name), dbes.get(name), thermals.get(name)
-        since = pod.ready_at if pod.ready_at is not None else pod.created_at
+        xid, dbe, thermal, done = (
+            xids.get(name),
+            dbes.get(name),
+            thermals.get(name),
+            dones.get(name),
+        )
+        if elapsed > 0 and done is not None and prev.done is not None and done >= prev.done:
+            counts[name] = done - prev.done
         why = None
-        if any_sm and name not in sm and now - since > grace:
+        if (
+            any_sm
+            and name not in sm
+            and now - (pod.ready_at if pod.ready_at is not None else pod.created_at) > grace
+        ):
             why = "lost"
         elif xid is not None and int(xid) in WORK_LOST_XIDS and xid != prev.xid:
             why = f"xid {int(xid)}"
@@ -284,7 +295,8 @@ def assess_counted(
             share = (thermal - prev.thermal) / 1e9 / elapsed
             if share > share_max:
                 sick[name] = "throttled"
-        pods[name] = _pod_health(until, quarantined_for, xid, dbe, thermal, dones.get(name))
+        pods[name] = _pod_health(until, quarantined_for, xid, dbe, thermal, done)
+    rates = {name: n / elapsed for name, n in counts.items()}
     for name in stragglers(rates, sick, elapsed, cfg):
         sick[name] = "straggler"
     for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
