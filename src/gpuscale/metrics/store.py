@@ -270,7 +270,8 @@ class MetricStore:
 
         Returns:
             {value of ``label``: the result's value} for each result carrying ``label``
-            (the last such result where several share a value), in result order.
+            (the last such result where several share a value), in result order; a new
+            dict at each call.
         """
         signal = structured(signal)
         fam = self._families.get(signal.metric)

@@ -108,7 +108,7 @@ def check_values(
             for pod, v in values.items():
                 if not math.isfinite(v):
                     return Problem(NAN, f"{key}{{pod={pod!r}}} = {v}")
-        if ready and not ready.intersection(values) and not pod_signals[key].optional:
+        if ready and ready.isdisjoint(values) and not pod_signals[key].optional:
             named = _named(key, pod_signals[key])
             return Problem(MISSING, f"{named}: no sample for any of {len(ready)} Ready pods")
     return None
