@@ -216,13 +216,14 @@ def reactive_need(
     by_demand = math.ceil(points[-1][1] / cfg.per_replica - 1e-9)
     healthy = [p.name for p in observation.target.pods if p.ready and p.name not in sick]
     sm = observation.pod_metrics.get(health.SM, {})
-    busy = [sm[name] for name in healthy if name in sm and not math.isnan(sm[name])]
+    busy = [v for name in healthy if (v := sm.get(name)) is not None and not math.isnan(v)]
+    total = sum(busy)
     # SM activity is a saturation signal, not a level: an LLM server's SMs stay about
     # a third active with one sequence decoding, so sum / target would hold a fleet far
     # above its load. It raises the need only while the pods run hotter than the target.
-    hot = guard is not None and bool(busy) and sum(busy) > guard * len(busy)
-    by_sm = math.ceil(sum(busy) / guard - 1e-9) if hot and guard is not None else 0
-    note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
+    hot = guard is not None and bool(busy) and total > guard * len(busy)
+    by_sm = math.ceil(total / guard - 1e-9) if hot and guard is not None else 0
+    note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {total:.2f} -> {by_sm}"
     if guard is None:
         note += " (guard off)"
     need = max(by_demand, by_sm)
