@@ -217,13 +217,12 @@ def reactive_need(
     healthy = [p.name for p in observation.target.pods if p.ready and p.name not in sick]
     sm = observation.pod_metrics.get(health.SM, {})
     busy = [v for name in healthy if (v := sm.get(name)) is not None and not math.isnan(v)]
-    total = sum(busy)
     # SM activity is a saturation signal, not a level: an LLM server's SMs stay about
     # a third active with one sequence decoding, so sum / target would hold a fleet far
     # above its load. It raises the need only while the pods run hotter than the target.
-    hot = guard is not None and bool(busy) and total > guard * len(busy)
-    by_sm = math.ceil(total / guard - 1e-9) if hot and guard is not None else 0
-    note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {total:.2f} -> {by_sm}"
+    hot = guard is not None and bool(busy) and sum(busy) > guard * len(busy)
+    by_sm = math.ceil(sum(busy) / guard - 1e-9) if hot and guard is not None else 0
+    note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
     if guard is None:
         note += " (guard off)"
     need = max(by_demand, by_sm)
@@ -267,16 +266,14 @@ def service_time_s(
         window_s: How far back intervals count.
         min_completions: Completions, and sampled requests in service, that make the
             estimate (``service_completions``).
-        completions: What each Ready pod completed since the previous decision
-            (``health.completed`` on ``health_state``), where the caller has it
-            already (``health.assess_counted``); None: counted here.
+        completions: ``health.completed`` on ``health_state``, where the caller has it
+            (``health.assess_counted``); None: counted here.
 
     Returns:
         (seconds or None when no completion falls in the window, the intervals kept).
     """
     now = float(observation.now)
-    edge = now - window_s
-    intervals = [k for k in kept if k[0] > edge]
+    intervals = [k for k in kept if k[0] > now - window_s]
     last_at = health_state.at
     if last_at is not None and now > last_at:
         if completions is None:
@@ -301,8 +298,7 @@ def queue_growth(backlog: Series, now: float) -> float:
     Returns:
         The rise from the window's first point to its last over their time apart.
     """
-    edge = now - GROWTH_S
-    recent = [(t, q) for t, q in backlog if t > edge]
+    recent = [(t, q) for t, q in backlog if t > now - GROWTH_S]
     if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
         return 0.0
     return max((recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0]), 0.0)
@@ -433,8 +429,7 @@ def learned_floor(
         (the histogram with the newest ratio, the demand kept, the floor in replicas).
     """
     span = cfg.burst_window_s + cfg.baseline_window_s
-    edge = now - span
-    offered = (*(p for p in state.offered if p[0] > edge), (now, demand))
+    offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
     bursts = state.bursts
     seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
     if seen is not None:
