@@ -53,6 +53,9 @@ class SecondTotals:
         self._sums = [0.0] * self.capacity_s
         self._times = [0.0] * self.capacity_s
         self._summed_signals: tuple[Signal, ...] = ()  # last signals ``_summed_span`` checked
+        # Each signal's metric is kept or not, by the signal's identity: ``newest`` is asked
+        # about the same Signal objects at every decision.
+        self._kept: dict[int, tuple[Signal, bool]] = {}
         self._unbroken = 0  # every second from this one to ``_last`` was recorded
         self._first: int | None = None
         self._last = -1
@@ -130,8 +133,13 @@ class SecondTotals:
             ValueError: The signal has matchers (only unlabelled totals are kept).
         """
         t = min(math.floor(at), self._last)
-        plain = Signal(signal.metric, signal.matchers, "sum")  # window and aggregation ignored
-        if not self._ring(plain) or self._first is None or t < self._oldest():
+        hit = self._kept.get(id(signal))
+        if hit is None or hit[0] is not signal:
+            plain = Signal(signal.metric, signal.matchers, "sum")  # window, aggregation ignored
+            if len(self._kept) > 1024:  # signals built per query: keep the cache bounded
+                self._kept.clear()
+            hit = self._kept[id(signal)] = (signal, bool(self._ring(plain)))
+        if not hit[1] or self._first is None or t < self._oldest():
             return None
         return float(t)
 

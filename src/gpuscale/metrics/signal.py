@@ -110,7 +110,8 @@ class KeyedInstant(Protocol):
         """``instant``'s values keyed by ``label``, without a result object per series.
 
         Returns:
-            {value of ``label``: the result's value} for each result carrying ``label``.
+            {value of ``label``: the result's value} for each result carrying ``label``:
+            a new dict at each call, the caller's to keep.
         """
         ...
 

@@ -38,6 +38,8 @@ LOOKBACK_S = 300.0
 """Prometheus' default ``--query.lookback-delta``."""
 
 LabelKey = tuple[tuple[str, str], ...]
+GroupKey = tuple[LabelKey, tuple[str, ...], bool]
+"""A grouping's cache key: the matchers, the ``by`` labels, whether series stay apart."""
 
 
 def _key(labels: Mapping[str, str]) -> LabelKey:
@@ -69,7 +71,7 @@ class _Family:
     # ``last_columns`` as a slice when they are consecutive (assigning a slice is cheaper).
     last_span: slice | np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     last_t: float = -math.inf  # time of the newest row (``times[rows - 1]``)
-    groups: dict[tuple[LabelKey, tuple[str, ...], bool], _Grouping] = field(default_factory=dict)
+    groups: dict[GroupKey, _Grouping] = field(default_factory=dict)
 
 
 class MetricStore:
@@ -93,6 +95,9 @@ class MetricStore:
         self._gid_labels: list[Mapping[str, str]] = []
         self._id_cache: dict[int, tuple[Mapping[str, str], int]] = {}
         self._recent_gids: dict[int, tuple[Sequence[Mapping[str, str]], np.ndarray]] = {}
+        # Each signal's grouping key, by its identity: a policy passes the same Signal
+        # objects at every decision, and the key sorts its matchers.
+        self._group_keys: dict[tuple[int, bool], tuple[Signal, GroupKey]] = {}
 
     # ----------------------------------------------------------------- writing
     def ingest(
@@ -265,7 +270,8 @@ class MetricStore:
 
         Returns:
             {value of ``label``: the result's value} for each result carrying ``label``
-            (the last such result where several share a value), in result order.
+            (the last such result where several share a value), in result order; a new
+            dict at each call.
         """
         signal = structured(signal)
         fam = self._families.get(signal.metric)
@@ -274,12 +280,28 @@ class MetricStore:
         grouping = self._grouping(fam, signal)
         if grouping.columns.size == 0:
             return {}
-        times = np.array([float(at)])
-        matrix = self._sample(fam, grouping.columns, times, signal)
-        agg, have = self._reduce(matrix, grouping, signal.aggregation)
         keys = grouping.by_label.get(label)
         if keys is None:  # each group's value of the label, kept until the groups change
             keys = grouping.by_label[label] = [lab.get(label) for lab in grouping.labels]
+        if (
+            grouping.starts.size == grouping.columns.size
+            and signal.aggregation != "count"
+            and signal.window <= 0
+            and not getattr(signal, "rate", False)
+        ):
+            # One series per group read at one time (a per-pod signal): each group's value
+            # is its series' newest sample within the lookback, as ``_sample`` and
+            # ``_reduce`` give it, read as one row of floats (NaN: absent).
+            at = float(at)
+            ts = fam.times[: fam.rows]
+            r = int(ts.searchsorted(at, side="right")) - 1
+            if r < 0 or at - float(ts[r]) > self.lookback_s:
+                return {}
+            row: list[float] = fam.values[r, grouping.columns].tolist()
+            return {key: v for key, v in zip(keys, row, strict=True) if v == v and key is not None}
+        times = np.array([float(at)])
+        matrix = self._sample(fam, grouping.columns, times, signal)
+        agg, have = self._reduce(matrix, grouping, signal.aggregation)
         row_vals: list[float] = agg[0].tolist()
         row_have: list[bool] = have[0].tolist()
         return {
@@ -301,14 +323,17 @@ class MetricStore:
         fam = self._families.get(signal.metric)
         if fam is None or fam.rows == 0:
             return None
-        columns = self._grouping(fam, Signal(signal.metric, signal.matchers)).columns
+        columns = self._grouping(fam, signal, series=True).columns
         ts = fam.times[: fam.rows]
-        row = int(np.searchsorted(ts, float(at), side="right")) - 1
-        if columns.size == 0 or row < 0 or at - ts[row] > self.lookback_s:
+        row = int(ts.searchsorted(float(at), side="right")) - 1
+        if columns.size == 0 or row < 0:
+            return None
+        t = float(ts[row])
+        if at - t > self.lookback_s:
             return None
         # Every series of a family is written at each of its scrapes (absent ones as NaN,
         # the staleness marker), so the newest row is the only one an instant query sees.
-        return float(ts[row]) if not np.all(np.isnan(fam.values[row, columns])) else None
+        return t if not np.isnan(fam.values[row, columns]).all() else None
 
     def newest_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
         """Time of the newest sample an instant query sees, per value of ``label``.
@@ -324,9 +349,9 @@ class MetricStore:
         fam = self._families.get(signal.metric)
         if fam is None or fam.rows == 0:
             return {}
-        columns = self._grouping(fam, Signal(signal.metric, signal.matchers)).columns
+        columns = self._grouping(fam, signal, series=True).columns
         ts = fam.times[: fam.rows]
-        row = int(np.searchsorted(ts, float(at), side="right")) - 1
+        row = int(ts.searchsorted(float(at), side="right")) - 1
         if columns.size == 0 or row < 0 or at - ts[row] > self.lookback_s:
             return {}
         t = float(ts[row])
@@ -359,21 +384,39 @@ class MetricStore:
         matrix = self._sample(fam, grouping.columns, times, signal)
         return self._aggregate(matrix, times, grouping, signal.aggregation)
 
-    def _grouping(self, fam: _Family, signal: Signal) -> _Grouping:
-        keep_apart = signal.aggregation == "none"
-        cache_key = (_key(signal.matchers), tuple(signal.by), keep_apart)
+    def _group_key(self, signal: Signal, series: bool) -> GroupKey:
+        """``signal``'s grouping key (``series``: its series apart, whatever it aggregates)."""
+        hit = self._group_keys.get((id(signal), series))
+        if hit is not None and hit[0] is signal:
+            return hit[1]
+        if len(self._group_keys) > 4096:  # signals built per query: keep the cache bounded
+            self._group_keys.clear()
+        if series:
+            key: GroupKey = (_key(signal.matchers), (), True)
+        else:
+            key = (_key(signal.matchers), tuple(signal.by), signal.aggregation == "none")
+        self._group_keys[id(signal), series] = (signal, key)
+        return key
+
+    def _grouping(self, fam: _Family, signal: Signal, *, series: bool = False) -> _Grouping:
+        """The family's columns the signal matches, in groups; cached per family version.
+
+        ``series``: as ``Signal(signal.metric, signal.matchers)`` (every series apart), the
+        grouping ``newest`` reads.
+        """
+        cache_key = self._group_key(signal, series)
         grouping = fam.groups.get(cache_key)
         if grouping is not None and grouping.version == fam.version:
             return grouping
+        matchers_key, by, keep_apart = cache_key
         if grouping is None:  # compaction clears the cache, so columns only ever append here
             grouping = _Grouping(-1, np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp), [])
             fam.groups[cache_key] = grouping
-        matchers = signal.matchers.items()
         members = grouping.members
         for col in range(grouping.seen, len(fam.labels)):
             lab = fam.labels[col]
-            if all(lab.get(k, "") == v for k, v in matchers):
-                gkey = _key(lab) if keep_apart else tuple((k, lab.get(k, "")) for k in signal.by)
+            if all(lab.get(k, "") == v for k, v in matchers_key):
+                gkey = _key(lab) if keep_apart else tuple((k, lab.get(k, "")) for k in by)
                 members.setdefault(gkey, []).append(col)
         grouping.seen = len(fam.labels)
         ordered = sorted(members.items())
@@ -396,7 +439,7 @@ class MetricStore:
         if signal.window <= 0 and not getattr(signal, "rate", False):
             if times.size == 1:  # an instant query: one row, read as scalars
                 at = float(times[0])
-                r = int(np.searchsorted(ts, at, side="right")) - 1
+                r = int(ts.searchsorted(at, side="right")) - 1
                 if r >= 0 and at - float(ts[r]) <= self.lookback_s:
                     return np.asarray(fam.values[r, columns][None, :], dtype=float)
                 return np.full((1, columns.size), np.nan)
@@ -498,6 +541,7 @@ class MetricStore:
                 if h
             ]
         any_have: list[bool] = np.asarray(have.any(axis=0)).tolist()
+        all_have: list[bool] = np.asarray(have.all(axis=0)).tolist()
         vals_t: list[list[float]] = agg.T.tolist()
         have_t: list[list[bool]] = have.T.tolist()
         results = []
@@ -505,6 +549,9 @@ class MetricStore:
             if not any_have[g]:
                 continue
             vals, hv = vals_t[g], have_t[g]
-            points = tuple((tt, v) for tt, v, h in zip(time_list, vals, hv, strict=True) if h)
+            if all_have[g]:  # the usual range: a value at every time, paired as they are
+                points = tuple(zip(time_list, vals, strict=True))
+            else:
+                points = tuple((tt, v) for tt, v, h in zip(time_list, vals, hv, strict=True) if h)
             results.append(LabelledValue(labels, points))
         return results

@@ -106,6 +106,16 @@ def summed_latest(observation: Observation, keys: Sequence[str]) -> float | None
     return None if math.isnan(total) else total
 
 
+def _has_nan(values: Sequence[float]) -> bool:
+    """Whether ``math.fsum(values)`` is NaN: a NaN among them, or both infinities.
+
+    A finite plain sum has neither (either would carry into it), and costs a
+    fraction of ``fsum``'s exact one; only a sum that is not finite is read exactly.
+    """
+    total = sum(values)
+    return not math.isfinite(total) and math.isnan(math.fsum(values))
+
+
 def summed_columns(
     observation: Observation, keys: Sequence[str]
 ) -> tuple[Sequence[float], Sequence[float]] | None:
@@ -123,7 +133,7 @@ def summed_columns(
         and all(map(operator.is_, added.of, map(observation.series.get, keys)))
     ):
         # The source added these very series already, the same way as below.
-        return None if math.isnan(math.fsum(added.values)) else (added.times, added.values)
+        return None if _has_nan(added.values) else (added.times, added.values)
     present = _present(observation, keys)
     if present is None:
         return None
@@ -136,7 +146,7 @@ def summed_columns(
         for c in columns[1:]:
             sums = map(operator.add, sums, c[1])
         values = list(sums)
-        if math.isnan(math.fsum(values)):  # NaN anywhere makes the sum NaN
+        if _has_nan(values):
             return None
         return times, values
     totals: dict[float, float] = {}

@@ -26,12 +26,13 @@ def smooth(points: Series, window_s: float) -> Series:
         return points
     out: list[tuple[float, float]] = []
     total, lo = 0.0, 0
-    for t, v in points:
+    for n, (t, v) in enumerate(points, 1):  # n: points so far
         total += v
-        while points[lo][0] <= t - window_s:
+        edge = t - window_s
+        while points[lo][0] <= edge:
             total -= points[lo][1]
             lo += 1
-        out.append((t, total / (len(out) + 1 - lo)))
+        out.append((t, total / (n - lo)))
     return tuple(out)
 
 
@@ -54,7 +55,8 @@ def rising(points: Series, now: float, window_s: float) -> bool:
     Returns:
         True when both hold over the points in ``(now - window_s, now]``.
     """
-    recent = [(t, v) for t, v in points if now - window_s < t <= now]
+    edge = now - window_s
+    recent = [(t, v) for t, v in points if edge < t <= now]
     if len(recent) < 2:
         return False
     fit = fit_line(recent)

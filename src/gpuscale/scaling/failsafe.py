@@ -93,7 +93,10 @@ def check_values(
             return Problem(MISSING, f"{_named(key, sig)}: no series")
         if id(points) in finite:
             continue
-        bad = next((v for _, v in points if not math.isfinite(v)), None)
+        column = [v for _, v in points]
+        if math.isfinite(sum(column)):  # a sum is finite only if every addend is
+            continue
+        bad = next((v for v in column if not math.isfinite(v)), None)
         if bad is not None:
             return Problem(NAN, f"{key} = {bad}")
     if not pod_signals:
@@ -105,7 +108,7 @@ def check_values(
             for pod, v in values.items():
                 if not math.isfinite(v):
                     return Problem(NAN, f"{key}{{pod={pod!r}}} = {v}")
-        if ready and not ready.intersection(values) and not pod_signals[key].optional:
+        if ready and ready.isdisjoint(values) and not pod_signals[key].optional:
             named = _named(key, pod_signals[key])
             return Problem(MISSING, f"{named}: no sample for any of {len(ready)} Ready pods")
     return None

@@ -433,7 +433,8 @@ def _seasonal_at(
 
 
 def _recent(points: Series, now: float, window_s: float) -> list[tuple[float, float]]:
-    return [(t, v) for t, v in points if t > now - window_s and not math.isnan(v)]
+    edge = now - window_s
+    return [(t, v) for t, v in points if t > edge and not math.isnan(v)]
 
 
 def trend_forecast(
@@ -458,11 +459,13 @@ def trend_forecast(
     if not recent:
         return Forecast(0.0, 0.0, "none", horizon_s)
     n = len(recent)
-    new = 1.0 / max(sum(1 for t, _ in recent if t > now - average_s), 1)
+    edge = now - average_s
+    new = 1.0 / max(sum(1 for t, _ in recent if t > edge), 1)
     mean_v = sum(v for _, v in recent) / n
     floor = cfg.min_sigma_ratio * abs(mean_v)
     if n < MIN_LINE_POINTS:  # too few points for a slope: the level, and their spread
-        newest = [v for t, v in recent if t > now - ANCHOR_S] or [recent[-1][1]]
+        anchor = now - ANCHOR_S
+        newest = [v for t, v in recent if t > anchor] or [recent[-1][1]]
         level = sum(newest) / len(newest)
         spread = math.sqrt(sum((v - mean_v) ** 2 for _, v in recent) / n)
         upper = level + _z(cfg.quantile) * max(spread, floor)
@@ -478,7 +481,8 @@ def trend_forecast(
     x = now + horizon_s
     # Anchored on the last minute's level, not the line's value at now: a load that
     # rose and fell inside the window would otherwise keep the line high.
-    last = [(t, v) for t, v in recent if t > now - ANCHOR_S] or recent[-1:]
+    anchor = now - ANCHOR_S
+    last = [(t, v) for t, v in recent if t > anchor] or recent[-1:]
     last_t = sum(t for t, _ in last) / len(last)
     at_now = sum(v for _, v in last) / len(last) + slope * (now - last_t)
     bound = cfg.max_rise_ratio * abs(mean_v)

@@ -149,7 +149,44 @@ NEVER_SEEN = PodHealth()
 
 def _column(observation: Observation, key: str) -> dict[str, float]:
     """One per-pod signal's values, NaN left out: read once per decision, by pod name."""
-    return {pod: float(v) for pod, v in observation.pod_metrics.get(key, {}).items() if v == v}
+    values = observation.pod_metrics.get(key)
+    if not values:
+        return {}
+    total = sum(values.values())
+    if total == total:  # a NaN makes the sum NaN, so none is left out: copied whole
+        return dict(zip(values, map(float, values.values()), strict=True))
+    return {pod: float(v) for pod, v in values.items() if v == v}
+
+
+_NEW = object.__new__
+_SET_FIELDS = tuple(
+    PodHealth.__dict__[name].__set__ for name in ("until", "why", "xid", "dbe", "thermal", "done")
+)
+
+
+def _pod_health(
+    until: float | None,
+    why: str | None,
+    xid: float | None,
+    dbe: float | None,
+    thermal: float | None,
+    done: float | None,
+) -> PodHealth:
+    """``PodHealth(until, why, xid, dbe, thermal, done)``, built without its ``__init__``.
+
+    A frozen dataclass sets each field through ``object.__setattr__``; ``assess``
+    builds one per Ready pod at every decision, and setting the slots directly
+    costs about a third as much. ``PodHealth`` has no ``__post_init__`` to skip.
+    """
+    pod = _NEW(PodHealth)
+    s_until, s_why, s_xid, s_dbe, s_thermal, s_done = _SET_FIELDS
+    s_until(pod, until)
+    s_why(pod, why)
+    s_xid(pod, xid)
+    s_dbe(pod, dbe)
+    s_thermal(pod, thermal)
+    s_done(pod, done)
+    return pod
 
 
 def completed(observation: Observation, old_pods: Mapping[str, PodHealth]) -> dict[str, float]:
@@ -161,8 +198,14 @@ def completed(observation: Observation, old_pods: Mapping[str, PodHealth]) -> di
     Returns:
         Pod name to completions, in the order of ``observation.target.pods``.
     """
+    return _completed(observation, old_pods, _column(observation, DONE))
+
+
+def _completed(
+    observation: Observation, old_pods: Mapping[str, PodHealth], done_now: Mapping[str, float]
+) -> dict[str, float]:
+    """``completed``, with the counters now already read (``_column(observation, DONE)``)."""
     counts: dict[str, float] = {}
-    done_now = _column(observation, DONE)
     for pod in observation.target.pods:
         done = done_now.get(pod.name)
         old = old_pods.get(pod.name)
@@ -187,6 +230,22 @@ def assess(
 
     Each signal is read into a map by pod once, so the cost is linear in the pods.
     """
+    sick, new_state, _ = assess_counted(observation, state, cfg)
+    return sick, new_state
+
+
+def assess_counted(
+    observation: Observation, state: HealthState, cfg: HealthConfig
+) -> tuple[dict[str, str], HealthState, dict[str, float]]:
+    """``assess``, and the completions it judged the stragglers on.
+
+    A caller that also needs what the Ready pods completed since the last decision
+    (``hybrid``'s service time) reads it here instead of counting it again.
+
+    Returns:
+        (as ``assess``; ``completed(observation, state.pods)``, or empty when no time
+        has passed since ``state.at``).
+    """
     now = float(observation.now)
     last_at = state.at
     elapsed = now - last_at if last_at is not None else 0.0
@@ -198,8 +257,10 @@ def assess(
     any_sm = any(p.name in sm for p in ready)
     sick: dict[str, str] = {}
     pods: dict[str, PodHealth] = {}
-    counts = completed(observation, old) if elapsed > 0 else {}
-    rates = {name: n / elapsed for name, n in counts.items()}
+    # What each Ready pod completed since the last decision (``completed``), counted in
+    # the same pass: the rise of its counter, where it has one now and then.
+    counts: dict[str, float] = {}
+    grace, quarantine_s, share_max = cfg.missing_grace_s, cfg.quarantine_s, cfg.throttle_share
     for pod in ready:
         name = pod.name
         prev = old.get(name, NEVER_SEEN)
@@ -210,32 +271,38 @@ def assess(
             thermals.get(name),
             dones.get(name),
         )
-        since = pod.ready_at if pod.ready_at is not None else pod.created_at
+        if elapsed > 0 and done is not None and prev.done is not None and done >= prev.done:
+            counts[name] = done - prev.done
         why = None
-        if any_sm and name not in sm and now - since > cfg.missing_grace_s:
+        if (
+            any_sm
+            and name not in sm
+            and now - (pod.ready_at if pod.ready_at is not None else pod.created_at) > grace
+        ):
             why = "lost"
         elif xid is not None and int(xid) in WORK_LOST_XIDS and xid != prev.xid:
             why = f"xid {int(xid)}"
         elif dbe is not None and dbe > (prev.dbe or 0.0):
             why = "dbe"
-        else:
+        elif alerts:  # no alert fires in most runs: no list per pod then
             firing = [a for a, col in alerts if col.get(name)]
             why = f"alert {firing[0]}" if firing else None
         if why is not None:
-            until, quarantined_for = now + cfg.quarantine_s, why
+            until, quarantined_for = now + quarantine_s, why
         if until is not None and now < until:
-            sick[pod.name] = str(quarantined_for)
+            sick[name] = str(quarantined_for)
         elif elapsed > 0 and thermal is not None and prev.thermal is not None:
             share = (thermal - prev.thermal) / 1e9 / elapsed
-            if share > cfg.throttle_share:
-                sick[pod.name] = "throttled"
-        pods[pod.name] = PodHealth(until, quarantined_for, xid, dbe, thermal, done)
+            if share > share_max:
+                sick[name] = "throttled"
+        pods[name] = _pod_health(until, quarantined_for, xid, dbe, thermal, done)
+    rates = {name: n / elapsed for name, n in counts.items()}
     for name in stragglers(rates, sick, elapsed, cfg):
         sick[name] = "straggler"
     for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
         if not pod.ready and pod.name in old:
             pods[pod.name] = old[pod.name]
-    return sick, HealthState(now, pods)
+    return sick, HealthState(now, pods), counts
 
 
 def stragglers(

@@ -216,7 +216,7 @@ def reactive_need(
     by_demand = math.ceil(points[-1][1] / cfg.per_replica - 1e-9)
     healthy = [p.name for p in observation.target.pods if p.ready and p.name not in sick]
     sm = observation.pod_metrics.get(health.SM, {})
-    busy = [sm[name] for name in healthy if name in sm and not math.isnan(sm[name])]
+    busy = [v for name in healthy if (v := sm.get(name)) is not None and not math.isnan(v)]
     # SM activity is a saturation signal, not a level: an LLM server's SMs stay about
     # a third active with one sequence decoding, so sum / target would hold a fleet far
     # above its load. It raises the need only while the pods run hotter than the target.
@@ -241,6 +241,7 @@ def service_time_s(
     kept: Sequence[Interval],
     window_s: float,
     min_completions: float,
+    completions: Mapping[str, float] | None = None,
 ) -> tuple[float | None, tuple[Interval, ...]]:
     """The fleet's mean service time by Little's law over its newest intervals.
 
@@ -265,6 +266,8 @@ def service_time_s(
         window_s: How far back intervals count.
         min_completions: Completions, and sampled requests in service, that make the
             estimate (``service_completions``).
+        completions: ``health.completed`` on ``health_state``, where the caller has it
+            (``health.assess_counted``); None: counted here.
 
     Returns:
         (seconds or None when no completion falls in the window, the intervals kept).
@@ -273,7 +276,9 @@ def service_time_s(
     intervals = [k for k in kept if k[0] > now - window_s]
     last_at = health_state.at
     if last_at is not None and now > last_at:
-        finished = sum(health.completed(observation, health_state.pods).values())
+        if completions is None:
+            completions = health.completed(observation, health_state.pods)
+        finished = sum(completions.values())
         seen = [v for t, v in in_service if last_at < t <= now] or [in_service[-1][1]]
         busy = max(sum(seen) / len(seen), 0.0) * (now - last_at)
         intervals.append((now, float(finished), busy, max(sum(seen), 0.0)))
@@ -529,7 +534,7 @@ class HybridPolicy(KeepsState[HybridState]):
             return points
         now, current = float(observation.now), observation.target.desired
         old_health = state.health
-        sick, health_state = health.assess(observation, old_health, cfg.health)
+        sick, health_state, completions = health.assess_counted(observation, old_health, cfg.health)
         ready = observation.target.ready
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
@@ -544,6 +549,7 @@ class HybridPolicy(KeepsState[HybridState]):
                 state.service,
                 cfg.service_window_s,
                 cfg.service_completions,
+                completions,
             )
             # The forecast learns the load the pods serve, not a queue that grows only
             # while they are short; the reactive need counts the queue at its weight.

@@ -89,14 +89,14 @@ class Observer:
             names = {p.name for p in target.pods}
             keyed = self._keyed
             for key, sig in policy.pod_signals.items():
-                values = pod_metrics.setdefault(key, {})
                 if keyed is not None:
                     by_pod = keyed.instant_by(sig, at, "pod")
                     if by_pod.keys() <= names:  # the usual case: no pod outside the target
-                        values.update(by_pod)
+                        pod_metrics[key] = by_pod  # a new dict of each call: kept, not copied
                     else:
-                        values.update({pod: v for pod, v in by_pod.items() if pod in names})
+                        pod_metrics[key] = {pod: v for pod, v in by_pod.items() if pod in names}
                     continue
+                values = pod_metrics.setdefault(key, {})
                 values.update(
                     {
                         pod: res.points[-1][1]

@@ -406,7 +406,8 @@ def agree(
         return proposal, False, ""
     seen = points if samples is None else samples
     up = rising(seen, now, cfg.rise_window_s) or now - started_at < cfg.scale_in_window_s
-    peak = max((v for t, v in points if t > now - cfg.scale_in_window_s), default=0.0)
+    edge = now - cfg.scale_in_window_s
+    peak = max((v for t, v in points if t > edge), default=0.0)
     observed = math.ceil(peak / cfg.per_replica - 1e-9)
     if observed > proposal:
         return min(observed, current), up, f", observed peak needs {observed}"

@@ -33,20 +33,32 @@ def scale_in_victims(
         The same pods, in the same order, as a stable sort of ``live`` by the full key.
     """
     nodes = [p.slot // node_gpus if p.slot >= 0 else -1 for p in live]
-    on_node = Counter(nodes) if ranked else Counter[int]()
     # ``replicaset_rank``'s key built inline (no call per pod): scheduled pods are
-    # Running (ordinal 2), unscheduled ones Pending (0)
-    rank = [
-        (
-            n >= 0,
-            2 if n >= 0 else 0,
-            p.state == READY,
-            p.deletion_cost if ranked else 0,
-            -on_node[n],
-            -(p.ready_at if p.state == READY and p.ready_at is not None else 0.0),
-            -p.created_at,
-        )
-        for p, n in zip(live, nodes, strict=True)
-    ]
+    # Running (ordinal 2), unscheduled ones Pending (0), so the phase adds nothing to
+    # whether a pod is scheduled.
+    rank: list[tuple[bool, bool, float, float]] | list[tuple[bool, bool, int, int, float, float]]
+    if ranked:
+        on_node = Counter(nodes)
+        rank = [
+            (
+                n >= 0,
+                p.state == READY,
+                p.deletion_cost,
+                -on_node[n],
+                -(p.ready_at if p.state == READY and p.ready_at is not None else 0.0),
+                -p.created_at,
+            )
+            for p, n in zip(live, nodes, strict=True)
+        ]
+    else:  # no deletion cost and no node rank: the key without them, in the same order
+        rank = [
+            (
+                n >= 0,
+                p.state == READY,
+                -(p.ready_at if p.state == READY and p.ready_at is not None else 0.0),
+                -p.created_at,
+            )
+            for p, n in zip(live, nodes, strict=True)
+        ]
     first = heapq.nsmallest(k, range(len(live)), key=rank.__getitem__)
     return [live[i] for i in first]  # = sorted(live, key=rank)[:k]: ties keep the older first
