@@ -115,7 +115,22 @@ def headline(results: Json) -> str:
         "oracle's; negative in the last column is cheaper than the cheapest baseline "
         f"({', '.join(BASELINES)}). Full tables: [docs/results.md](docs/results.md)."
     )
-    return "\n".join(lines) + "\n\n" + note
+    return "\n".join(lines) + "\n\n" + note + _speed_line(results)
+
+
+def _speed_line(results: Json) -> str:
+    """README's line on the simulator's speed: each policy's day on one core, x static."""
+    r = results.get("sim", {}).get("results", {}).get("24h_100gpu_one_core")
+    if not r or not r.get("policy_x_static"):
+        return ""
+    ratios = ", ".join(
+        f"{name} {x:.2f}" for name, x in r["policy_x_static"].items() if name != "static"
+    )
+    return (
+        f"\n\nSimulator speed: a 24-hour day on 100 GPUs, one core, each policy's CPU time as "
+        f"a multiple of static's ({r['policy_cpu_s']['static']:.2f} s) in the same run "
+        f"({r.get('date', 'undated')}): {ratios}."
+    )
 
 
 def _policy_table(entry: Json) -> list[str]:
