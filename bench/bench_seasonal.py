@@ -87,14 +87,24 @@ NEVER_S = 30 * 86_400.0
 MULTIPLES = (1.0, 1.1667, 1.3333, 1.5, 1.6667, 1.8333, 2.0)
 """``per_replica`` values swept by default, as multiples of the fair value."""
 TARGET = 0.99
-VARIANTS = ("seasonal", "line", "clairvoyant")
-"""``hybrid`` as it is, held to its fallback line, and told the rate ahead."""
+VARIANTS = ("seasonal", "holt-winters", "seasonal-naive", "line", "clairvoyant")
+"""``hybrid`` as it is (its seasonal model chosen by backtest), held to one seasonal
+model, held to its fallback line, and told the rate ahead."""
+DEFAULT_VARIANTS = ("seasonal", "line", "clairvoyant")
 LABELS = {
-    "seasonal": "seasonal",
+    "seasonal": "seasonal (chosen by backtest)",
+    "holt-winters": "Holt-Winters only",
+    "seasonal-naive": "seasonal-naive only",
     "line": "fallback line only",
     "clairvoyant": "clairvoyant (the file's rate)",
 }
-STORED = {"seasonal": "seasonal", "line": "fallback", "clairvoyant": "clairvoyant"}
+STORED = {
+    "seasonal": "seasonal",
+    "holt-winters": "holt_winters",
+    "seasonal-naive": "seasonal_naive",
+    "line": "fallback",
+    "clairvoyant": "clairvoyant",
+}
 """Each variant's key in ``results.json`` (the line's was named before the third)."""
 MIN_BLOCK_COUNT = 20
 """``block_changes`` counts the pairs of blocks averaging this many requests or more."""
@@ -169,6 +179,10 @@ def run_variant(
         config = dataclasses.replace(
             config, forecast=dataclasses.replace(config.forecast, season_s=NEVER_S)
         )
+    elif variant in ("holt-winters", "seasonal-naive"):
+        config = dataclasses.replace(
+            config, forecast=dataclasses.replace(config.forecast, model=variant)
+        )
     config = dataclasses.replace(config, per_replica=multiple * config.per_replica)
     known = clairvoyant(path, scale) if variant == "clairvoyant" else None
     return hybrid_run(prepared, config, seed, multiple, WARMUP_S, known)
@@ -214,7 +228,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
+        default=",".join(DEFAULT_VARIANTS),
         help=f"comma-separated, of {', '.join(VARIANTS)}",
     )
     parser.add_argument("--write", action="store_true", help="store bench/results.json['seasonal']")
