@@ -127,7 +127,9 @@ class Backtest:
 
 @dataclass(frozen=True, slots=True)
 class Calibration(JsonState):
-    """The seasonal-naive model's band: ``point + z x sqrt(var0 + var1 x point)``.
+    """The seasonal-naive model's fitted numbers: its error's persistence and its band.
+
+    The band is ``point + z x sqrt(var0 + var1 x point)``.
 
     Attributes:
         var0: Its errors' variance at level 0, in the demand's unit squared.
@@ -136,6 +138,8 @@ class Calibration(JsonState):
             the errors' mean forecast level).
         z: The configured quantile of its errors divided by that deviation.
         errors: How many backtested errors it was calibrated on.
+        rho: The share of the recent error the forecast carries to its horizon
+            (``persistence``).
     """
 
     var0: float
@@ -143,6 +147,7 @@ class Calibration(JsonState):
     floor: float
     z: float
     errors: int
+    rho: float = 0.0
 
     def upper(self, point: float, min_sigma_ratio: float) -> float:
         """The upper bound at ``point``, its deviation floored at ``min_sigma_ratio`` of it.
@@ -189,19 +194,36 @@ def _deviation(sums: Sequence[float], x: float, min_sigma_ratio: float) -> float
     return max(math.sqrt(var0 + var1 * max(x, 0.0)), floor, 1e-12)
 
 
+def persistence(sxy: float, sxx: float) -> float:
+    """The share of a forecast's recent error still there at the horizon, 0 to 1.
+
+    Least squares through the origin of the error at the horizon on the error at
+    the origin; clamped, since an error that flips sign or grows is not one to
+    carry forward.
+
+    Returns:
+        The share (0 with no errors).
+    """
+    return min(max(sxy / sxx, 0.0), 1.0) if sxx > 0 else 0.0
+
+
 def naive_backtest(
     means: Sequence[float], period: int, seasons: int, ahead: int, q: float, min_sigma_ratio: float
 ) -> tuple[Calibration | None, Backtest]:
     """The seasonal-naive model over the stored buckets: its calibration and its backtest.
 
-    Every bucket after the first season is forecast as ``naive_point`` makes it. A
-    band is calibrated on the newest season of errors: a forecast averages fewer
-    seasons the older its bucket is, and errs more, so older errors would widen
-    the band of a forecast that averages ``seasons``. In the backtest each bound is
-    calibrated on the errors known at its origin (``ahead`` buckets earlier), each
-    divided by the deviation of the variance line through the errors before it,
-    once ``MIN_ERRORS`` exist. The calibration kept for live use takes the newest
-    season of errors, divided by the deviation of the line through all of them.
+    Every bucket after the first season is forecast as ``naive_point`` makes it,
+    plus the share (``persistence``) of the error on the forecast's origin bucket
+    (``ahead`` buckets earlier) that the errors so far carried that far: a day
+    busier than the days before stays busier for a while. The band is calibrated
+    on the newest season of the errors left: a forecast averages fewer seasons
+    the older its bucket is, and errs more, so older errors would widen the band
+    of a forecast that averages ``seasons``. In the backtest each forecast uses
+    the share and the band of what was known at its origin (the band once
+    ``MIN_ERRORS`` exist), each error divided by the deviation of the variance
+    line through the errors before it; the calibration kept for live use takes
+    the share over every pair and the newest season of errors, divided by the
+    deviation of the line through all of them.
 
     Args:
         means: Closed buckets' means, oldest first.
@@ -215,17 +237,27 @@ def naive_backtest(
         (the calibration, None with fewer than ``MIN_ERRORS`` errors; the backtest).
     """
     backtest = Backtest()
+    n = len(means)
+    naive = [naive_point(means, at, period, seasons) if at >= period else None for at in range(n)]
+    miss = [0.0 if x is None else means[at] - x for at, x in enumerate(naive)]
+    sxy = sxx = 0.0  # the persistence's sums over the pairs known so far
     sums = [0.0] * 5  # over the errors in the window
     ratios: list[float] = []  # sorted: each error in the window over its time's deviation
     known: list[tuple[float, float, float]] = []  # (forecast, error, ratio), from ``period``
     joined = 0  # errors of ``known`` that have joined the window
-    for at in range(period, len(means)):
-        x = naive_point(means, at, period, seasons)
-        if x is None:  # pragma: no cover - every position past a season has one
+    for at in range(period, n):
+        origin = at - ahead
+        x0 = naive[at]
+        if x0 is None:  # pragma: no cover - every position past a season has one
             continue
+        if origin - ahead >= period:  # the pair that closed at this origin
+            sxy += miss[origin - ahead] * miss[origin]
+            sxx += miss[origin - ahead] ** 2
+        carried = miss[origin] if origin >= period else 0.0
+        x = x0 + persistence(sxy, sxx) * carried
         # Errors whose bucket had closed at this forecast's origin join the window,
         # and those a season older leave it.
-        while joined < len(known) and period + joined <= at - ahead:
+        while joined < len(known) and period + joined <= origin:
             kx, ke, _ = known[joined]
             ratio = ke / _deviation(sums, kx, min_sigma_ratio)
             known[joined] = (kx, ke, ratio)
@@ -240,13 +272,20 @@ def naive_backtest(
             upper = x + quantile(ratios, q) * _deviation(sums, x, min_sigma_ratio)
             backtest.add(at, x, upper, means[at])
         known.append((x, means[at] - x, 0.0))
-    newest = known[-period:]
+    pairs = [(miss[at - ahead], miss[at]) for at in range(period + ahead, n)]
+    rho = persistence(sum(a * b for a, b in pairs), sum(a * a for a, _ in pairs))
+    newest = []
+    for at in range(max(period, n - period), n):
+        x0 = naive[at]
+        if x0 is not None:
+            x = x0 + rho * (miss[at - ahead] if at - ahead >= period else 0.0)
+            newest.append((x, means[at] - x))
     if len(newest) < MIN_ERRORS:
         return None, backtest
     window = [0.0] * 5
-    for x, e, _ in newest:
+    for x, e in newest:
         add_error(window, x, e)
-    final = sorted(e / _deviation(window, x, min_sigma_ratio) for x, e, _ in newest)
+    final = sorted(e / _deviation(window, x, min_sigma_ratio) for x, e in newest)
     var0, var1 = error_variance(window)
     floor = min_sigma_ratio * window[1] / window[0]
-    return Calibration(var0, var1, floor, quantile(final, q), len(newest)), backtest
+    return Calibration(var0, var1, floor, quantile(final, q), len(newest), rho), backtest

@@ -290,8 +290,11 @@ def refit(
         naive, scored[SEASONAL_NAIVE] = calibration.naive_backtest(
             means, m, cfg.seasons_kept - 1, ahead, cfg.quantile, cfg.min_sigma_ratio
         )
-    # Both are scored on the same buckets: those each had a bound for.
-    common = sorted(set.intersection(*(set(b.bound) for b in scored.values())))
+    # Both are scored on the same buckets, those of the newest season that each had a
+    # bound for: there seasonal-naive averages as many seasons as it does live, and its
+    # band is calibrated on a season of errors, as it is live.
+    newest = set(range(len(means) - m, len(means)))
+    common = sorted(newest.intersection(*(set(b.bound) for b in scored.values())))
     losses = {name: b.loss(cfg.quantile, common) for name, b in scored.items()}
     model = cfg.model
     if model == "auto":
@@ -424,9 +427,14 @@ def forecast(
     k_then = math.floor((now + horizon_s) / cfg.bucket_s)
     if recent and model == SEASONAL_NAIVE and state.naive is not None:
         seasons = cfg.seasons_kept - 1  # as many as the calibration's forecasts averaged
+        naive = state.naive
         point = calibration.naive_point(state.means, k_then - state.k0, cfg.period, seasons)
-        if point is not None:  # else a horizon past a season: the fallback
-            upper = state.naive.upper(point, cfg.min_sigma_ratio)
+        k_now = math.floor(now / cfg.bucket_s)
+        here = calibration.naive_point(state.means, k_now - state.k0, cfg.period, seasons)
+        if point is not None and here is not None:  # else a horizon past a season: the line
+            # The share of the recent error the backtest found still there at the horizon.
+            point += naive.rho * (sum(v for _, v in recent) / len(recent) - here)
+            upper = naive.upper(point, cfg.min_sigma_ratio)
             return Forecast(max(point, 0.0), max(upper, 0.0), "seasonal-naive", horizon_s)
     fit = state.fit
     if not recent or model != HOLT_WINTERS or fit is None:

@@ -24,28 +24,36 @@ def feed(cfg, values):
     return state, t
 
 
-def test_seasonal_naive_forecasts_the_mean_of_the_last_seasons_same_bucket():
-    # An exact daily shape, lifted by 0, 10, 20 and 30 on four seasons. Three seasons
-    # kept: the forecast averages the two before its bucket's season, as the
-    # calibration's forecasts of the newest stored season did.
+def test_seasonal_naive_forecasts_a_periodic_series_and_carries_a_persistent_error():
     cfg = fc.ForecastConfig(bucket_s=60.0, season_s=3600.0, model="seasonal-naive")
     m = cfg.period
 
     def shape(k):
         return 5.0 + (k % m) % 7 * 3.0
 
-    values = [shape(k) + 10.0 * (k // m) for k in range(4 * m)]
+    # An exact period: every forecast is the shape, with no error to carry.
+    values = [shape(k) for k in range(4 * m)]
     state, now = feed(cfg, values)
     assert state.model == "seasonal-naive"
     assert state.fit is None  # no Holt-Winters fit when it is not asked for
-    for j in range(1, m - 1):  # the next season's buckets: seasons 3 and 2, lifted 30 and 20
+    assert state.naive.rho == 0.0
+    for j in range(m):
         f = fc.forecast(state, ((now, values[-1]),), now, j * cfg.bucket_s, cfg)
         assert f.model == "seasonal-naive"
-        assert f.mean == pytest.approx(shape(4 * m - 1 + j) + 25.0)
+        assert f.mean == pytest.approx(shape(4 * m - 1 + j))
         assert f.upper >= f.mean
-    # The open bucket's own: seasons 2 and 1.
-    f = fc.forecast(state, ((now, values[-1]),), now, 0.0, cfg)
-    assert f.mean == pytest.approx(shape(4 * m - 1) + 15.0)
+    # Lifted by 0, 10, 20 and 30 on four seasons. Three seasons kept: a forecast
+    # averages the two before its bucket's season (the next season's buckets: seasons
+    # 3 and 2, lifted 30 and 20), as the calibration's forecasts of the newest stored
+    # season did. Each season's error (its lift less the mean of the two before, 15)
+    # lasts the season, so the backtest carries all of it (rho 1): the forecast is
+    # 25 + 15, where a level that rises 10 a season goes next.
+    values = [shape(k) + 10.0 * (k // m) for k in range(4 * m)]
+    state, now = feed(cfg, values)
+    assert state.naive.rho == pytest.approx(1.0)
+    for j in range(1, m - 1):
+        f = fc.forecast(state, ((now, values[-1]),), now, j * cfg.bucket_s, cfg)
+        assert f.mean == pytest.approx(shape(4 * m - 1 + j) + 40.0)
 
 
 def test_naive_point_averages_at_most_the_seasons_asked():
