@@ -106,7 +106,7 @@ def choose(values, cfg):
     return fc.refit(state, now, cfg, horizon_s=cfg.bucket_s)
 
 
-def test_the_backtest_chooses_holt_winters_for_a_moving_level_and_naive_for_a_steady_one():
+def test_the_backtest_chooses_holt_winters_for_a_new_trend_and_naive_for_a_steady_shape():
     cfg = fc.ForecastConfig(bucket_s=60.0, season_s=4 * 3600.0, refit_s=1e9, seasons_kept=4)
     m = cfg.period
     k = np.arange(4 * m)
@@ -114,16 +114,15 @@ def test_the_backtest_chooses_holt_winters_for_a_moving_level_and_naive_for_a_st
     for seed in range(3):
         rng = np.random.default_rng(seed)
         noise = rng.normal(0.0, 4.0, k.size)
-        # Each season at its own level (deviation 15): the mean of earlier seasons misses
-        # it by a different amount each season, which no band calibrated on the season
-        # before absorbs; Holt-Winters' forecast, shifted by its error on the newest
-        # bucket, carries the season's level.
-        levels = np.repeat(rng.normal(0.0, 15.0, 4), m)
-        moving = choose(50.0 + levels + shape + noise, cfg)
-        assert moving.model == "holt-winters", moving.losses
-        # The same shape at one level: that shift carries the newest bucket's noise too,
-        # so Holt-Winters errs by two buckets' noise (variance 2 x 16), where the mean
-        # of three seasons errs by (1 + 1/3) x 16.
+        # A rise of 0.3 a bucket through the newest season, which no earlier season had:
+        # the mean of earlier seasons misses it by more each bucket, and carrying its
+        # error on the origin bucket forward still misses the rise over the horizon;
+        # Holt-Winters' trend extrapolates it.
+        rising = choose(50.0 + np.where(k > 3 * m, 0.3 * (k - 3 * m), 0.0) + shape + noise, cfg)
+        assert rising.model == "holt-winters", rising.losses
+        # The same shape, steady: Holt-Winters' forecast is shifted by its error on the
+        # newest bucket, so it errs by two buckets' noise (variance 2 x 16), where the
+        # mean of three seasons errs by (1 + 1/3) x 16 (and there is no error to carry).
         steady = choose(50.0 + shape + noise, cfg)
         assert steady.model == "seasonal-naive", steady.losses
         losses = dict(steady.losses)
