@@ -23,7 +23,10 @@ forecast of the rate would buy the same policy, so the gap between it and the
 first variant is the forecast's, and the gap between it and the hindsight oracle
 is the rest of the policy's (its reaction, scale-in and whole nodes). The first
 two days are the warm-up (not scored), so the first variant's scored decisions
-all come after its first fit. Each variant's cost at the target attainment is
+all come after its first fit. Its seasonal model is the one the forecaster's
+backtest chooses at each refit (``ForecastConfig.model`` ``auto``); the variants
+``holt-winters`` and ``seasonal-naive`` (not run by default) hold it to one
+model throughout, to show what each choice costs. Each variant's cost at the target attainment is
 read off each seed's curve of ``per_replica`` (the knob, by default 1 to 2 x the
 fair value; ``evaluate.bracket.at_target``) and off the mean curve; ratios
 between variants are taken seed by seed, and each variant's ratio to the oracle
@@ -41,6 +44,7 @@ horizon adds while its always-up nodes are full. Run:
     python bench/bench_seasonal.py --node-provision 900 --multiples $M --write
     python bench/bench_seasonal.py --rate-file out/gentd26_lora_4d.csv  # the rate file alone
     python bench/bench_seasonal.py --variants seasonal,line      # without the clairvoyant runs
+    python bench/bench_seasonal.py --variants holt-winters,seasonal-naive  # each model alone
 
 ``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``; a
 variant not run keeps the figures stored before.
