@@ -23,7 +23,10 @@ forecast of the rate would buy the same policy, so the gap between it and the
 first variant is the forecast's, and the gap between it and the hindsight oracle
 is the rest of the policy's (its reaction, scale-in and whole nodes). The first
 two days are the warm-up (not scored), so the first variant's scored decisions
-all come after its first fit. Each variant's cost at the target attainment is
+all come after its first fit. Its seasonal model is the one the forecaster's
+backtest chooses at each refit (``ForecastConfig.model`` ``auto``); the variants
+``holt-winters`` and ``seasonal-naive`` (not run by default) hold it to one
+model throughout, to show what each choice costs. Each variant's cost at the target attainment is
 read off each seed's curve of ``per_replica`` (the knob, by default 1 to 2 x the
 fair value; ``evaluate.bracket.at_target``) and off the mean curve; ratios
 between variants are taken seed by seed, and each variant's ratio to the oracle
@@ -41,6 +44,7 @@ horizon adds while its always-up nodes are full. Run:
     python bench/bench_seasonal.py --node-provision 900 --multiples $M --write
     python bench/bench_seasonal.py --rate-file out/gentd26_lora_4d.csv  # the rate file alone
     python bench/bench_seasonal.py --variants seasonal,line      # without the clairvoyant runs
+    python bench/bench_seasonal.py --variants holt-winters,seasonal-naive  # each model alone
 
 ``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``; a
 variant not run keeps the figures stored before.
@@ -87,14 +91,24 @@ NEVER_S = 30 * 86_400.0
 MULTIPLES = (1.0, 1.1667, 1.3333, 1.5, 1.6667, 1.8333, 2.0)
 """``per_replica`` values swept by default, as multiples of the fair value."""
 TARGET = 0.99
-VARIANTS = ("seasonal", "line", "clairvoyant")
-"""``hybrid`` as it is, held to its fallback line, and told the rate ahead."""
+VARIANTS = ("seasonal", "holt-winters", "seasonal-naive", "line", "clairvoyant")
+"""``hybrid`` as it is (its seasonal model chosen by backtest), held to one seasonal
+model, held to its fallback line, and told the rate ahead."""
+DEFAULT_VARIANTS = ("seasonal", "line", "clairvoyant")
 LABELS = {
-    "seasonal": "seasonal",
+    "seasonal": "seasonal (chosen by backtest)",
+    "holt-winters": "Holt-Winters only",
+    "seasonal-naive": "seasonal-naive only",
     "line": "fallback line only",
     "clairvoyant": "clairvoyant (the file's rate)",
 }
-STORED = {"seasonal": "seasonal", "line": "fallback", "clairvoyant": "clairvoyant"}
+STORED = {
+    "seasonal": "seasonal",
+    "holt-winters": "holt_winters",
+    "seasonal-naive": "seasonal_naive",
+    "line": "fallback",
+    "clairvoyant": "clairvoyant",
+}
 """Each variant's key in ``results.json`` (the line's was named before the third)."""
 MIN_BLOCK_COUNT = 20
 """``block_changes`` counts the pairs of blocks averaging this many requests or more."""
@@ -169,6 +183,10 @@ def run_variant(
         config = dataclasses.replace(
             config, forecast=dataclasses.replace(config.forecast, season_s=NEVER_S)
         )
+    elif variant in ("holt-winters", "seasonal-naive"):
+        config = dataclasses.replace(
+            config, forecast=dataclasses.replace(config.forecast, model=variant)
+        )
     config = dataclasses.replace(config, per_replica=multiple * config.per_replica)
     known = clairvoyant(path, scale) if variant == "clairvoyant" else None
     return hybrid_run(prepared, config, seed, multiple, WARMUP_S, known)
@@ -214,7 +232,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
+        default=",".join(DEFAULT_VARIANTS),
         help=f"comma-separated, of {', '.join(VARIANTS)}",
     )
     parser.add_argument("--write", action="store_true", help="store bench/results.json['seasonal']")

@@ -67,7 +67,10 @@ class ForecastReport(_Status):
 
     mean: float = Field(description="Point forecast, in the signal's unit.")
     upper: float = Field(description="Upper bound at the policy's quantile, same unit.")
-    model: str = Field(description="seasonal, trend (the fallback line) or none (no data).")
+    model: str = Field(
+        description="seasonal (Holt-Winters), seasonal-naive, trend (the fallback line) "
+        "or none (no data)."
+    )
     horizon_seconds: float = Field(
         serialization_alias="horizonSeconds", description="How far ahead, seconds."
     )

@@ -9,46 +9,54 @@ within the policy's state, as plain numbers:
 
 * Demand is averaged into buckets of ``bucket_s`` seconds (``ingest``); the
   state keeps at most ``seasons_kept`` seasons of closed buckets.
-* Once two full seasons exist, an additive Holt-Winters model with a damped
-  trend (statsmodels ``ExponentialSmoothing``) is fitted to the buckets, every
-  ``refit_s`` seconds at most (``refit``). Its smoothing parameters, level,
-  trend and seasonal indices are stored. Between refits each closed bucket
-  advances the stored model by one step of the Holt-Winters recursions (a few
-  multiplications), so no decision refits.
-* Each closed bucket is also scored against what this module forecast for it
-  one bucket earlier (the model's forecast shifted by the recent error, as
-  below), and the squared errors are kept as running sums, forgotten with a
-  half-life of one season. Their variance is a line in the forecast level
-  (``error_variance``): counts of requests scatter more at the peak than at
-  night, so one deviation for the whole season would be too wide at night and
-  too narrow at the peak. A refit replays the recursions over the stored
-  buckets from the fitted initial state, so the sums restart from the errors the
-  new model would have made.
+* Once two full seasons exist, the seasonal models are fitted to the buckets,
+  every ``refit_s`` seconds at most (``refit``), and between refits no decision
+  fits anything:
+
+  - ``holt-winters``: an additive Holt-Winters model with a damped trend
+    (``scaling.holtwinters``; statsmodels fits it). Each closed bucket advances
+    it by one step of its recursions. Its forecast for ``now + h`` is its
+    forecast for the bucket holding that time, shifted by its error on the
+    recent points (so a level it has not caught up with yet persists over the
+    horizon); its upper bound is the ``quantile`` of a normal error with the
+    deviation of its scored errors at the forecast level, widened with the
+    horizon.
+  - ``seasonal-naive``: the mean of the same bucket on the earlier seasons kept.
+    It has no level to catch up with and nothing to extrapolate, so a level that
+    moves from day to day under a stable daily shape costs it less than a model
+    that tracks the level and trend. Its upper bound is calibrated on its own
+    backtested errors (``scaling.calibration``): the configured quantile of the
+    errors over their deviation at the forecast level, not a normal guess.
+
+* Which model forecasts is chosen by backtest (``model: auto``): at each
+  refit, each model forecasts every stored bucket after the first season with a
+  rolling origin, the policy's horizon ahead, and the one whose upper bounds
+  have the smaller pinball loss at ``quantile`` is used until the next refit
+  (Holt-Winters on a tie). ``model`` may also name one of them.
 * Before that (short history) the fallback is a least-squares line through
   the raw points of the last ``trend_window_s`` seconds; only the part of its
   slope beyond ``SLOPE_T`` standard errors is extrapolated.
-
-The seasonal forecast for ``now + h`` is the model's forecast for the bucket
-holding that time, shifted by the model's error on the recent points (so a
-level the model has not caught up with yet persists over the horizon). The
-upper bound is the ``quantile`` of a normal error with the deviation of
-those scored errors at the forecast level, widened with the horizon.
 """
 
 import logging
 import math
-import warnings
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any
 
 from gpuscale.errors import require
+from gpuscale.scaling import calibration, holtwinters
+from gpuscale.scaling.calibration import Calibration
+from gpuscale.scaling.holtwinters import FittedModel
 from gpuscale.scaling.linefit import fit_line
 from gpuscale.scaling.policy import Forecast, Series
 from gpuscale.scaling.state import JsonState
 
 logger = logging.getLogger(__name__)
+
+HOLT_WINTERS = "holt-winters"
+SEASONAL_NAIVE = "seasonal-naive"
+MODELS = ("auto", HOLT_WINTERS, SEASONAL_NAIVE)
+"""``ForecastConfig.model``'s values: the backtest's choice, or one model throughout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,8 @@ class ForecastConfig:
         max_rise_ratio: The fallback line may rise (or fall) at most this share of the
             window's mean between now and the horizon: a start-up backlog or a burst's
             edge is a steep line that must not be extrapolated without bound.
+        model: The seasonal model: ``auto`` (the one with the better backtest at each
+            refit), ``holt-winters`` or ``seasonal-naive``.
     """
 
     bucket_s: float = field(default=300.0, metadata={"unit": "s"})
@@ -76,6 +86,7 @@ class ForecastConfig:
     quantile: float = field(default=0.9, metadata={"unit": "ratio"})
     min_sigma_ratio: float = field(default=0.05, metadata={"unit": "ratio"})
     max_rise_ratio: float = field(default=0.5, metadata={"unit": "ratio"})
+    model: str = field(default="auto", metadata={"unit": ""})
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, fix: str) -> None:
@@ -90,6 +101,12 @@ class ForecastConfig:
         check(0.5 <= self.quantile < 1, "quantile", "use 0.5 to 1 (e.g. 0.9)")
         check(self.min_sigma_ratio >= 0, "min_sigma_ratio", "use 0 or more")
         check(self.max_rise_ratio >= 0, "max_rise_ratio", "use 0 or more")
+        require(
+            self.model in MODELS,
+            f"ForecastConfig.model={self.model!r}",
+            "unknown model",
+            f"use one of {', '.join(MODELS)}",
+        )
 
     @property
     def period(self) -> int:
@@ -118,53 +135,8 @@ grows from 0 at the band's edge instead of jumping to a full band's worth.
 """
 
 
-ERROR_HALF_LIFE_SEASONS = 1.0
-"""The scored errors' weight halves over this many seasons (a day by default).
-
-Long enough that the sums hold a whole season's levels, night and peak, at
-comparable weight; short enough that the errors of a model refitted since, or
-of a season that changed, take over within a few days.
-"""
-
-
 def _z(quantile: float) -> float:
     return NormalDist().inv_cdf(quantile)
-
-
-@dataclass(frozen=True, slots=True)
-class FittedModel(JsonState):
-    """The seasonal model's parameters and components, and its scored errors.
-
-    Attributes:
-        alpha: Smoothing of the level.
-        beta: Smoothing of the trend.
-        gamma: Smoothing of the seasonal indices.
-        phi: Damping of the trend.
-        level: Level after bucket ``k``, in the demand's unit.
-        trend: Trend after bucket ``k``, per bucket.
-        season: Seasonal index of each bucket of the season (bucket index modulo
-            its length).
-        k: The newest bucket the model has advanced over (an index of ``bucket_s``).
-        sigma: Deviation of the errors scored when fitted, in the demand's unit.
-        at: When it was fitted, seconds.
-        err: Weighted sums ``(w, w x, w e^2, w x^2, w x e^2)`` of the scored errors;
-            None in a model stored before errors were scored (``sigma`` is then read).
-        pending: ``(bucket, forecast)`` made for the next bucket, scored when it
-            closes; None before the first.
-    """
-
-    alpha: float
-    beta: float
-    gamma: float
-    phi: float
-    level: float
-    trend: float
-    season: tuple[float, ...]
-    k: int
-    sigma: float
-    at: float
-    err: tuple[float, ...] | None = None
-    pending: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +149,17 @@ class ForecastState(JsonState):
             seasons).
         k0: Bucket index of ``means[0]``.
         cur: The open bucket: ``(index, sum, count)``; None before any point.
-        fit: The fitted seasonal model; None until two seasons of buckets exist.
-        fits: How many times the model has been fitted.
+        fit: The fitted Holt-Winters model; None until two seasons of buckets exist
+            (or while ``model`` is ``seasonal-naive``).
+        fits: How many times the models have been fitted.
+        naive: The seasonal-naive model's calibrated band; None until fitted.
+        model: The model that forecasts until the next refit (``holt-winters`` or
+            ``seasonal-naive``); None before the first fit (and in a state stored
+            before models were chosen, which forecasts with ``fit``).
+        at: When the models were last fitted, seconds; None before (or in a state
+            stored before it was kept: ``fit.at``).
+        losses: The backtest's pinball loss of each model scored at the last refit,
+            ``(model, loss)``, in the demand's unit.
 
     Every field moves with the data it has seen, so ``essential()`` is
     ``to_json()``: under any load the open bucket's sum changes at every decision.
@@ -190,43 +171,17 @@ class ForecastState(JsonState):
     cur: tuple[int, float, int] | None = None
     fit: FittedModel | None = None
     fits: int = 0
+    naive: Calibration | None = None
+    model: str | None = None
+    at: float | None = None
+    losses: tuple[tuple[str, float], ...] = ()
 
-
-def _working(fit: FittedModel) -> dict[str, Any]:
-    """A mutable copy of a fitted model for ``_advance`` (the stored one never changes)."""
-    return {
-        "alpha": fit.alpha,
-        "beta": fit.beta,
-        "gamma": fit.gamma,
-        "phi": fit.phi,
-        "level": fit.level,
-        "trend": fit.trend,
-        "season": list(fit.season),
-        "k": fit.k,
-        "sigma": fit.sigma,
-        "at": fit.at,
-        "err": None if fit.err is None else list(fit.err),
-        "pending": fit.pending,
-    }
-
-
-def _frozen(work: Mapping[str, Any]) -> FittedModel:
-    """The stored form of ``_working``'s copy."""
-    err, pending = work["err"], work["pending"]
-    return FittedModel(
-        alpha=work["alpha"],
-        beta=work["beta"],
-        gamma=work["gamma"],
-        phi=work["phi"],
-        level=work["level"],
-        trend=work["trend"],
-        season=tuple(work["season"]),
-        k=work["k"],
-        sigma=work["sigma"],
-        at=work["at"],
-        err=None if err is None else tuple(err),
-        pending=None if pending is None else (pending[0], pending[1]),
-    )
+    @property
+    def fitted_at(self) -> float | None:
+        """When the models were last fitted, seconds; None before."""
+        if self.at is not None:
+            return self.at
+        return None if self.fit is None else self.fit.at
 
 
 def ingest(state: ForecastState, points: Series, cfg: ForecastConfig) -> ForecastState:
@@ -249,8 +204,8 @@ def ingest(state: ForecastState, points: Series, cfg: ForecastConfig) -> Forecas
     k0 = state.k0
     # The open bucket's index, sum and count; index None while there is none.
     cur_k, cur_sum, cur_n = (None, 0.0, 0) if state.cur is None else state.cur
-    fit = None if state.fit is None else _working(state.fit)
-    keep, forget = cfg.period * cfg.seasons_kept, _forget(cfg)
+    fit = None if state.fit is None else holtwinters.working(state.fit)
+    keep, forget = cfg.period * cfg.seasons_kept, holtwinters.forget_per_bucket(cfg.period)
     for t, v in points:
         if t <= last_t or math.isnan(v):
             continue
@@ -264,172 +219,128 @@ def ingest(state: ForecastState, points: Series, cfg: ForecastConfig) -> Forecas
                 k0 = cur_k
             means.append(mean)
             if fit is not None:
-                _advance(fit, cur_k, mean, forget)
+                holtwinters.advance(fit, cur_k, mean, forget)
             cur_k, cur_sum, cur_n = cur_k + 1, 0.0, 0
         cur_sum += v
         cur_n += 1
     if len(means) > keep:
         k0 += len(means) - keep
         means = means[-keep:]
-    return ForecastState(
+    return replace(
+        state,
         last_t=None if last_t == -math.inf else last_t,
         means=tuple(means),
         k0=k0,
         cur=None if cur_k is None else (cur_k, cur_sum, cur_n),
-        fit=state.fit if fit is None else _frozen(fit),
-        fits=state.fits,
+        fit=state.fit if fit is None else holtwinters.frozen(fit),
     )
 
 
-def _forget(cfg: ForecastConfig) -> float:
-    """The scored errors' weight kept per bucket (``ERROR_HALF_LIFE_SEASONS``)."""
-    return float(0.5 ** (1.0 / (ERROR_HALF_LIFE_SEASONS * cfg.period)))
-
-
-def _advance(fit: dict[str, Any], k: int, y: float, forget: float, score: bool = True) -> None:
-    """One step of the additive, damped Holt-Winters recursions for bucket ``k``.
-
-    Before it, bucket ``k`` is scored against the forecast made for it while bucket
-    ``k - 1`` was the newest (``fit["pending"]``), into ``fit["err"]`` (weighted sums
-    ``[w, w x, w e^2, w x^2, w x e^2]`` of the forecast ``x`` and its error ``e``, each
-    older one weighted ``forget`` less), unless ``score`` is False; and the forecast
-    for bucket ``k + 1`` is made as ``forecast`` makes it from bucket ``k``'s mean.
-    ``fit`` is ``_working``'s mutable form.
-    """
-    season: list[float] = fit["season"]
-    pending = fit["pending"]
-    err = fit["err"]
-    if score and err is not None and pending is not None and int(pending[0]) == k:
-        x, e = max(float(pending[1]), 0.0), y - float(pending[1])
-        e2 = e * e
-        for i, add in enumerate((1.0, x, e2, x * x, x * e2)):
-            err[i] = forget * err[i] + add
-    level, trend, phi = fit["level"], fit["trend"], fit["phi"]
-    if err is not None:
-        ahead = _seasonal_at(season, level, trend, phi, fit["k"], k + 1)
-        fit["pending"] = (k + 1, ahead + y - _seasonal_at(season, level, trend, phi, fit["k"], k))
-    p = k % len(season)
-    a, b, g = fit["alpha"], fit["beta"], fit["gamma"]
-    new_level = a * (y - season[p]) + (1 - a) * (level + phi * trend)
-    fit["trend"] = b * (new_level - level) + (1 - b) * phi * trend
-    season[p] = g * (y - level - phi * trend) + (1 - g) * season[p]
-    fit["level"], fit["k"] = new_level, k
-
-
 def refit_due(state: ForecastState, now: float, cfg: ForecastConfig) -> bool:
-    """Whether the seasonal model should be (re)fitted now.
+    """Whether the seasonal models should be (re)fitted now.
 
     Returns:
         True when two seasons of buckets exist and the last fit is ``refit_s`` old.
     """
     if len(state.means) < 2 * cfg.period:
         return False
-    return state.fit is None or now - state.fit.at >= cfg.refit_s
+    at = state.fitted_at
+    return at is None or now - at >= cfg.refit_s
 
 
-def refit(state: ForecastState, now: float, cfg: ForecastConfig) -> ForecastState:
-    """Fit the seasonal model to the stored buckets and keep its parameters.
+def backtest_steps(horizon_s: float, cfg: ForecastConfig) -> int:
+    """Buckets from a forecast's origin (the newest closed bucket) to its bucket.
+
+    A decision falls anywhere in the open bucket, one past the newest closed one,
+    so the bucket holding ``now + h`` lies ``1 + h / bucket_s`` buckets past it on
+    average.
 
     Returns:
-        The new state, with ``fit`` (parameters and final components) and ``fits`` + 1.
+        At least 1, at most a season.
     """
-    from statsmodels.tsa.holtwinters import ExponentialSmoothing  # slow import, only when fitting
-
-    means = list(state.means)
-    m, k0 = cfg.period, state.k0
-    with warnings.catch_warnings():  # convergence chatter from the optimiser
-        warnings.simplefilter("ignore")
-        model = ExponentialSmoothing(
-            means,
-            trend="add",
-            damped_trend=True,
-            seasonal="add",
-            seasonal_periods=m,
-            initialization_method="heuristic",
-        )
-        res = model.fit()
-    params = res.params
-    season = [0.0] * m
-    for i, s0 in enumerate(params["initial_seasons"]):
-        season[(k0 + i) % m] = float(s0)
-    # The fitted model from its initial state, replayed over the buckets by the same
-    # recursions as ``ingest`` (its final components are statsmodels' own), scoring
-    # each bucket after the first season (the heuristic start fits that one).
-    fit: dict[str, Any] = {
-        "alpha": float(params["smoothing_level"]),
-        "beta": float(params["smoothing_trend"]),
-        "gamma": float(params["smoothing_seasonal"]),
-        "phi": float(params["damping_trend"]),
-        "level": float(params["initial_level"]),
-        "trend": float(params["initial_trend"]),
-        "season": season,
-        "k": k0 - 1,
-        "err": [0.0] * 5,
-        "pending": None,
-    }
-    forget = _forget(cfg)
-    for i, y in enumerate(means):
-        _advance(fit, k0 + i, y, forget, score=i >= m)
-    err = fit["err"]
-    fit["sigma"] = math.sqrt(err[2] / err[0]) if err[0] > 0 else 0.0
-    fit["at"] = float(now)
-    var0, var1 = error_variance(err)
-    logger.debug(
-        "forecast: refit at %.0f on %d buckets, error variance %.3g + %.3g x level",
-        now,
-        len(means),
-        var0,
-        var1,
-    )
-    return replace(state, fit=_frozen(fit), fits=state.fits + 1)
+    return min(max(round(1 + horizon_s / cfg.bucket_s), 1), cfg.period)
 
 
-def error_variance(sums: Sequence[float]) -> tuple[float, float]:
-    """The scored errors' variance as a line in the forecast level: ``var0 + var1 x level``.
-
-    Weighted least squares of the squared errors on the level (``_advance``'s sums),
-    with neither coefficient negative: where the errors do not grow with the level
-    the line is flat (their mean square); where it would cross zero above level 0,
-    it goes through the origin (a variance proportional to the level, as Poisson
-    counts have).
+def refit(
+    state: ForecastState, now: float, cfg: ForecastConfig, horizon_s: float = 0.0
+) -> ForecastState:
+    """Fit the seasonal models to the stored buckets and choose the one to use.
 
     Args:
-        sums: ``[w, w x, w e^2, w x^2, w x e^2]`` over the scored buckets.
+        state: The forecaster's state, with two seasons of buckets or more.
+        now: Time of the fit, seconds.
+        cfg: Model settings; ``model`` says which are fitted and whether one is chosen.
+        horizon_s: The policy's horizon, seconds: the backtest scores forecasts this
+            far ahead.
 
     Returns:
-        (``var0``, the variance at level 0; ``var1``, its growth per unit of level).
+        The new state: the models fitted, ``model`` the backtest's choice (or the
+        configured one), ``fits`` + 1.
     """
-    w, sx, sy, sxx, sxy = (float(v) for v in sums)
-    if w <= 0:
-        return 0.0, 0.0
-    mean_x, mean_y = sx / w, sy / w
-    spread = sxx / w - mean_x * mean_x
-    slope = (sxy / w - mean_x * mean_y) / spread if spread > 1e-12 * (sxx / w) else 0.0
-    if slope <= 0:
-        return mean_y, 0.0
-    var0 = mean_y - slope * mean_x
-    if var0 < 0:
-        return 0.0, sxy / sxx
-    return var0, slope
+    means, m = state.means, cfg.period
+    ahead = backtest_steps(horizon_s, cfg)
+    fit, naive = state.fit, state.naive
+    scored: dict[str, calibration.Backtest] = {}
+    if cfg.model in ("auto", HOLT_WINTERS):
+        z = _z(cfg.quantile)
+        fit, scored[HOLT_WINTERS] = holtwinters.fit(
+            means, state.k0, m, now, ahead, z, cfg.min_sigma_ratio
+        )
+    if cfg.model in ("auto", SEASONAL_NAIVE):
+        naive, scored[SEASONAL_NAIVE] = calibration.naive_backtest(
+            means, m, cfg.seasons_kept - 1, ahead, cfg.quantile, cfg.min_sigma_ratio
+        )
+    # Both are scored on the same buckets, those of the newest season that each had a
+    # bound for: there seasonal-naive averages as many seasons as it does live, and its
+    # band is calibrated on a season of errors, as it is live.
+    newest = set(range(len(means) - m, len(means)))
+    common = sorted(newest.intersection(*(set(b.bound) for b in scored.values())))
+    losses = {name: b.loss(cfg.quantile, common) for name, b in scored.items()}
+    model = cfg.model
+    if model == "auto":
+        hw, sn = losses[HOLT_WINTERS], losses[SEASONAL_NAIVE]
+        model = SEASONAL_NAIVE if naive is not None and sn < hw else HOLT_WINTERS
+    logger.info(
+        "forecast: refit at %.0f on %d buckets, backtest %d buckets at +%d: %s -> %s",
+        now,
+        len(means),
+        len(common),
+        ahead,
+        ", ".join(f"{name} {loss:.4g}" for name, loss in losses.items()),
+        model,
+    )
+    return replace(
+        state,
+        fit=fit,
+        naive=naive,
+        model=model,
+        at=float(now),
+        fits=state.fits + 1,
+        losses=tuple((name, float(loss)) for name, loss in losses.items()),
+    )
 
 
-def update(state: ForecastState, points: Series, now: float, cfg: ForecastConfig) -> ForecastState:
+def update(
+    state: ForecastState,
+    points: Series,
+    now: float,
+    cfg: ForecastConfig,
+    horizon_s: float = 0.0,
+) -> ForecastState:
     """Ingest new points and refit when due: the one call a policy makes per decision.
+
+    Args:
+        state: The forecaster's state.
+        points: (time seconds, demand) points, oldest first.
+        now: Decision time, seconds.
+        cfg: Model settings.
+        horizon_s: The policy's horizon, seconds (the backtest's, at a refit).
 
     Returns:
         The new state.
     """
     st = ingest(state, points, cfg)
-    return refit(st, now, cfg) if refit_due(st, now, cfg) else st
-
-
-def _seasonal_at(
-    season: Sequence[float], level: float, trend: float, phi: float, k_last: int, k: int
-) -> float:
-    """A model's forecast for bucket ``k``, from its components after bucket ``k_last``."""
-    h = max(k - k_last, 0)
-    damp = sum(phi**j for j in range(1, h + 1)) if phi < 1 else float(h)
-    return level + damp * trend + season[k % len(season)]
+    return refit(st, now, cfg, horizon_s) if refit_due(st, now, cfg) else st
 
 
 def _recent(points: Series, now: float, window_s: float) -> list[tuple[float, float]]:
@@ -502,7 +413,7 @@ def forecast(
     cfg: ForecastConfig,
     average_s: float = 0.0,
 ) -> Forecast:
-    """Demand at ``now + horizon_s``: seasonal once fitted, else the fallback line.
+    """Demand at ``now + horizon_s``: the chosen seasonal model once fitted, else the line.
 
     Args:
         state: The forecaster's state after ``update``.
@@ -515,26 +426,31 @@ def forecast(
     Returns:
         The forecast and its upper bound, in the demand's unit.
     """
-    fit = state.fit
-    if fit is None:
-        return trend_forecast(points, now, horizon_s, cfg, average_s)
+    model = state.model or (HOLT_WINTERS if state.fit is not None else None)
     recent = _recent(points, now, min(cfg.bucket_s, cfg.trend_window_s))
-    if not recent:
+    k_then = math.floor((now + horizon_s) / cfg.bucket_s)
+    if recent and model == SEASONAL_NAIVE and state.naive is not None:
+        seasons = cfg.seasons_kept - 1  # as many as the calibration's forecasts averaged
+        naive = state.naive
+        point = calibration.naive_point(state.means, k_then - state.k0, cfg.period, seasons)
+        k_now = math.floor(now / cfg.bucket_s)
+        here = calibration.naive_point(state.means, k_now - state.k0, cfg.period, seasons)
+        if point is not None and here is not None:  # else a horizon past a season: the line
+            # The share of the recent error the backtest found still there at the horizon.
+            point += naive.rho * (sum(v for _, v in recent) / len(recent) - here)
+            upper = naive.upper(point, cfg.min_sigma_ratio)
+            return Forecast(max(point, 0.0), max(upper, 0.0), "seasonal-naive", horizon_s)
+    fit = state.fit
+    if not recent or model != HOLT_WINTERS or fit is None:
         return trend_forecast(points, now, horizon_s, cfg, average_s)
     k_now = math.floor(now / cfg.bucket_s)
-    error = sum(v for _, v in recent) / len(recent) - _seasonal_at(
+    at = holtwinters.seasonal_at
+    error = sum(v for _, v in recent) / len(recent) - at(
         fit.season, fit.level, fit.trend, fit.phi, fit.k, k_now
     )
-    k_then = math.floor((now + horizon_s) / cfg.bucket_s)
-    point = _seasonal_at(fit.season, fit.level, fit.trend, fit.phi, fit.k, k_then) + error
+    point = at(fit.season, fit.level, fit.trend, fit.phi, fit.k, k_then) + error
     steps = max(k_then - fit.k, 1)
-    floor = cfg.min_sigma_ratio * abs(point)
-    err = fit.err
-    if err is not None:
-        var0, var1 = error_variance(err)
-        deviation = math.sqrt(var0 + var1 * max(point, 0.0))
-    else:  # a fit stored before errors were scored: its residuals' one deviation
-        deviation = fit.sigma
-    spread = max(deviation, floor) * math.sqrt(1 + (steps - 1) * fit.alpha**2)
+    # A fit stored before errors were scored has no sums: its residuals' one deviation.
+    spread = holtwinters.spread(fit.err, fit.sigma, fit.alpha, point, steps, cfg.min_sigma_ratio)
     upper = point + _z(cfg.quantile) * spread
     return Forecast(max(point, 0.0), max(upper, 0.0), "seasonal", horizon_s)

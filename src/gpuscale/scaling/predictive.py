@@ -263,14 +263,14 @@ def plan(
         the forecast planned for).
     """
     now = float(observation.now)
-    fstate = fc.update(state.forecast, points, now, cfg.forecast)
-    fcfg = cfg.forecast
-    if unsaturated_since is not None:
-        points = tuple(p for p in points if p[0] > unsaturated_since)
     if cold is None:
         cold = cold_start_s(observation.target.pods, state.cold, cfg)
     cold_s, cold_state = cold
     horizon = cold_s
+    fstate = fc.update(state.forecast, points, now, cfg.forecast, horizon)
+    fcfg = cfg.forecast
+    if unsaturated_since is not None:
+        points = tuple(p for p in points if p[0] > unsaturated_since)
     f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
     need = math.ceil(f.upper / cfg.per_replica - 1e-9)
     longer = horizon_s(cold_s, need, cfg)

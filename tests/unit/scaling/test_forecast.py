@@ -10,6 +10,7 @@ import pytest
 
 from gpuscale.errors import ConfigError
 from gpuscale.extras import MissingExtraError
+from gpuscale.scaling import calibration
 from gpuscale.scaling import forecast as fc
 from gpuscale.scaling.hybrid import HybridPolicy
 from gpuscale.scaling.predictive import PredictivePolicy
@@ -17,8 +18,11 @@ from gpuscale.scaling.predictive import PredictivePolicy
 STEP_S = 15.0
 """Signal resolution (Prometheus' scrape interval)."""
 
-HOURLY = fc.ForecastConfig(bucket_s=60.0, season_s=3600.0, refit_s=1800.0, trend_window_s=600.0)
-"""A one-hour season so that a test sees two seasons in a few hours of simulated time."""
+HOURLY = fc.ForecastConfig(
+    bucket_s=60.0, season_s=3600.0, refit_s=1800.0, trend_window_s=600.0, model="holt-winters"
+)
+"""A one-hour season so that a test sees two seasons in a few hours of simulated time; the
+Holt-Winters model throughout (test_forecast_selection.py tests the others and the choice)."""
 
 A, BASE, SIGMA = 30.0, 50.0, 2.0
 OMEGA = 2 * math.pi / HOURLY.season_s
@@ -204,19 +208,21 @@ def test_error_variance_is_a_line_in_the_level_never_negative():
     level = np.linspace(0.0, 100.0, 201)
     sign = np.where(np.arange(level.size) % 2 == 0, 1.0, -1.0)
     # Errors whose square is exactly 4 + 0.5 x level: that line.
-    var0, var1 = fc.error_variance(sums(level, sign * np.sqrt(4.0 + 0.5 * level)))
+    var0, var1 = calibration.error_variance(sums(level, sign * np.sqrt(4.0 + 0.5 * level)))
     assert var0 == pytest.approx(4.0)
     assert var1 == pytest.approx(0.5)
     # Errors that shrink as the level grows: flat, their mean square.
     shrinking = sign * np.sqrt(60.0 - 0.5 * level)
-    assert fc.error_variance(sums(level, shrinking)) == pytest.approx(
+    assert calibration.error_variance(sums(level, shrinking)) == pytest.approx(
         (float(np.mean(shrinking**2)), 0.0)
     )
     # A line that would be negative at level 0: through the origin instead.
-    var0, var1 = fc.error_variance(sums(level, sign * np.sqrt(np.maximum(level - 20.0, 0.0))))
+    var0, var1 = calibration.error_variance(
+        sums(level, sign * np.sqrt(np.maximum(level - 20.0, 0.0)))
+    )
     assert var0 == 0.0
     assert var1 > 0
-    assert fc.error_variance([0.0] * 5) == (0.0, 0.0)
+    assert calibration.error_variance([0.0] * 5) == (0.0, 0.0)
 
 
 def test_seasonal_upper_bound_covers_its_quantile_at_the_trough_and_at_the_peak():
@@ -231,7 +237,9 @@ def test_seasonal_upper_bound_covers_its_quantile_at_the_trough_and_at_the_peak(
     # of the peak's (seeds 11 to 13). A band whose variance grows with the level
     # covers about its quantile at both.
     rng = np.random.default_rng(11)
-    cfg = fc.ForecastConfig(bucket_s=60.0, season_s=3600.0, refit_s=6 * 3600.0)
+    cfg = fc.ForecastConfig(
+        bucket_s=60.0, season_s=3600.0, refit_s=6 * 3600.0, model="holt-winters"
+    )
 
     def level(t: float) -> float:
         return 50.0 + 45.0 * math.sin(OMEGA * t)
@@ -262,7 +270,7 @@ def test_seasonal_upper_bound_covers_its_quantile_at_the_trough_and_at_the_peak(
     assert all(0.8 <= share <= 0.97 for share in shares)
     assert abs(shares[0] - shares[1]) <= 0.1
     assert state.fits == 6
-    assert fc.error_variance(state.fit.err)[1] > 0
+    assert calibration.error_variance(state.fit.err)[1] > 0
 
 
 def test_a_refit_replays_the_fitted_model_to_statsmodels_final_components():
