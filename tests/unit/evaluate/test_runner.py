@@ -103,9 +103,16 @@ def test_the_node_pool_is_sized_from_the_peak_rate_not_from_the_oracle():
     assert bounds == {(nodes, 8 * nodes)}
 
 
+AZURE_CONV_FILES = ("azure_llm_2023_conv.csv", "AzureLLMInferenceTrace_conv.csv")
+"""The names the shared Azure conversation trace is found under (``sim.traces``)."""
+
+
 def test_keda_and_kpa_thresholds_use_the_kv_bound_slots_of_an_llm_replica():
+    traces = Path(os.environ.get("GPUSCALE_TRACES_DIR", ROOT / ".." / "shared" / "traces"))
+    if not any((traces / f).is_file() for f in AZURE_CONV_FILES):
+        pytest.skip(f"Azure's conversation trace absent from {traces}")
     prepared = EvaluationRequest(
-        "azure-conv", scale=100.0, duration_s=600, policies=("keda", "kpa")
+        "azure-conv", scale=100.0, duration_s=600, policies=("keda", "kpa"), traces_dir=traces
     ).prepare()
     sc = prepared.scenario
     slots = replica_slots(sc.serving, sc.cluster.gpu_model, sc.workload)

@@ -123,16 +123,17 @@ def test_sparse_arrivals_on_two_slow_servers_err_high_within_25_percent():
 # servers; so 95 % is asserted only on 64 servers. Tolerances: 0.01 where the
 # fluid meets it (64 servers to 90 %, 16 to 70 %, 2 and 4 at 50 %); elsewhere the measured
 # gap (150,000 requests; see gpuscale.sim.fluid) plus a margin for this sample.
-def _profile() -> RequestProfile:
+def _profile() -> tuple[RequestProfile, bool]:
     from gpuscale.sim.traces import GENTD26_PREDICT_FILE, read_gentd26_service, resolve_traces_dir
 
     path = resolve_traces_dir() / GENTD26_PREDICT_FILE
     if path.is_file():
-        return read_gentd26_service(path)
-    return RequestProfile.from_samples(np.random.default_rng(0).gamma(1 / 0.41, 0.41, 6000))
+        return read_gentd26_service(path), True
+    gamma = np.random.default_rng(0).gamma(1 / 0.41, 0.41, 6000)
+    return RequestProfile.from_samples(gamma), False
 
 
-PROFILE = _profile()
+PROFILE, MEASURED = _profile()
 GRID_TOL = {1: (0.02, 0.035, 0.035), 2: (0.01, 0.025, 0.03), 4: (0.01, 0.02, 0.025)}
 
 
@@ -152,6 +153,9 @@ def _grid_tol(replicas: int, load: float) -> float:
     [(ld, k) for k in (1, 2, 4, 16, 64) for ld in (0.5, 0.7, 0.9)] + [(0.95, 64)],
 )
 def test_service_shape_grid_agrees(shape, load, replicas):
+    if shape == "measured" and not MEASURED:
+        # the grid's tolerances are the gaps measured on GenTD26's own service times
+        pytest.skip("GenTD26's model_predict_ms absent: the measured shape's tolerances need it")
     lam = load * replicas
     seconds = int(max(60_000 / lam, 1800))
     a = np.random.default_rng(1).poisson(np.full(seconds, lam)).astype(float)
