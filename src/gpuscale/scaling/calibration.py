@@ -109,9 +109,11 @@ class Backtest:
 
     bound: dict[int, tuple[float, float]] = field(default_factory=dict)
 
-    def add(self, at: int, point: float, upper: float, actual: float) -> None:
-        """Record the forecast made for the bucket at position ``at`` (clamped at 0, as used)."""
-        del point  # scored by its bound: the policy plans for that
+    def add(self, at: int, upper: float, actual: float) -> None:
+        """Record the upper bound forecast for the bucket at ``at`` (clamped at 0, as used).
+
+        Only the bound is scored: the policy plans for it.
+        """
         self.bound[at] = (max(upper, 0.0), actual)
 
     def loss(self, q: float, at: Sequence[int]) -> float:
@@ -270,7 +272,7 @@ def naive_backtest(
                 add_error(sums, ox, oe, sign=-1.0)
         if len(ratios) >= MIN_ERRORS:
             upper = x + quantile(ratios, q) * _deviation(sums, x, min_sigma_ratio)
-            backtest.add(at, x, upper, means[at])
+            backtest.add(at, upper, means[at])
         known.append((x, means[at] - x, 0.0))
     pairs = [(miss[at - ahead], miss[at]) for at in range(period + ahead, n)]
     rho = persistence(sum(a * b for a, b in pairs), sum(a * a for a, _ in pairs))

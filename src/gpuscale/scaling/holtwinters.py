@@ -257,12 +257,12 @@ def fit(
         "pending": None,
     }
     forget = forget_per_bucket(period)
-    made: dict[int, tuple[float, float]] = {}
+    made: dict[int, float] = {}  # bucket to the upper bound forecast for it
     backtest = Backtest()
     for i, y in enumerate(means):
         k = k0 + i
         if i in made:
-            backtest.add(i, *made.pop(i), y)
+            backtest.add(i, made.pop(i), y)
         # The forecast ``ahead`` buckets past bucket ``k`` once its mean is known, as
         # ``advance`` makes the next bucket's: the components before it, shifted by
         # their error on bucket ``k``.
@@ -274,7 +274,7 @@ def fit(
         advance(work, k, y, forget, score=i >= period)
         if point is not None:  # its band from the sums that include bucket ``k``'s error
             width = spread(work["err"], 0.0, work["alpha"], point, ahead, min_sigma_ratio)
-            made[i + ahead] = (point, point + z * width)
+            made[i + ahead] = point + z * width
     err = work["err"]
     work["sigma"] = math.sqrt(err[2] / err[0]) if err[0] > 0 else 0.0
     work["at"] = float(now)
