@@ -67,7 +67,10 @@ def run(name: str, out: Path, args: argparse.Namespace) -> Path:
         "--out", str(folder),
     ]  # fmt: skip
     duration = args.duration if shape else args.trace_duration
-    if duration:
+    if shape and args.history:  # one pass of history, not scored, then the pass scored
+        own = shapes.SHAPES[name.removeprefix(shapes.PREFIX)].duration_s
+        command += ["--duration", str(2 * own), "--warmup", str(own)]
+    elif duration:
         command += ["--duration", str(duration)]
     for policy in POLICIES:
         command += ["--policy", policy]
@@ -191,6 +194,12 @@ def main() -> None:
     parser.add_argument("--trace", action="append", default=[], help="a shared trace to add")
     parser.add_argument("--seeds", type=int, default=10, help="seeds per run")
     parser.add_argument("--duration", type=int, default=None, help="seconds per shape")
+    parser.add_argument(
+        "--history",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run each shape twice over, scoring only the second pass (--duration unused)",
+    )
     parser.add_argument("--scale", type=float, default=2.0, help="rate multiple of the shapes")
     parser.add_argument("--trace-scale", type=float, default=1.0, help="of the shared traces")
     parser.add_argument("--trace-duration", type=int, default=None, help="their seconds")

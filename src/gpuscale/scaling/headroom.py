@@ -17,11 +17,19 @@ windows for that share of the requests. The level is the lower of that window's
 mean and the demand now: during a burst the level it started from (not the burst
 again), and after one the demand as it decays (not the burst's tail in the mean).
 
+A ratio read from a quiet level and applied to a level still high after a burst
+would hold a multiple of the burst itself, so the floor is capped by the demand's
+own quantile at the same share: a second, sparse histogram of the burst windows'
+demand, request-weighted too. Both histograms forget: every weight halves over the
+memory ``hybrid`` gives them (a day), so a burst seen today holds capacity for its
+like tomorrow, and one from last week no longer does.
+
 With no burst in its history the ratio stays near one and the floor under the
 reactive need; after one burst the floor holds capacity for its like, as a
-static fleet sized for it would, but scaled to the level of the moment. The
-histogram is bounded (``RATIO_EDGES``), so its state stays small however long the
-history.
+static fleet sized for it would, but scaled to the level of the moment. Both
+histograms are bounded (``RATIO_EDGES``; demand bins visited, an eighth of a
+doubling apart, ``LEVEL_BINS_PER_DOUBLING``), so the state stays small however
+long the history.
 """
 
 import math
@@ -114,10 +122,83 @@ def quantile(weights: Sequence[float], share: float) -> float | None:
     return RATIO_EDGES[-1]
 
 
+LEVEL_BINS_PER_DOUBLING = 8
+"""Bins per doubling of the demand histogram: a floor read within 9 % of the demand."""
+
+
+def level_bin(demand: float) -> int:
+    """The demand histogram's bin holding ``demand`` (> 0).
+
+    Bin ``k`` is ``(2^((k-1)/8), 2^(k/8)]``.
+    """
+    return math.ceil(math.log2(demand) * LEVEL_BINS_PER_DOUBLING - 1e-9)
+
+
+def record_level(
+    levels: Sequence[tuple[int, float]], demand: float, weight: float
+) -> tuple[tuple[int, float], ...]:
+    """The sparse demand histogram with one more reading counted at ``weight``.
+
+    Sparse (``(bin, weight)`` pairs, bins ascending) since a deployment's demand
+    visits few of the bins a histogram of every scale would hold.
+
+    Returns:
+        The new pairs; ``levels`` unchanged when ``demand`` is not positive.
+    """
+    if demand <= 0 or weight <= 0:
+        return tuple(levels)
+    out = dict(levels)
+    k = level_bin(demand)
+    out[k] = out.get(k, 0.0) + weight
+    return tuple(sorted(out.items()))
+
+
+def level_quantile(levels: Sequence[tuple[int, float]], share: float) -> float | None:
+    """The demand below which ``share`` of the recorded weight lies (a bin's upper edge).
+
+    Returns:
+        The demand, or None while nothing is recorded.
+    """
+    total = sum(w for _, w in levels)
+    if total <= 0:
+        return None
+    running = 0.0
+    for k, w in levels:
+        running += w
+        if running >= share * total - 1e-12:
+            return float(2.0 ** (k / LEVEL_BINS_PER_DOUBLING))
+    return float(2.0 ** (levels[-1][0] / LEVEL_BINS_PER_DOUBLING))
+
+
+def forget(weights: Sequence[float], factor: float) -> tuple[float, ...]:
+    """Every weight times ``factor`` (the memory's decay since the last decision)."""
+    return tuple(w * factor for w in weights)
+
+
+def forget_levels(
+    levels: Sequence[tuple[int, float]], factor: float
+) -> tuple[tuple[int, float], ...]:
+    """The sparse histogram decayed by ``factor``, less bins that no longer count.
+
+    A bin under a millionth of the total is dropped, so a long history of levels
+    visited once keeps the state small.
+    """
+    total = sum(w for _, w in levels) * factor
+    return tuple((k, w * factor) for k, w in levels if w * factor > 1e-6 * total)
+
+
 def floor_replicas(
-    weights: Sequence[float], share: float, level: float | None, per_replica: float
+    weights: Sequence[float],
+    share: float,
+    level: float | None,
+    per_replica: float,
+    cap: float | None = None,
 ) -> int:
-    """Replicas the learned headroom holds: the quantile ratio times the level.
+    """Replicas the learned headroom holds: the quantile ratio times the level, at most ``cap``.
+
+    ``cap`` is the demand itself at the same quantile (``level_quantile``): a ratio
+    read from a quiet level and applied while demand is still high after a burst
+    would otherwise hold a multiple of the highest demand ever seen.
 
     Returns:
         The floor, 0 while nothing is recorded or the level is unknown.
@@ -125,4 +206,5 @@ def floor_replicas(
     ratio = quantile(weights, share)
     if ratio is None or level is None or level <= 0:
         return 0
-    return math.ceil(ratio * level / per_replica - 1e-9)
+    demand = ratio * level if cap is None else min(ratio * level, cap)
+    return math.ceil(demand / per_replica - 1e-9)

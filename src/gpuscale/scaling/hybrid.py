@@ -132,6 +132,10 @@ class HybridConfig(PredictiveConfig):
             already stand, a cold start's worth (Knative's stable window is 60 s).
         baseline_window_s: The learned floor's baseline: the mean demand in this
             window before the burst window is the level a burst is measured against.
+        burst_memory_s: The learned floor's memory: what it recorded weighs half as
+            much this long after. A day, the forecast's season: a burst seen within
+            the last day is expected again; one from last week no longer holds
+            capacity.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -152,6 +156,7 @@ class HybridConfig(PredictiveConfig):
     target_attainment: float | None = field(default=None, metadata={"unit": "ratio"})
     burst_window_s: float = field(default=60.0, metadata={"unit": "s"})
     baseline_window_s: float = field(default=600.0, metadata={"unit": "s"})
+    burst_memory_s: float = field(default=86_400.0, metadata={"unit": "s"})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -173,6 +178,7 @@ class HybridConfig(PredictiveConfig):
         check(goal is None or 0 < goal < 1, "target_attainment", "use a share in (0, 1)")
         check(self.burst_window_s > 0, "burst_window_s", "use > 0 s")
         check(self.baseline_window_s > 0, "baseline_window_s", "use > 0 s")
+        check(self.burst_memory_s > 0, "burst_memory_s", "use > 0 s")
 
 
 def sm_guard(cfg: HybridConfig, reach_s: float | None) -> float | None:
@@ -411,32 +417,42 @@ def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Serie
 
 def learned_floor(
     demand: float, cfg: HybridConfig, state: "HybridState", now: float
-) -> tuple[tuple[float, ...], tuple[tuple[float, float], ...], int]:
-    """Record the newest burst ratio and read the floor at ``target_attainment``.
+) -> tuple[tuple[float, ...], tuple[tuple[int, float], ...], tuple[tuple[float, float], ...], int]:
+    """Record the newest burst ratio and demand, and read the floor at ``target_attainment``.
 
     The demand is what the reactive need reads (requests in service, the queue at its
     weight and its growth times the service time: the load offered, where the queue
     alone would count a backlog that grows only while the pods are short), kept in
-    the state for the burst and baseline windows.
+    the state for the burst and baseline windows. Both histograms (burst ratios and
+    demand levels, each reading weighted by its demand: request-weighted, as the SLO
+    is) decay by half every ``burst_memory_s``. The floor is the ratio quantile times
+    the level, capped by the demand quantile: after a burst, while the level is still
+    high, the ratio alone would hold a multiple of the burst.
 
     Args:
         demand: The reactive need's demand now (``backlog_demand``'s newest point).
         cfg: The policy's parameters.
-        state: The previous state (``bursts`` and ``offered``).
+        state: The previous state (``bursts``, ``levels`` and ``offered``).
         now: The decision's time, seconds.
 
     Returns:
-        (the histogram with the newest ratio, the demand kept, the floor in replicas).
+        (the ratio histogram, the demand histogram, the demand kept, the floor in replicas).
     """
     span = cfg.burst_window_s + cfg.baseline_window_s
+    bursts, levels = state.bursts, state.levels
+    if state.offered and now > state.offered[-1][0]:
+        factor = 0.5 ** ((now - state.offered[-1][0]) / cfg.burst_memory_s)
+        bursts, levels = headroom.forget(bursts, factor), headroom.forget_levels(levels, factor)
     offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
-    bursts = state.bursts
     seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
     if seen is not None:
         bursts = headroom.record(bursts, *seen)
+        levels = headroom.record_level(levels, seen[1], seen[1])
     share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
     level = headroom.level(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
-    return bursts, offered, headroom.floor_replicas(bursts, share, level, cfg.per_replica)
+    cap = headroom.level_quantile(levels, share)
+    floor = headroom.floor_replicas(bursts, share, level, cfg.per_replica, cap)
+    return bursts, levels, offered, floor
 
 
 def replace(
@@ -476,6 +492,8 @@ class HybridState(PredictiveState):
         replaced: Sick pods already deleted for replacement, sorted.
         bursts: The learned floor's histogram of burst ratios (``scaling.headroom``),
             weight per bin; empty while none is recorded or the floor is off.
+        levels: The learned floor's histogram of demand, ``(bin, weight)`` pairs
+            (``headroom.record_level``); empty while none is recorded or the floor is off.
         offered: The demand the reactive need read at each decision of the floor's
             burst and baseline windows, (time s, requests); empty when it is off.
 
@@ -489,6 +507,7 @@ class HybridState(PredictiveState):
     sick_since: Mapping[str, float] = field(default_factory=dict)
     replaced: tuple[str, ...] = ()
     bursts: tuple[float, ...] = ()
+    levels: tuple[tuple[int, float], ...] = ()
     offered: tuple[tuple[float, float], ...] = ()
 
 
@@ -564,9 +583,9 @@ class HybridPolicy(KeepsState[HybridState]):
         need, seen = reactive_need(observation, now_points, sick, cfg, sm_guard(cfg, reach))
         seen += queued
         proposal = max(planned, need) + len(sick)
-        bursts, offered = state.bursts, state.offered
+        bursts, levels, offered = state.bursts, state.levels, state.offered
         if cfg.target_attainment is not None:
-            bursts, offered, floor = learned_floor(now_points[-1][1], cfg, state, now)
+            bursts, levels, offered, floor = learned_floor(now_points[-1][1], cfg, state, now)
             if floor > max(planned, need):
                 seen += f", learned floor {floor}"
             proposal = max(proposal, floor + len(sick))
@@ -595,6 +614,7 @@ class HybridPolicy(KeepsState[HybridState]):
             sick_since={n: state.sick_since.get(n, now) for n in sick},
             replaced=tuple(sorted({*done, *delete})),
             bursts=bursts,
+            levels=levels,
             offered=offered,
         )
         return Decision(replicas, reason, new_state, delete=delete, forecast=expected)

@@ -19,7 +19,11 @@ multiple of it at each second), built from the seed (noise, where a shape has it
 and sampled as Poisson arrivals (``generators.from_rate``); ``SEEDS`` are the seeds
 each shape is evaluated over. Event times are shares of the run, so a shorter
 ``duration_s`` keeps a shape's events; diurnal and weekly shapes keep real days (a
-forecast's season is a day) and are cut by a shorter run.
+forecast's season is a day) and are cut by a shorter run. A run longer than the
+shape's own length repeats it, each pass with its own noise: the shape recurs, as a
+deployment's demand does from one day to the next, so a run of two lengths scored
+from the second (``gpuscale evaluate --warmup``) judges a policy that has the first
+in its history, as a controller reading Prometheus's history has at its start.
 """
 
 import hashlib
@@ -265,7 +269,7 @@ def generate(
 
     Args:
         name: A shape's name, with or without ``PREFIX``.
-        duration_s: Length in seconds (default: the shape's own).
+        duration_s: Length in seconds (default: the shape's own; longer repeats it).
         scale: Multiplies the rate before arrivals are sampled.
         seed: Seed of the shape's noise and of the arrivals.
         service_s: GPU seconds per request on the reference GPU.
@@ -286,6 +290,11 @@ def generate(
             f"name one of the {len(SHAPES)} shapes ({families}; e.g. {PREFIX}{next(iter(SHAPES))})",
         )
     length = shape.duration_s if duration_s is None else duration_s
-    t = np.arange(length, dtype=np.float64)
-    rate = BASE_RPS * scale * shape.rate(t, np.random.default_rng(seed))
-    return from_rate(PREFIX + bare, rate, service_s=service_s, seed=seed + 1)
+    rng = np.random.default_rng(seed)
+    if length <= shape.duration_s:
+        multiple = shape.rate(np.arange(length, dtype=np.float64), rng)
+    else:  # the shape recurs: whole passes of its own length, each with its own noise
+        one = np.arange(shape.duration_s, dtype=np.float64)
+        passes = [shape.rate(one, rng) for _ in range(math.ceil(length / shape.duration_s))]
+        multiple = np.concatenate(passes)[: math.ceil(length)]
+    return from_rate(PREFIX + bare, BASE_RPS * scale * multiple, service_s=service_s, seed=seed + 1)

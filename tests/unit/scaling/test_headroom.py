@@ -56,6 +56,32 @@ def test_the_floor_is_the_quantile_ratio_times_the_level_per_replica():
     assert headroom.floor_replicas(weights, 0.99, None, 2.0) == 0
 
 
+def test_the_demand_quantile_is_request_weighted_and_reads_a_bins_upper_edge():
+    levels: tuple = ()
+    for _ in range(98):
+        levels = headroom.record_level(levels, 10.0, 10.0)  # 980 requests at 10
+    levels = headroom.record_level(levels, 60.0, 60.0)  # 60 requests at 60
+    assert headroom.level_quantile(levels, 0.9) == pytest.approx(2 ** (27 / 8))  # 10 in (9.17, 10]
+    assert headroom.level_quantile(levels, 0.99) == pytest.approx(2 ** (48 / 8))  # 60 in (58.7, 64]
+    assert headroom.level_quantile((), 0.99) is None
+    assert headroom.record_level(levels, 0.0, 5.0) == levels  # no demand, nothing recorded
+
+
+def test_forgetting_halves_every_weight_and_drops_bins_that_no_longer_count():
+    assert headroom.forget((4.0, 2.0), 0.5) == (2.0, 1.0)
+    levels = ((1, 1e-7), (30, 1.0))
+    assert headroom.forget_levels(levels, 0.5) == ((30, 0.5),)
+
+
+def test_the_floor_is_capped_by_the_demand_quantile():
+    # A ratio of 6 read from a quiet level, applied while the level is still 40 after
+    # the burst: 6.17 x 40 = 247 in flight, but no more than the 60 the demand reached
+    # is held.
+    weights = headroom.record((), 6.0, 1.0)
+    assert headroom.floor_replicas(weights, 0.99, 40.0, 10.0) == 25
+    assert headroom.floor_replicas(weights, 0.99, 40.0, 10.0, cap=64.0) == 7
+
+
 def idle(points: tuple) -> tuple:
     """An empty queue at the same times."""
     return tuple((t, 0.0) for t, _ in points)
@@ -91,9 +117,13 @@ def test_told_its_target_hybrid_holds_the_headroom_its_history_calls_for():
         HybridConfig(**{**_fields(CFG), "target_attainment": 0.99})
     )
     # The burst window's ratio (6) holds its 60 requests, the quiet one's (1) 10: 60 of
-    # 70 requests, so at 0.99 the floor reads 6.17 x 10 in flight / 10 per replica -> 7.
+    # 70 requests, so at 0.99 the floor reads 6.17 x 10 in flight / 10 per replica -> 7
+    # (under the cap: the demand quantile, the burst's 60 in its bin (58.7, 64]).
     assert replicas == 7
-    assert sum(state.bursts) == pytest.approx(70.0)
+    # The burst's weight decayed over the 15 s to the next decision, at half a day.
+    decay = 0.5 ** (STEP_S / 86_400.0)
+    assert sum(state.bursts) == pytest.approx(60.0 * decay + 10.0)
+    assert sum(w for _, w in state.levels) == pytest.approx(60.0 * decay + 10.0)
     assert through_json(policy, state) == state
 
 
@@ -107,7 +137,12 @@ def test_without_a_target_hybrid_learns_nothing_and_scales_to_the_load():
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("target_attainment", 1.0), ("target_attainment", 0.0), ("burst_window_s", 0.0)],
+    [
+        ("target_attainment", 1.0),
+        ("target_attainment", 0.0),
+        ("burst_window_s", 0.0),
+        ("burst_memory_s", 0.0),
+    ],
 )
 def test_bad_floor_settings_are_config_errors(key, value):
     with pytest.raises(ConfigError, match=key):

@@ -81,6 +81,26 @@ def test_a_flash_crowd_reaches_its_height_and_a_double_one_comes_twice():
     assert peaks.min() < 3_600 < peaks.max()
 
 
+def test_a_run_longer_than_the_shape_repeats_it_with_fresh_noise():
+    own = shapes.SHAPES["flash-single-h10-w120"].duration_s
+    twice = shapes.generate("flash-single-h10-w120", duration_s=2 * own, seed=2)
+    # Arrivals are Poisson around the rate: the crowd's minutes (up to 10 x the base,
+    # decaying in 2 minutes) stand out of each pass from its own halfway point on, and
+    # the second pass's are the first's one length later.
+    per_minute = twice.arrivals[: 2 * own].reshape(-1, 60).sum(axis=1)
+    crowded = np.flatnonzero(per_minute > 5 * 60 * shapes.BASE_RPS)
+    first = crowded[crowded < own // 60]
+    assert first.size
+    assert all(own // 120 <= m < own // 120 + 4 for m in first)
+    np.testing.assert_array_equal(crowded[crowded >= own // 60], first + own // 60)
+    noisy = "diurnal-a0.5-n0.15"
+    day = shapes.SHAPES[noisy].duration_s
+    rng = np.random.default_rng(0)
+    first, second = (shapes.SHAPES[noisy].rate(np.arange(day, dtype=float), rng) for _ in "ab")
+    assert not np.array_equal(first, second)  # each pass draws its own noise
+    assert shapes.generate(noisy, duration_s=day + 60, seed=0).duration_s == day + 60
+
+
 def test_a_diurnal_dip_cuts_the_last_days_peak():
     t = np.arange(2 * 86_400, dtype=np.float64)
     plain = shapes.SHAPES["diurnal-a0.8-n0.05"].rate(t, np.random.default_rng(1))
