@@ -34,6 +34,7 @@ from gpuscale.scaling.oracle import OracleConfig, OraclePolicy
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, ScalingPolicy
 from gpuscale.scaling.predictive import PredictiveConfig
 from gpuscale.scaling.static import StaticConfig
+from gpuscale.sim.series import RECEIVED
 
 # Units the harness knows better than the config's own metadata: what the target
 # measures depends on the signal the harness gives the policy.
@@ -284,7 +285,9 @@ DEPLOY_TARGET = 0.99
 
 
 def _hybrid_deploy(f: FairInputs) -> HybridConfig:
-    return dataclasses.replace(_hybrid(f), target_attainment=DEPLOY_TARGET)
+    return dataclasses.replace(
+        _hybrid(f), target_attainment=DEPLOY_TARGET, arrivals_metric=RECEIVED
+    )
 
 
 _PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", "node_size", *_BOUNDS)
@@ -316,7 +319,14 @@ register(
         "hybrid-deploy",
         KINDS["hybrid"],
         _hybrid_deploy,
-        (*_PLAN_FIELDS, "sm_target", "queue_wait_s", "wait_budget_s", "target_attainment"),
+        (
+            *_PLAN_FIELDS,
+            "sm_target",
+            "queue_wait_s",
+            "wait_budget_s",
+            "target_attainment",
+            "arrivals_metric",
+        ),
         units={"per_replica": "requests (in flight + queued) per replica"},
         knob=_PLAN_KNOB,
         default=False,

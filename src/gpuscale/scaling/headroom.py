@@ -35,6 +35,7 @@ long the history.
 import math
 from collections.abc import Sequence
 
+from gpuscale.scaling.poisson import poisson_cdf, poisson_pmf
 from gpuscale.scaling.policy import Series
 
 RATIO_EDGES: tuple[float, ...] = tuple(2.0 ** (k / 8.0) for k in range(41))
@@ -44,7 +45,7 @@ above 32 counts in the last bin)."""
 
 def burst_ratio(
     points: Series, now: float, burst_window_s: float, baseline_window_s: float
-) -> tuple[float, float] | None:
+) -> tuple[float, float, float] | None:
     """The mean over the last burst window against the mean of the window before it.
 
     A mean, not the window's peak: the peak of a few noisy samples reads their
@@ -57,8 +58,8 @@ def burst_ratio(
         baseline_window_s: The window before it whose mean is the baseline, seconds.
 
     Returns:
-        (ratio, the burst window's mean demand); None until at least half the baseline window
-        has points, or while their mean is zero.
+        (ratio, the burst window's mean demand, the baseline's mean); None until at least
+        half the baseline window has points, or while their mean is zero.
     """
     edge = now - burst_window_s
     recent = [v for t, v in points if t > edge]
@@ -69,7 +70,7 @@ def burst_ratio(
     if base <= 0:
         return None
     burst = max(sum(recent) / len(recent), 0.0)
-    return burst / base, burst
+    return burst / base, burst, base
 
 
 def level(
@@ -187,18 +188,90 @@ def forget_levels(
     return tuple((k, w * factor) for k, w in levels if w * factor > 1e-6 * total)
 
 
+def late_share(servers: int, load: float, service_s: float, wait_s: float) -> float:
+    """The share of requests that wait longer than ``wait_s`` for one of ``servers`` slots.
+
+    Erlang's delay formula (M/M/n): the chance a request waits at all is Erlang C,
+    from Erlang B, itself a ratio of Poisson terms (``B = P(X = n) / P(X <= n)`` for
+    ``X ~ Poisson(load)``); a request that waits, waits longer than ``wait_s`` with
+    chance ``exp(-(n - load) wait_s / service_s)``.
+
+    Args:
+        servers: Request slots (``n``).
+        load: Requests in service on average (arrival rate x service time).
+        service_s: Mean service time, seconds.
+        wait_s: The wait a request may have.
+
+    Returns:
+        The share, 1 when the slots cannot keep up (``n <= load``).
+    """
+    if servers <= load:
+        return 1.0
+    blocked = poisson_pmf(servers, load) / max(poisson_cdf(servers, load), 1e-300)
+    waits = servers * blocked / (servers - load * (1.0 - blocked))
+    return min(waits * math.exp(-(servers - load) * wait_s / service_s), 1.0)
+
+
+def slots_for(load: float, service_s: float, wait_s: float, miss: float) -> int:
+    """The fewest request slots that keep the share waiting beyond ``wait_s`` within ``miss``.
+
+    ``late_share`` falls as slots are added, so the answer is found by doubling the
+    slots above the load, then bisecting: a few dozen evaluations at any load.
+
+    Returns:
+        Slots (0 for no load).
+    """
+    if load <= 0:
+        return 0
+    low = math.floor(load)  # too few: late_share is 1 at or below the load
+    step = 1
+    while late_share(low + step, load, service_s, wait_s) > miss:
+        low, step = low + step, step * 2
+    high = low + step
+    while high - low > 1:
+        mid = (low + high) // 2
+        if late_share(mid, load, service_s, wait_s) > miss:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def staffed_replicas(load: float, staffing: tuple[float, float, float], share: float) -> int:
+    """Replicas whose slots keep the share of requests waiting beyond the wait within ``1 - share``.
+
+    Args:
+        load: Requests in service on average.
+        staffing: A pod's slots, the service time and the wait a request may have.
+        share: The share of requests that must not wait longer.
+
+    Returns:
+        Replicas (``slots_for`` over a pod's slots).
+    """
+    per_pod, service_s, wait_s = staffing
+    return math.ceil(slots_for(load, service_s, wait_s, 1.0 - share) / per_pod - 1e-9)
+
+
 def floor_replicas(
     weights: Sequence[float],
     share: float,
     level: float | None,
     per_replica: float,
     cap: float | None = None,
+    staffing: tuple[float, float, float] | None = None,
 ) -> int:
     """Replicas the learned headroom holds: the quantile ratio times the level, at most ``cap``.
 
     ``cap`` is the demand itself at the same quantile (``level_quantile``): a ratio
     read from a quiet level and applied while demand is still high after a burst
     would otherwise hold a multiple of the highest demand ever seen.
+
+    The floor's demand is already the burst the history calls for, so with
+    ``staffing`` known (a pod's request slots, the service time and the wait a
+    request may have) it is staffed for that demand's own scatter only: the fewest
+    slots that keep the share of requests waiting beyond that wait within ``1 -
+    share`` (``slots_for``), over the slots a pod has. Without it, at
+    ``per_replica``, as the reactive need is.
 
     Returns:
         The floor, 0 while nothing is recorded or the level is unknown.
@@ -207,4 +280,6 @@ def floor_replicas(
     if ratio is None or level is None or level <= 0:
         return 0
     demand = ratio * level if cap is None else min(ratio * level, cap)
+    if staffing is not None:
+        return staffed_replicas(demand, staffing, share)
     return math.ceil(demand / per_replica - 1e-9)

@@ -77,6 +77,9 @@ SATURATED_SHARE = 0.01
 TTFT = "ttft"
 """Key of the optional TTFT series in ``Observation.series``."""
 
+ARRIVALS = "arrivals"
+"""Key of the optional received-requests counter in ``Observation.series``."""
+
 
 @dataclass(frozen=True, slots=True)
 class HybridConfig(PredictiveConfig):
@@ -136,6 +139,12 @@ class HybridConfig(PredictiveConfig):
             much this long after. A day, the forecast's season: a burst seen within
             the last day is expected again; one from last week no longer holds
             capacity.
+        arrivals_metric: A workload-level counter of the requests that reached the
+            deployment, dropped ones included (a gateway's request counter); None
+            when there is none. With it, the learned floor measures a burst by the
+            arrival rate times the service time: once a crowd outruns the pods and
+            queued requests time out, neither the pods' count in service nor the
+            queue's growth shows how high it rose.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -157,6 +166,7 @@ class HybridConfig(PredictiveConfig):
     burst_window_s: float = field(default=60.0, metadata={"unit": "s"})
     baseline_window_s: float = field(default=600.0, metadata={"unit": "s"})
     burst_memory_s: float = field(default=86_400.0, metadata={"unit": "s"})
+    arrivals_metric: str | None = field(default=None, metadata={"unit": ""})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -416,7 +426,11 @@ def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Serie
 
 
 def learned_floor(
-    demand: float, cfg: HybridConfig, state: "HybridState", now: float
+    demand: float,
+    cfg: HybridConfig,
+    state: "HybridState",
+    now: float,
+    staffing: tuple[float, float, float] | None = None,
 ) -> tuple[tuple[float, ...], tuple[tuple[int, float], ...], tuple[tuple[float, float], ...], int]:
     """Record the newest burst ratio and demand, and read the floor at ``target_attainment``.
 
@@ -434,6 +448,9 @@ def learned_floor(
         cfg: The policy's parameters.
         state: The previous state (``bursts``, ``levels`` and ``offered``).
         now: The decision's time, seconds.
+        staffing: A pod's request slots, the service time and the wait a request may
+            have, when all are known (``headroom.floor_replicas``); None staffs the
+            floor at ``per_replica``.
 
     Returns:
         (the ratio histogram, the demand histogram, the demand kept, the floor in replicas).
@@ -446,13 +463,52 @@ def learned_floor(
     offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
     seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
     if seen is not None:
-        bursts = headroom.record(bursts, *seen)
-        levels = headroom.record_level(levels, seen[1], seen[1])
+        ratio, burst, _ = seen
+        bursts = headroom.record(bursts, ratio, burst)
+        levels = headroom.record_level(levels, burst, burst)
     share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
     level = headroom.level(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
     cap = headroom.level_quantile(levels, share)
-    floor = headroom.floor_replicas(bursts, share, level, cfg.per_replica, cap)
+    floor = headroom.floor_replicas(bursts, share, level, cfg.per_replica, cap, staffing)
     return bursts, levels, offered, floor
+
+
+def arrival_rate(counter: Series | None) -> float | None:
+    """Requests received per second over the counter's newest scrape interval.
+
+    Returns:
+        The rate, or None with fewer than two points or across a counter reset.
+    """
+    if not counter or len(counter) < 2:
+        return None
+    (t0, c0), (t1, c1) = counter[-2], counter[-1]
+    if t1 <= t0 or c1 < c0:
+        return None
+    return (c1 - c0) / (t1 - t0)
+
+
+def pod_slots(seen: float, in_service: Series, backlog: Series | None, ready: int) -> float:
+    """The requests a pod serves at once, as the most seen per Ready pod while requests queued.
+
+    While requests queue, every Ready pod's slots are full, so in service over Ready
+    pods reads the slots; a pod just Ready and not yet full reads fewer, never more,
+    so the most seen is the estimate.
+
+    Args:
+        seen: The most seen so far (0: none yet).
+        in_service: The requests in service as sampled.
+        backlog: The queue as sampled.
+        ready: Ready pods now.
+
+    Returns:
+        The new estimate (``seen`` when nothing queues now).
+    """
+    if not backlog or not in_service or ready <= 0:
+        return seen
+    busy, queued = in_service[-1][1], backlog[-1][1]
+    if queued > SATURATED_SHARE * busy and queued > 0:
+        return max(seen, busy / ready)
+    return seen
 
 
 def replace(
@@ -494,6 +550,8 @@ class HybridState(PredictiveState):
             weight per bin; empty while none is recorded or the floor is off.
         levels: The learned floor's histogram of demand, ``(bin, weight)`` pairs
             (``headroom.record_level``); empty while none is recorded or the floor is off.
+        slots: The requests a pod serves at once, the most seen while requests
+            queued (``pod_slots``); 0 until they have.
         offered: The demand the reactive need read at each decision of the floor's
             burst and baseline windows, (time s, requests); empty when it is off.
 
@@ -509,6 +567,7 @@ class HybridState(PredictiveState):
     bursts: tuple[float, ...] = ()
     levels: tuple[tuple[int, float], ...] = ()
     offered: tuple[tuple[float, float], ...] = ()
+    slots: float = 0.0
 
 
 class HybridPolicy(KeepsState[HybridState]):
@@ -530,6 +589,8 @@ class HybridPolicy(KeepsState[HybridState]):
         signals = {m: Signal(m, aggregation="sum") for m in self._keys}
         if self.config.ttft_metric is not None:
             signals[TTFT] = Signal(self.config.ttft_metric, aggregation="max")
+        if self.config.arrivals_metric is not None:
+            signals[ARRIVALS] = Signal(self.config.arrivals_metric, aggregation="sum")
         self.signals: Mapping[str, Signal] = MappingProxyType(signals)
         pod_signals = dict(health.POD_SIGNALS)
         pod_signals[health.SM] = Signal(
@@ -558,6 +619,7 @@ class HybridPolicy(KeepsState[HybridState]):
         backlog = None if cfg.backlog_metric is None else observation.series.get(cfg.backlog_metric)
         samples, points, now_points = steady_demand(points, backlog, ready, cfg)
         since, queued, reach, cold = None, "", None, None
+        service: float | None = None
         intervals: tuple[Interval, ...] = ()
         if cfg.backlog_metric is not None:
             # Only the queue's terms read the service time.
@@ -584,8 +646,32 @@ class HybridPolicy(KeepsState[HybridState]):
         seen += queued
         proposal = max(planned, need) + len(sick)
         bursts, levels, offered = state.bursts, state.levels, state.offered
+        per_pod = pod_slots(state.slots, samples, backlog, ready)
         if cfg.target_attainment is not None:
-            bursts, levels, offered, floor = learned_floor(now_points[-1][1], cfg, state, now)
+            staffing = None
+            if per_pod > 0 and service is not None and cfg.wait_budget_s is not None:
+                staffing = (per_pod, service, cfg.wait_budget_s)
+            # The load offered: arrivals x service time where both are known (what a
+            # crowd that outruns the pods still shows), else what the need reads.
+            offered_now = now_points[-1][1]
+            rate = arrival_rate(observation.series.get(ARRIVALS))
+            if rate is not None and service is not None:
+                offered_now = rate * service
+            bursts, levels, offered, floor = learned_floor(offered_now, cfg, state, now, staffing)
+            if staffing is not None:
+                # Told its target and knowing its pods' slots, the policy holds the
+                # burst headroom its history calls for in the floor; the plan and the
+                # reactive need then staff their load for its scatter alone, not at
+                # per_replica, whose headroom stands in for the learned one where none
+                # is known.
+                goal = cfg.target_attainment
+                load = max(offered_now, now_points[-1][1])
+                staffed = headroom.staffed_replicas(load, staffing, goal)
+                ahead = headroom.staffed_replicas(planned * cfg.per_replica, staffing, goal)
+                if staffed < need or ahead < planned:
+                    need, planned = min(need, staffed), min(planned, ahead)
+                    proposal = max(planned, need) + len(sick)
+                    seen += f", staffed: plan {planned}, now {need}"
             if floor > max(planned, need):
                 seen += f", learned floor {floor}"
             proposal = max(proposal, floor + len(sick))
@@ -616,5 +702,6 @@ class HybridPolicy(KeepsState[HybridState]):
             bursts=bursts,
             levels=levels,
             offered=offered,
+            slots=per_pod,
         )
         return Decision(replicas, reason, new_state, delete=delete, forecast=expected)

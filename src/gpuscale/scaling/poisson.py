@@ -31,14 +31,14 @@ def poisson_cdf(k: int, mean: float) -> float:
     if mean <= 0:
         return 1.0
     if k < mean:  # below the mode: terms fall as i falls
-        i, term = k, _poisson_pmf(k, mean)
+        i, term = k, poisson_pmf(k, mean)
         total = term
         while i > 0 and term > total * _NEGLIGIBLE:
             term *= i / mean
             i -= 1
             total += term
         return min(total, 1.0)
-    i, term = k + 1, _poisson_pmf(k + 1, mean)  # above the mode: terms fall as i rises
+    i, term = k + 1, poisson_pmf(k + 1, mean)  # above the mode: terms fall as i rises
     total = term
     while term > total * _NEGLIGIBLE:
         i += 1
@@ -47,6 +47,6 @@ def poisson_cdf(k: int, mean: float) -> float:
     return max(1.0 - total, 0.0)
 
 
-def _poisson_pmf(i: int, mean: float) -> float:
-    """P(X = i) for X ~ Poisson(mean), through logarithms so that large ``i`` does not overflow."""
+def poisson_pmf(i: int, mean: float) -> float:
+    """P(X = i) for X ~ Poisson(mean > 0), in logarithms so a large ``i`` cannot overflow."""
     return math.exp(-mean + i * math.log(mean) - math.lgamma(i + 1))

@@ -300,7 +300,7 @@ class _Run:
         self._cap_version, self._cap_dirty = c.version, False
 
     # ----------------------------------------------------------------- telemetry
-    def _telemetry(self, t: float, collect: bool, scrape: bool) -> None:
+    def _telemetry(self, t: float, collect: bool, scrape: bool, received: float = 0.0) -> None:
         """dcgm-exporter's collect and/or Prometheus' scrape at ``t`` (``scrape.Telemetry``)."""
         self._flush()
         per_pod = self.queue.busy / len(self.ready) if self.ready else 0.0
@@ -311,7 +311,7 @@ class _Run:
             c, power = self.cluster, self.physics.power_w
             self._power_w = float(np.add.reduce(power[c.slot_phys[c.on_ready_node()]]))
         if scrape:
-            self.tel.scrape(t, per_pod, self.queue.waiting)
+            self.tel.scrape(t, per_pod, self.queue.waiting, received)
 
     # ----------------------------------------------------------------- decisions
     def _decide(self, t: float) -> None:
@@ -337,6 +337,8 @@ class _Run:
         # float64 arrays: the compiled queue block reads them as they are
         arrivals = np.ascontiguousarray(wl.arrivals, dtype=float)
         work = np.ascontiguousarray(wl.work_s, dtype=float)
+        # Requests received before each second (a gateway's counter at a scrape then).
+        received = np.concatenate(([0.0], np.cumsum(arrivals)))
         self.cluster.start(sc.initial_replicas, 0.0)
         # Per block: its first second and the levels that hold through it (requests
         # draining, Ready replicas, GPUs held, capacity, node GPUs, power, desired),
@@ -363,7 +365,7 @@ class _Run:
                 if self._cap_dirty or cluster.version != self._cap_version:
                     self._refresh_capacity(t)
                 collect, scrape = t >= next_collect, t >= next_scrape
-                self._telemetry(float(t), collect, scrape)
+                self._telemetry(float(t), collect, scrape, float(received[t]))
                 if collect:  # at 0 s, then at the offset and every interval after it
                     periods = math.floor((t - sc.collect_offset_s) / collect_s) + 1
                     next_collect = sc.collect_offset_s + collect_s * max(periods, 0)

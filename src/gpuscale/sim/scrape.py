@@ -269,7 +269,7 @@ class Telemetry:
         seq[:] = 0.0
         self.drain_seq[:] = 0.0
 
-    def scrape(self, t: float, per_pod: float, waiting: float) -> None:
+    def scrape(self, t: float, per_pod: float, waiting: float, received: float = 0.0) -> None:
         """Prometheus' scrape at ``t``: the last collected DCGM fields and the serving metrics.
 
         Does nothing when ``scraped`` is False.
@@ -278,6 +278,7 @@ class Telemetry:
             t: Scrape time, seconds.
             per_pod: Requests in service per Ready pod.
             waiting: Requests queued in the deployment.
+            received: Requests that reached the deployment since the run began.
         """
         if self.scraped:
-            self.writer.write(t, self._fields, per_pod, waiting)
+            self.writer.write(t, self._fields, per_pod, waiting, received)

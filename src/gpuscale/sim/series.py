@@ -23,6 +23,9 @@ REQUESTS_TOTAL = "gpuscale_serving_requests_total"
 """Requests a pod has completed (counter, label ``pod``)."""
 QUEUE = "gpuscale_serving_queue_requests"
 """Requests waiting for a free slot in the deployment (gauge, label ``deployment``)."""
+RECEIVED = "gpuscale_serving_requests_received_total"
+"""Requests that reached the deployment, served, queued or dropped alike (counter, label
+``deployment``): what a gateway in front of it counts, the arrival rate's source."""
 GPU_UP = "gpuscale_gpu_up"
 """1 while a pod's GPU answers, 0 once it fell off the bus (the exporter's, per GPU)."""
 
@@ -70,7 +73,9 @@ class SeriesWriter:
         keep = set(metrics) if metrics is not None else None
         self.dcgm_series = tuple(n for n in DCGM_SERIES if keep is None or n in keep)
         """The DCGM series written, in ``DCGM_SERIES`` order."""
-        self._serving = {n: keep is None or n in keep for n in (IN_FLIGHT, REQUESTS_TOTAL, QUEUE)}
+        self._serving = {
+            n: keep is None or n in keep for n in (IN_FLIGHT, REQUESTS_TOTAL, QUEUE, RECEIVED)
+        }
         self._gpu_up = keep is None or GPU_UP in keep
         self.cluster = cluster
         rng = np.random.default_rng([seed, 0x6770])
@@ -152,7 +157,12 @@ class SeriesWriter:
         self._completed[slots] += requests * shares
 
     def write(
-        self, t: float, fields: Mapping[str, np.ndarray], in_flight: float, waiting: float
+        self,
+        t: float,
+        fields: Mapping[str, np.ndarray],
+        in_flight: float,
+        waiting: float,
+        received: float = 0.0,
     ) -> None:
         """Write one scrape at ``t``.
 
@@ -162,6 +172,7 @@ class SeriesWriter:
                 at least ``dcgm_series``.
             in_flight: Requests in service per Ready pod.
             waiting: Requests queued in the deployment.
+            received: Requests that reached the deployment since the run began.
         """
         self._refresh()
         store = self.store
@@ -182,3 +193,5 @@ class SeriesWriter:
             store.ingest(t, REQUESTS_TOTAL, self._pod_labels, np.floor(done))
         if self._serving[QUEUE]:
             store.ingest(t, QUEUE, self._deployment, np.array([waiting]))
+        if self._serving[RECEIVED]:
+            store.ingest(t, RECEIVED, self._deployment, np.array([np.floor(received)]))

@@ -2,11 +2,12 @@
 target attainment (``HybridConfig.target_attainment``)."""
 
 import dataclasses
+import math
 
 import pytest
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling import headroom
+from gpuscale.scaling import headroom, hybrid
 from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy, HybridState
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import DEMAND_METRICS
@@ -23,8 +24,8 @@ def flat_then(level: float, burst: float, n: int = 60, burst_at: int = 56) -> tu
 
 def test_a_burst_ratio_is_the_last_windows_peak_over_the_mean_before_it():
     points = flat_then(10.0, 60.0)
-    ratio, peak = headroom.burst_ratio(points, STEP_S * 59, 60.0, 600.0)
-    assert (ratio, peak) == (pytest.approx(6.0), 60.0)
+    ratio, peak, base = headroom.burst_ratio(points, STEP_S * 59, 60.0, 600.0)
+    assert (ratio, peak, base) == (pytest.approx(6.0), 60.0, 10.0)
 
 
 def test_no_ratio_until_the_baseline_window_is_covered_or_while_it_is_empty():
@@ -73,13 +74,34 @@ def test_forgetting_halves_every_weight_and_drops_bins_that_no_longer_count():
     assert headroom.forget_levels(levels, 0.5) == ((30, 0.5),)
 
 
+def test_late_share_is_erlangs_delay_formula():
+    # Two erlangs on three servers: Erlang C is 4/9 (the textbook case); a request that
+    # waits, waits past t with chance exp(-(3 - 2) t / s).
+    assert headroom.late_share(3, 2.0, 1.0, 0.0) == pytest.approx(4 / 9)
+    assert headroom.late_share(3, 2.0, 1.0, 2.0) == pytest.approx(4 / 9 * math.exp(-2.0))
+    assert headroom.late_share(2, 2.0, 1.0, 5.0) == 1.0  # no more servers than load
+
+
+@pytest.mark.parametrize(
+    ("load", "wait_s", "miss"), [(2.0, 0.0, 0.5), (100.0, 3.0, 0.01), (5e3, 0.5, 0.01)]
+)
+def test_slots_for_is_the_fewest_slots_within_the_miss(load, wait_s, miss):
+    n = headroom.slots_for(load, 1.0, wait_s, miss)
+    assert headroom.late_share(n, load, 1.0, wait_s) <= miss
+    assert headroom.late_share(n - 1, load, 1.0, wait_s) > miss
+    assert headroom.slots_for(0.0, 1.0, wait_s, miss) == 0
+
+
 def test_the_floor_is_capped_by_the_demand_quantile():
     # A ratio of 6 read from a quiet level, applied while the level is still 40 after
     # the burst: 6.17 x 40 = 247 in flight, but no more than the 60 the demand reached
     # is held.
-    weights = headroom.record((), 6.0, 1.0)
+    weights = headroom.record((), 6.0, 1.0)  # one window: the multiple is its bin's 6.17
     assert headroom.floor_replicas(weights, 0.99, 40.0, 10.0) == 25
     assert headroom.floor_replicas(weights, 0.99, 40.0, 10.0, cap=64.0) == 7
+    # Staffed from a pod's slots: 64 in flight of 1 s, 4 slots a pod, a 3 s wait.
+    staffed = headroom.floor_replicas(weights, 0.99, 40.0, 10.0, cap=64.0, staffing=(4.0, 1.0, 3.0))
+    assert staffed == math.ceil(headroom.slots_for(64.0, 1.0, 3.0, 0.01) / 4.0)
 
 
 def idle(points: tuple) -> tuple:
@@ -160,3 +182,29 @@ def test_the_kept_demand_spans_only_the_burst_and_baseline_windows():
 
 def _fields(cfg: HybridConfig) -> dict:
     return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
+
+
+def test_the_arrival_rate_is_the_counters_newest_rise_over_its_interval():
+    assert hybrid.arrival_rate(((0.0, 100.0), (15.0, 400.0))) == pytest.approx(20.0)
+    assert hybrid.arrival_rate(((0.0, 400.0), (15.0, 10.0))) is None  # a reset
+    assert hybrid.arrival_rate(((15.0, 400.0),)) is None
+    assert hybrid.arrival_rate(None) is None
+
+
+def test_a_pods_slots_are_the_most_seen_in_service_per_ready_pod_while_requests_queue():
+    busy, queued, quiet = ((0.0, 8.0),), ((0.0, 5.0),), ((0.0, 0.0),)
+    assert hybrid.pod_slots(0.0, busy, queued, 2) == 4.0
+    assert hybrid.pod_slots(0.0, busy, quiet, 2) == 0.0  # nothing queues: slots unknown
+    assert hybrid.pod_slots(6.0, busy, queued, 2) == 6.0  # fewer seen: the most stands
+    assert hybrid.pod_slots(3.0, busy, None, 2) == 3.0
+
+
+def test_staffed_replicas_hold_the_fewest_slots_over_a_pods_slots():
+    # 100 requests in service of 1 s on pods of 4 slots, a 3 s wait, 1 % allowed late:
+    # the fewest slots within the miss, in whole pods; more slots a pod, fewer pods.
+    slots = headroom.slots_for(100.0, 1.0, 3.0, 0.01)
+    assert headroom.staffed_replicas(100.0, (4.0, 1.0, 3.0), 0.99) == math.ceil(slots / 4)
+    assert headroom.staffed_replicas(100.0, (1.0, 1.0, 3.0), 0.99) == slots
+    # The scatter of a large load needs a smaller share of it: square-root staffing.
+    big = headroom.slots_for(10_000.0, 1.0, 0.0, 0.01)
+    assert (big - 10_000) / 10_000 < (headroom.slots_for(100.0, 1.0, 0.0, 0.01) - 100) / 100

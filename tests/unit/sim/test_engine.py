@@ -95,6 +95,24 @@ def test_serving_and_dcgm_series_carry_production_names_and_labels():
     assert last.latest("queue") is not None
 
 
+def test_the_received_counter_counts_every_arrival_before_the_scrape_dropped_or_not():
+    # Twice what one replica serves: the queue fills and requests time out, yet the
+    # gateway's counter still counts each that arrived, as a gateway in front would.
+    wl = workload(np.full(600, 2.0))
+    name = "gpuscale_serving_requests_received_total"
+    policy = Recorder(replicas=1, signals={"received": Signal(name, aggregation="sum")})
+    sc = scenario(wl)
+    res = simulate(sc, policy)
+    assert res.dropped > 0
+    before = np.floor(np.concatenate(([0.0], np.cumsum(wl.arrivals))))  # by second
+    scrapes = np.arange(0, 600, sc.scrape_interval_s).astype(int)
+    points = [p for seen in policy.seen for p in seen.series["received"]]
+    assert len({t for t, _ in points}) > 10
+    for t, value in points:  # a query reads the newest scrape at or before its time
+        newest = scrapes[scrapes <= t][-1]
+        assert value == before[newest], t
+
+
 def test_run_result_totals_and_timeline_are_consistent():
     wl = workload(np.full(1800, 1.2))
     res = simulate(scenario(wl, record_interval_s=10.0), Recorder(replicas=[2, 3]))
