@@ -27,12 +27,11 @@ def smooth(points: Series, window_s: float) -> Series:
         return points
     out: list[tuple[float, float]] = []
     total, lo = 0.0, 0
-    times, values = zip(*points, strict=True)  # read by index below, not point by point
     for n, (t, v) in enumerate(points, 1):  # n: points so far
         total += v
         edge = t - window_s
-        while times[lo] <= edge:
-            total -= values[lo]
+        while points[lo][0] <= edge:
+            total -= points[lo][1]
             lo += 1
         out.append((t, total / (n - lo)))
     return tuple(out)

@@ -38,11 +38,9 @@ within the policy's state, as plain numbers:
   slope beyond ``SLOPE_T`` standard errors is extrapolated.
 """
 
-import bisect
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 from statistics import NormalDist
 
 from gpuscale.errors import require
@@ -347,8 +345,7 @@ def update(
 
 def _recent(points: Series, now: float, window_s: float) -> list[tuple[float, float]]:
     edge = now - window_s
-    start = bisect.bisect_right(points, edge, key=itemgetter(0))  # points are oldest first
-    return [(t, v) for t, v in points[start:] if not math.isnan(v)]
+    return [(t, v) for t, v in points if t > edge and not math.isnan(v)]
 
 
 def trend_forecast(

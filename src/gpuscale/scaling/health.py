@@ -168,6 +168,7 @@ def _column(observation: Observation, key: str) -> dict[str, float]:
 _NEW = object.__new__
 _FIELDS = ("until", "why", "xid", "dbe", "thermal", "done")
 _SET_FIELDS = tuple(PodHealth.__dict__[name].__set__ for name in _FIELDS)
+_NAME = attrgetter("name")
 _GET_PREVIOUS = tuple(attrgetter(name) for name in ("until", "why", "dbe", "thermal", "done"))
 
 
@@ -232,9 +233,15 @@ def assess_counted(
     last_at = state.at
     elapsed = now - last_at if last_at is not None else 0.0
     old = state.pods
-    ready = [p for p in observation.target.pods if p.ready]
-    names = [p.name for p in ready]
-    sm, xids, dbes = _column(observation, SM), _column(observation, XID), _column(observation, DBE)
+    pods_now = observation.target.pods
+    ready = [p for p in pods_now if p.ready]
+    names = list(map(_NAME, ready))
+    # SM activity is read only for whether a pod has a sample: without a NaN among them,
+    # the pods holding one are the keys as they are.
+    sm_now = observation.pod_metrics.get(SM) or {}
+    sm_total = sum(sm_now.values())
+    sm = sm_now if sm_total == sm_total else _column(observation, SM)
+    xids, dbes = _column(observation, XID), _column(observation, DBE)
     thermals, dones = _column(observation, THERMAL), _column(observation, DONE)
     alerts = [(a, col) for a in HEALTH_ALERTS if (col := _column(observation, ALERT + a))]
     any_sm = any(map(sm.__contains__, names))
@@ -275,9 +282,10 @@ def assess_counted(
     rates = {name: n / elapsed for name, n in counts.items()}
     for name in stragglers(rates, sick, elapsed, cfg):
         sick[name] = "straggler"
-    for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
-        if not pod.ready and pod.name in old:
-            pods[pod.name] = old[pod.name]
+    if len(ready) < len(pods_now):  # a restarting pod keeps what was seen of its GPU
+        for pod in pods_now:
+            if not pod.ready and pod.name in old:
+                pods[pod.name] = old[pod.name]
     return sick, HealthState(now, pods), counts
 
 

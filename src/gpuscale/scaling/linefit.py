@@ -8,8 +8,6 @@ they fit the line here, once, the same way.
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import mul, sub
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +46,9 @@ def fit_line(points: Sequence[tuple[float, float]]) -> LineFit:
         The fit.
     """
     n = len(points)
-    # Column by column, each sum adding the same terms in the same order as one
-    # generator over the points would, without a generator step per point: the
-    # forecasting policies fit a line or two at every decision.
-    ts, vs = zip(*points, strict=True)
-    mean_t = sum(ts) / n
-    mean_v = sum(vs) / n
-    dt = list(map(sub, ts, repeat(mean_t)))  # t - mean_t
-    dv = list(map(sub, vs, repeat(mean_v)))  # v - mean_v
-    sxx = sum(map(pow, dt, repeat(2)))
-    slope = sum(map(mul, dt, dv)) / sxx if sxx > 0 else 0.0
-    # v - mean_v - slope * (t - mean_t), squared
-    sse = sum(map(pow, map(sub, dv, map(mul, repeat(slope), dt)), repeat(2)))
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in points)
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in points) / sxx if sxx > 0 else 0.0
+    sse = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in points)
     return LineFit(n, mean_t, mean_v, sxx, slope, sse)
