@@ -446,7 +446,16 @@ class MetricStore:
             row = ts.searchsorted(times, side="right") - 1
             at_row = np.maximum(row, 0)
             ok = (row >= 0) & (times - ts[at_row] <= self.lookback_s)
-            out: FloatArray = fam.values[at_row[:, None], columns]  # only the columns read
+            first, last = int(at_row[0]), int(at_row[-1])
+            out: FloatArray
+            # Rows never fall as times rise: n of them spanning n, none repeated, are a run.
+            if last - first == at_row.size - 1 and (at_row[1:] != at_row[:-1]).all():
+                # One row per time, in a run (the usual range): the same values, as the
+                # same C-ordered array, as indexing rows and columns at once, at a
+                # fraction of its cost.
+                out = fam.values[first : last + 1].take(columns, axis=1)
+            else:
+                out = fam.values[at_row[:, None], columns]  # only the columns read
             if not ok.all():
                 out[~ok] = np.nan
             return out

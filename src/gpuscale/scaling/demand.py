@@ -10,6 +10,7 @@ samples' scatter (``rising``), and only the window a decision needs
 
 import bisect
 import dataclasses
+from operator import itemgetter
 
 from gpuscale.scaling.forecast import ForecastState
 from gpuscale.scaling.linefit import fit_line
@@ -55,8 +56,9 @@ def rising(points: Series, now: float, window_s: float) -> bool:
     Returns:
         True when both hold over the points in ``(now - window_s, now]``.
     """
-    edge = now - window_s
-    recent = [(t, v) for t, v in points if edge < t <= now]
+    lo = bisect.bisect_right(points, now - window_s, key=itemgetter(0))  # oldest first
+    hi = bisect.bisect_right(points, now, lo=lo, key=itemgetter(0))
+    recent = points[lo:hi]
     if len(recent) < 2:
         return False
     fit = fit_line(recent)

@@ -35,12 +35,15 @@ State per live pod (``HealthState``): the counters last seen and the quarantine 
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
+from typing import Any
 
 from gpuscale.errors import require
 from gpuscale.fields.xid import WORK_LOST_XIDS
 from gpuscale.metrics.signal import Signal
 from gpuscale.scaling.poisson import poisson_cdf
-from gpuscale.scaling.policy import Observation
+from gpuscale.scaling.policy import Observation, PodStatus
 from gpuscale.scaling.state import JsonState
 
 SM = "sm"
@@ -158,35 +161,15 @@ def _column(observation: Observation, key: str) -> dict[str, float]:
     return {pod: float(v) for pod, v in values.items() if v == v}
 
 
+# ``PodHealth`` records built without its ``__init__``: a frozen dataclass sets each
+# field through ``object.__setattr__``; ``assess`` builds one per Ready pod at every
+# decision, and setting the slots through their descriptors (a C loop per field over
+# all pods) costs a fraction of that. ``PodHealth`` has no ``__post_init__`` to skip.
 _NEW = object.__new__
-_SET_FIELDS = tuple(
-    PodHealth.__dict__[name].__set__ for name in ("until", "why", "xid", "dbe", "thermal", "done")
-)
-
-
-def _pod_health(
-    until: float | None,
-    why: str | None,
-    xid: float | None,
-    dbe: float | None,
-    thermal: float | None,
-    done: float | None,
-) -> PodHealth:
-    """``PodHealth(until, why, xid, dbe, thermal, done)``, built without its ``__init__``.
-
-    A frozen dataclass sets each field through ``object.__setattr__``; ``assess``
-    builds one per Ready pod at every decision, and setting the slots directly
-    costs about a third as much. ``PodHealth`` has no ``__post_init__`` to skip.
-    """
-    pod = _NEW(PodHealth)
-    s_until, s_why, s_xid, s_dbe, s_thermal, s_done = _SET_FIELDS
-    s_until(pod, until)
-    s_why(pod, why)
-    s_xid(pod, xid)
-    s_dbe(pod, dbe)
-    s_thermal(pod, thermal)
-    s_done(pod, done)
-    return pod
+_FIELDS = ("until", "why", "xid", "dbe", "thermal", "done")
+_SET_FIELDS = tuple(PodHealth.__dict__[name].__set__ for name in _FIELDS)
+_NAME = attrgetter("name")
+_GET_PREVIOUS = tuple(attrgetter(name) for name in ("until", "why", "dbe", "thermal", "done"))
 
 
 def completed(observation: Observation, old_pods: Mapping[str, PodHealth]) -> dict[str, float]:
@@ -250,29 +233,116 @@ def assess_counted(
     last_at = state.at
     elapsed = now - last_at if last_at is not None else 0.0
     old = state.pods
-    ready = [p for p in observation.target.pods if p.ready]
-    sm, xids, dbes = _column(observation, SM), _column(observation, XID), _column(observation, DBE)
+    pods_now = observation.target.pods
+    ready = [p for p in pods_now if p.ready]
+    names = list(map(_NAME, ready))
+    # SM activity is read only for whether a pod has a sample: without a NaN among them,
+    # the pods holding one are the keys as they are.
+    sm_now = observation.pod_metrics.get(SM) or {}
+    sm_total = sum(sm_now.values())
+    sm = sm_now if sm_total == sm_total else _column(observation, SM)
+    xids, dbes = _column(observation, XID), _column(observation, DBE)
     thermals, dones = _column(observation, THERMAL), _column(observation, DONE)
     alerts = [(a, col) for a in HEALTH_ALERTS if (col := _column(observation, ALERT + a))]
-    any_sm = any(p.name in sm for p in ready)
-    sick: dict[str, str] = {}
-    pods: dict[str, PodHealth] = {}
-    # What each Ready pod completed since the last decision (``completed``), counted in
-    # the same pass: the rise of its counter, where it has one now and then.
+    any_sm = any(map(sm.__contains__, names))
+    # Each pod's values now and as last seen, read column by column (a C loop each).
+    prev = list(map(old.get, names, repeat(NEVER_SEEN)))
+    p_until, p_why, p_dbe, p_thermal, p_done = (list(map(g, prev)) for g in _GET_PREVIOUS)
+    xid, dbe, thermal, done = (list(map(c.get, names)) for c in (xids, dbes, thermals, dones))
+    # What each Ready pod completed since the last decision (``completed``): the rise of
+    # its counter, where it has one now and then.
     counts: dict[str, float] = {}
-    grace, quarantine_s, share_max = cfg.missing_grace_s, cfg.quarantine_s, cfg.throttle_share
-    for pod in ready:
+    if elapsed > 0:
+        counts = {
+            name: d - pd
+            for name, d, pd in zip(names, done, p_done, strict=True)
+            if d is not None and pd is not None and d >= pd
+        }
+    sick: dict[str, str] = {}
+    if alerts or not _none_new(names, sm, any_sm, xids, dbes, dbe, p_dbe):
+        # Some pod may be newly quarantined: judge each in turn.
+        until, why = _judge(observation, ready, prev, sm, xid, dbe, alerts, any_sm, cfg)
+    else:  # none is (the usual case): each keeps its quarantine as it was
+        until, why = p_until, p_why
+    share_max = cfg.throttle_share
+    if until.count(None) < len(until) or (elapsed > 0 and thermal != p_thermal):
+        for name, u, w, th, p_th in zip(names, until, why, thermal, p_thermal, strict=True):
+            if u is not None and now < u:
+                sick[name] = str(w)
+            elif elapsed > 0 and th is not None and p_th is not None:
+                share = (th - p_th) / 1e9 / elapsed
+                if share > share_max:
+                    sick[name] = "throttled"
+    # The new records, field by field over all pods (see ``_SET_FIELDS``).
+    records = list(map(_NEW, repeat(PodHealth, len(names))))
+    columns: tuple[list[Any], ...] = (until, why, xid, dbe, thermal, done)
+    for set_field, column in zip(_SET_FIELDS, columns, strict=True):
+        list(map(set_field, records, column))
+    pods: dict[str, PodHealth] = dict(zip(names, records, strict=True))
+    rates = {name: n / elapsed for name, n in counts.items()}
+    for name in stragglers(rates, sick, elapsed, cfg):
+        sick[name] = "straggler"
+    if len(ready) < len(pods_now):  # a restarting pod keeps what was seen of its GPU
+        for pod in pods_now:
+            if not pod.ready and pod.name in old:
+                pods[pod.name] = old[pod.name]
+    return sick, HealthState(now, pods), counts
+
+
+_XID_LOW, _XID_HIGH = -1.0, float(min(WORK_LOST_XIDS))
+"""An XID strictly between these truncates below every work-lost XID: no quarantine."""
+
+
+def _none_new(
+    names: list[str],
+    sm: Mapping[str, float],
+    any_sm: bool,
+    xids: Mapping[str, float],
+    dbes: Mapping[str, float],
+    dbe: list[float | None],
+    p_dbe: list[float | None],
+) -> bool:
+    """Whether no Ready pod is newly lost, XID-struck or DBE-struck, judged by whole columns.
+
+    Each test reads every value of a column (the Ready pods' among them), so True is
+    exact, and False only sends the decision to ``_judge``, pod by pod:
+
+    * lost: every Ready pod has an SM-activity sample, or none has;
+    * xid: every XID truncates below every work-lost XID;
+    * dbe: no count rose: each as last seen, or none above 0 and none seen below 0.
+    """
+    if any_sm and not all(map(sm.__contains__, names)):
+        return False
+    if xids and not (min(xids.values()) > _XID_LOW and max(xids.values()) < _XID_HIGH):
+        return False
+    if dbe == p_dbe:
+        return True
+    return max(dbes.values(), default=0.0) <= 0.0 <= min(filter(None, p_dbe), default=0.0)
+
+
+def _judge(
+    observation: Observation,
+    ready: list[PodStatus],
+    prev: list[PodHealth],
+    sm: Mapping[str, float],
+    xid: list[float | None],
+    dbe: list[float | None],
+    alerts: list[tuple[str, dict[str, float]]],
+    any_sm: bool,
+    cfg: HealthConfig,
+) -> tuple[list[float | None], list[str | None]]:
+    """Each Ready pod's quarantine end and reason, judging whether it is newly quarantined.
+
+    Returns:
+        (quarantine ends, seconds or None; reasons), in the order of ``ready``.
+    """
+    now = float(observation.now)
+    grace, quarantine_s = cfg.missing_grace_s, cfg.quarantine_s
+    ends: list[float | None] = []
+    reasons: list[str | None] = []
+    for pod, last, x, d in zip(ready, prev, xid, dbe, strict=True):
         name = pod.name
-        prev = old.get(name, NEVER_SEEN)
-        until, quarantined_for = prev.until, prev.why
-        xid, dbe, thermal, done = (
-            xids.get(name),
-            dbes.get(name),
-            thermals.get(name),
-            dones.get(name),
-        )
-        if elapsed > 0 and done is not None and prev.done is not None and done >= prev.done:
-            counts[name] = done - prev.done
+        until, quarantined_for = last.until, last.why
         why = None
         if (
             any_sm
@@ -280,29 +350,18 @@ def assess_counted(
             and now - (pod.ready_at if pod.ready_at is not None else pod.created_at) > grace
         ):
             why = "lost"
-        elif xid is not None and int(xid) in WORK_LOST_XIDS and xid != prev.xid:
-            why = f"xid {int(xid)}"
-        elif dbe is not None and dbe > (prev.dbe or 0.0):
+        elif x is not None and int(x) in WORK_LOST_XIDS and x != last.xid:
+            why = f"xid {int(x)}"
+        elif d is not None and d > (last.dbe or 0.0):
             why = "dbe"
         elif alerts:  # no alert fires in most runs: no list per pod then
             firing = [a for a, col in alerts if col.get(name)]
             why = f"alert {firing[0]}" if firing else None
         if why is not None:
             until, quarantined_for = now + quarantine_s, why
-        if until is not None and now < until:
-            sick[name] = str(quarantined_for)
-        elif elapsed > 0 and thermal is not None and prev.thermal is not None:
-            share = (thermal - prev.thermal) / 1e9 / elapsed
-            if share > share_max:
-                sick[name] = "throttled"
-        pods[name] = _pod_health(until, quarantined_for, xid, dbe, thermal, done)
-    rates = {name: n / elapsed for name, n in counts.items()}
-    for name in stragglers(rates, sick, elapsed, cfg):
-        sick[name] = "straggler"
-    for pod in observation.target.pods:  # a restarting pod keeps what was seen of its GPU
-        if not pod.ready and pod.name in old:
-            pods[pod.name] = old[pod.name]
-    return sick, HealthState(now, pods), counts
+        ends.append(until)
+        reasons.append(quarantined_for)
+    return ends, reasons
 
 
 def stragglers(

@@ -205,14 +205,21 @@ def cold_start_s(
     """
     samples = list(state.samples)
     seen = set(state.seen)
-    for pod in pods:
-        if pod.ready_at is not None and pod.name not in seen:
-            seen.add(pod.name)
-            if pod.ready_at > pod.created_at:
-                samples.append(pod.ready_at - pod.created_at)
-    samples = samples[-cfg.cold_starts_kept :]
     live = {p.name for p in pods}
-    new = ColdStarts(tuple(samples), tuple(sorted(seen & live)))
+    added = False
+    if not live <= seen:  # a pod not counted yet: count those Ready, in the pods' order
+        for pod in pods:
+            if pod.ready_at is not None and pod.name not in seen:
+                seen.add(pod.name)
+                added = True
+                if pod.ready_at > pod.created_at:
+                    samples.append(pod.ready_at - pod.created_at)
+    samples = samples[-cfg.cold_starts_kept :]
+    if not added and seen <= live:  # no pod started or left (most decisions): as it was
+        kept = len(samples) == len(state.samples)
+        new = state if kept else ColdStarts(tuple(samples), state.seen)
+    else:
+        new = ColdStarts(tuple(samples), tuple(sorted(seen & live)))
     if not samples:
         return cfg.default_cold_start_s, new
     ordered = sorted(samples)

@@ -132,6 +132,34 @@ def test_range_evaluates_each_step_and_skips_absent_points(store):
     assert avg.points == ((30.0, 2.0), (45.0, 4.0))
 
 
+@pytest.mark.parametrize("step", [15.0, 5.0, 30.0, 7.0])
+def test_range_points_are_instant_queries_at_each_step(store, step):
+    # At the scrape spacing each time reads the next row (a run of rows); finer steps
+    # read a row twice, coarser ones skip rows: every way, each point is the instant
+    # query's value at its time, a series absent there included.
+    labels = pods("a", "b", "c")
+    for i in range(12):
+        b = np.nan if i in (4, 5) else 10.0 + i
+        store.ingest(15.0 * i, UTIL, labels, np.array([float(i), b, 100.0 - i]))
+    for sig in (Signal(UTIL, aggregation="sum"), Signal(UTIL, aggregation="max", by=("pod",))):
+        got = {tuple(r.labels.items()): r.points for r in store.range(sig, 20.0, 160.0, step)}
+        want: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        for k in range(int((160.0 - 20.0) / step + 1e-9) + 1):
+            at = 20.0 + step * k
+            for r in store.instant(sig, at):
+                want.setdefault(tuple(r.labels.items()), []).append(r.points[0])
+        assert got == {k: tuple(v) for k, v in want.items()}
+
+
+def test_range_on_uneven_scrapes_reads_a_row_twice_where_one_is_skipped(store):
+    # Rows at 0, 10, 40, 45 and 60 s: times 15 and 30 both read the row at 10 s and the
+    # one at 40 s is never read, so as many rows as times span the range but not as a run.
+    for t in (0.0, 10.0, 40.0, 45.0, 60.0):
+        store.ingest(t, UTIL, pods("a"), np.array([t]))
+    [res] = store.range(Signal(UTIL), 15.0, 60.0, 15.0)
+    assert res.points == ((15.0, 10.0), (30.0, 10.0), (45.0, 45.0), (60.0, 60.0))
+
+
 def test_range_with_bad_arguments_raises(store):
     with pytest.raises(ValueError, match="bad range"):
         store.range(Signal(UTIL), 10.0, 0.0, 1.0)
