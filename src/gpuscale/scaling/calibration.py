@@ -109,12 +109,15 @@ class Backtest:
 
     bound: dict[int, tuple[float, float]] = field(default_factory=dict)
 
-    def add(self, at: int, upper: float, actual: float) -> None:
-        """Record the upper bound forecast for the bucket at ``at`` (clamped at 0, as used).
+    def add(self, at: int, upper: float, actual: float, current: float = 0.0) -> None:
+        """Record the bound planned for the bucket at ``at``: the upper bound, as used.
 
-        Only the bound is scored: the policy plans for it.
+        Only the bound is scored, and as the policy plans for it: at least the demand
+        at the forecast's origin (``current``, the mean of the newest bucket then),
+        since a policy that also reacts (``hybrid``) never plans below the demand it
+        sees, so a bound below it costs nothing; and never below 0.
         """
-        self.bound[at] = (max(upper, 0.0), actual)
+        self.bound[at] = (max(upper, current, 0.0), actual)
 
     def loss(self, q: float, at: Sequence[int]) -> float:
         """Mean pinball loss of the bounds at the positions ``at`` (all recorded).
@@ -272,7 +275,7 @@ def naive_backtest(
                 add_error(sums, ox, oe, sign=-1.0)
         if len(ratios) >= MIN_ERRORS:
             upper = x + quantile(ratios, q) * _deviation(sums, x, min_sigma_ratio)
-            backtest.add(at, upper, means[at])
+            backtest.add(at, upper, means[at], means[origin])
         known.append((x, means[at] - x, 0.0))
     pairs = [(miss[at - ahead], miss[at]) for at in range(period + ahead, n)]
     rho = persistence(sum(a * b for a, b in pairs), sum(a * a for a, _ in pairs))

@@ -29,10 +29,14 @@ within the policy's state, as plain numbers:
     errors over their deviation at the forecast level, not a normal guess.
 
 * Which model forecasts is chosen by backtest (``model: auto``): at each
-  refit, each model forecasts every stored bucket after the first season with a
-  rolling origin, the policy's horizon ahead, and the one whose upper bounds
-  have the smaller pinball loss at ``quantile`` is used until the next refit
-  (Holt-Winters on a tie). ``model`` may also name one of them.
+  refit, each model forecasts the newest season's buckets with a rolling
+  origin, the policy's horizon ahead, and the one whose bounds have the smaller
+  pinball loss at ``quantile`` is used until the next refit (Holt-Winters on a
+  tie). Each bound is scored as a policy plans for it: never below the demand
+  at its origin, since a policy that also reacts does not plan below what it
+  sees. Holt-Winters is scored with the parameters it gets from the seasons
+  before the scored one (out of sample), so it is a candidate only once three
+  seasons are stored. ``model`` may also name one of them.
 * Before that (short history) the fallback is a least-squares line through
   the raw points of the last ``trend_window_s`` seconds; only the part of its
   slope beyond ``SLOPE_T`` standard errors is extrapolated.
@@ -283,9 +287,9 @@ def refit(
     scored: dict[str, calibration.Backtest] = {}
     if cfg.model in ("auto", HOLT_WINTERS):
         z = _z(cfg.quantile)
-        fit, scored[HOLT_WINTERS] = holtwinters.fit(
-            means, state.k0, m, now, ahead, z, cfg.min_sigma_ratio
-        )
+        fit, held_out = holtwinters.fit(means, state.k0, m, now, ahead, z, cfg.min_sigma_ratio)
+        if held_out is not None:
+            scored[HOLT_WINTERS] = held_out
     if cfg.model in ("auto", SEASONAL_NAIVE):
         naive, scored[SEASONAL_NAIVE] = calibration.naive_backtest(
             means, m, cfg.seasons_kept - 1, ahead, cfg.quantile, cfg.min_sigma_ratio
@@ -298,7 +302,9 @@ def refit(
     losses = {name: b.loss(cfg.quantile, common) for name, b in scored.items()}
     model = cfg.model
     if model == "auto":
-        hw, sn = losses[HOLT_WINTERS], losses[SEASONAL_NAIVE]
+        # Holt-Winters unscored (fewer than two seasons before the newest to fit it
+        # to) is no candidate while seasonal-naive has a calibrated band.
+        hw, sn = losses.get(HOLT_WINTERS, math.inf), losses[SEASONAL_NAIVE]
         model = SEASONAL_NAIVE if naive is not None and sn < hw else HOLT_WINTERS
     logger.info(
         "forecast: refit at %.0f on %d buckets, backtest %d buckets at +%d: %s -> %s",

@@ -198,32 +198,8 @@ def spread(
     return max(deviation, floor) * math.sqrt(1 + (steps - 1) * alpha**2)
 
 
-def fit(
-    means: Sequence[float],
-    k0: int,
-    period: int,
-    now: float,
-    ahead: int,
-    z: float,
-    min_sigma_ratio: float,
-) -> tuple[FittedModel, Backtest]:
-    """Fit the model to the stored buckets; replay it for its errors and its backtest.
-
-    Args:
-        means: The closed buckets' means, oldest first.
-        k0: Bucket index of ``means[0]``.
-        period: Buckets per season.
-        now: Time of the fit, seconds.
-        ahead: The backtest's horizon in buckets past the newest closed one.
-        z: The normal quantile the model's band is drawn at.
-        min_sigma_ratio: Floor of the band's deviation, as a share of the level.
-
-    Returns:
-        The fitted model (parameters and final components), and its rolling-origin
-        backtest: for each bucket after the first season, the forecast made ``ahead``
-        buckets earlier and its upper bound, as ``scaling.forecast`` would have made
-        them with the sums of that time.
-    """
+def _fitted_params(means: Sequence[float], period: int) -> Mapping[str, Any]:
+    """The additive, damped model's parameters, as statsmodels fits them to ``means``."""
     from statsmodels.tsa.holtwinters import ExponentialSmoothing  # slow import, only when fitting
 
     with warnings.catch_warnings():  # convergence chatter from the optimiser
@@ -236,14 +212,32 @@ def fit(
             seasonal_periods=period,
             initialization_method="heuristic",
         )
-        res = model.fit()
-    params = res.params
+        return model.fit().params  # type: ignore[no-any-return]
+
+
+def _replay(
+    params: Mapping[str, Any],
+    means: Sequence[float],
+    k0: int,
+    period: int,
+    ahead: int,
+    z: float,
+    min_sigma_ratio: float,
+    first: int,
+) -> tuple[dict[str, Any], Backtest]:
+    """A fitted model from its initial state, replayed over the buckets; its backtest.
+
+    The same recursions as ``scaling.forecast.ingest``, scoring each bucket after
+    the first season (the heuristic start fits that one); the bounds are recorded
+    for the buckets from position ``first`` on.
+
+    Returns:
+        The model's working form after the newest bucket, and the bounds made
+        ``ahead`` buckets earlier for the buckets from ``first``.
+    """
     season = [0.0] * period
     for i, s0 in enumerate(params["initial_seasons"]):
         season[(k0 + i) % period] = float(s0)
-    # The fitted model from its initial state, replayed over the buckets by the same
-    # recursions as ``scaling.forecast.ingest`` (its final components are statsmodels'
-    # own), scoring each bucket after the first season (the heuristic start fits that one).
     work: dict[str, Any] = {
         "alpha": float(params["smoothing_level"]),
         "beta": float(params["smoothing_trend"]),
@@ -257,24 +251,70 @@ def fit(
         "pending": None,
     }
     forget = forget_per_bucket(period)
-    made: dict[int, float] = {}  # bucket to the upper bound forecast for it
+    made: dict[int, tuple[float, float]] = {}  # bucket to (upper bound, origin's mean)
     backtest = Backtest()
+    start = max(period, first)
     for i, y in enumerate(means):
         k = k0 + i
         if i in made:
-            backtest.add(i, made.pop(i), y)
+            upper, origin = made.pop(i)
+            backtest.add(i, upper, y, origin)
         # The forecast ``ahead`` buckets past bucket ``k`` once its mean is known, as
         # ``advance`` makes the next bucket's: the components before it, shifted by
         # their error on bucket ``k``.
         point = None
-        if period <= i + ahead < len(means):
+        if start <= i + ahead < len(means):
             lv, tr, ph, last = work["level"], work["trend"], work["phi"], work["k"]
             shift = y - seasonal_at(season, lv, tr, ph, last, k)
             point = seasonal_at(season, lv, tr, ph, last, k + ahead) + shift
         advance(work, k, y, forget, score=i >= period)
         if point is not None:  # its band from the sums that include bucket ``k``'s error
             width = spread(work["err"], 0.0, work["alpha"], point, ahead, min_sigma_ratio)
-            made[i + ahead] = point + z * width
+            made[i + ahead] = (point + z * width, y)
+    return work, backtest
+
+
+def fit(
+    means: Sequence[float],
+    k0: int,
+    period: int,
+    now: float,
+    ahead: int,
+    z: float,
+    min_sigma_ratio: float,
+) -> tuple[FittedModel, Backtest | None]:
+    """Fit the model to the stored buckets; replay it for its errors and its backtest.
+
+    The backtest scores the newest season out of sample: its parameters are fitted
+    to the buckets before that season only (then replayed over all of them, each
+    forecast made from the buckets before its origin). Parameters fitted to the
+    buckets they are scored on flatter the model against one with nothing fitted
+    (the seasonal-naive model), and the choice would follow the flattery.
+
+    Args:
+        means: The closed buckets' means, oldest first.
+        k0: Bucket index of ``means[0]``.
+        period: Buckets per season.
+        now: Time of the fit, seconds.
+        ahead: The backtest's horizon in buckets past the newest closed one.
+        z: The normal quantile the model's band is drawn at.
+        min_sigma_ratio: Floor of the band's deviation, as a share of the level.
+
+    Returns:
+        The model fitted to every bucket (parameters and final components), and its
+        rolling-origin backtest of the newest season: for each of its buckets, the
+        forecast made ``ahead`` buckets earlier and its upper bound, as
+        ``scaling.forecast`` would have made them with the sums of that time, by
+        the model fitted without that season; None when fewer than two seasons
+        precede it (too few to fit a seasonal model to).
+    """
+    params = _fitted_params(means, period)
+    work, _ = _replay(params, means, k0, period, ahead, z, min_sigma_ratio, len(means))
+    backtest = None
+    held = len(means) - period
+    if held >= 2 * period:
+        before = _fitted_params(means[:held], period)
+        _, backtest = _replay(before, means, k0, period, ahead, z, min_sigma_ratio, held)
     err = work["err"]
     work["sigma"] = math.sqrt(err[2] / err[0]) if err[0] > 0 else 0.0
     work["at"] = float(now)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling import calibration
+from gpuscale.scaling import calibration, holtwinters
 from gpuscale.scaling import forecast as fc
 
 
@@ -132,7 +132,8 @@ def test_the_backtest_chooses_holt_winters_for_a_new_trend_and_naive_for_a_stead
 def test_a_fixed_model_is_used_without_a_backtest_choice():
     cfg = fc.ForecastConfig(bucket_s=60.0, season_s=3600.0, refit_s=1e9, model="holt-winters")
     rng = np.random.default_rng(5)
-    values = 50.0 + rng.normal(0.0, 4.0, 3 * cfg.period)
+    # Three closed seasons: the newest is scored by a model fitted to the two before.
+    values = 50.0 + rng.normal(0.0, 4.0, 3 * cfg.period + 1)
     state = choose(values, cfg)
     assert state.model == "holt-winters"
     assert state.naive is None
@@ -180,3 +181,31 @@ def test_pinball_loss_weighs_a_shortfall_by_the_quantile():
     assert calibration.pinball(8.0, 10.0, 0.9) == pytest.approx(0.2)
     ordered = sorted(np.random.default_rng(0).normal(size=101).tolist())
     assert calibration.quantile(ordered, 0.9) == pytest.approx(float(np.quantile(ordered, 0.9)))
+
+
+def test_the_backtest_scores_a_bound_no_lower_than_the_demand_at_its_origin():
+    backtest = calibration.Backtest()
+    backtest.add(0, 3.0, 10.0, current=7.0)  # a hybrid plan never goes below what it sees
+    backtest.add(1, 12.0, 10.0, current=7.0)
+    backtest.add(2, -1.0, 0.0)
+    assert backtest.bound == {0: (7.0, 10.0), 1: (12.0, 10.0), 2: (0.0, 0.0)}
+    assert backtest.loss(0.9, [0]) == pytest.approx(0.9 * 3.0)
+
+
+def test_holt_winters_is_scored_out_of_sample_on_the_newest_season_only():
+    cfg = fc.ForecastConfig(bucket_s=60.0, season_s=3600.0, refit_s=1e9)
+    m = cfg.period
+    rng = np.random.default_rng(7)
+    k = np.arange(4 * m)
+    values = 50.0 + 20.0 * np.sin(2 * math.pi * k / m) + rng.normal(0.0, 3.0, k.size)
+    state, _ = feed(cfg, values[: 2 * m + 1])
+    # Two seasons: nothing before the newest to fit Holt-Winters to, so only the
+    # seasonal-naive model is scored, and chosen.
+    assert [name for name, _ in state.losses] == ["seasonal-naive"]
+    assert state.model == "seasonal-naive"
+    means = [float(v) for v in values[: 3 * m]]
+    _, scored = holtwinters.fit(means, 0, m, 0.0, 1, 1.28, 0.05)
+    assert scored is not None
+    assert sorted(scored.bound) == list(range(2 * m, 3 * m))
+    _, too_few = holtwinters.fit(means[: 3 * m - 1], 0, m, 0.0, 1, 1.28, 0.05)
+    assert too_few is None
