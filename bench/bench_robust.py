@@ -295,23 +295,29 @@ without a one-hour dip, and weeks pressed into one day with a quieter weekend. A
 shape is held back when the SHA-256 of its name is divisible by 3 (16 shapes), and
 for training otherwise (28); every family has members on both sides. Each shape is
 named `shape:NAME` by `gpuscale evaluate --trace`; its seed draws its noise and its
-Poisson arrivals.
+Poisson arrivals. The settings of `hybrid-deploy` were chosen on training shapes
+only; the table holds held-back shapes.
 
-Every policy is evaluated as `gpuscale evaluate` does: the fair parameters, then a
-sweep of its knob until its cost-against-attainment curve brackets the target
-(0.99), read per seed; the oracle is the hindsight planner's search per seed.
+Each shape runs twice over (`--duration` of two of its own lengths; a run longer
+than a shape repeats it, each pass with its own noise) and only the second pass
+is scored (`--warmup` of one length): a deployed controller has seen its demand
+before, and a policy that has seen one burst should hold the capacity its like
+calls for. Every policy is scored on the same pass. Every policy is evaluated as
+`gpuscale evaluate` does: the fair parameters, then a sweep of its knob until its
+cost-against-attainment curve brackets the target (0.99), read per seed; the
+oracle is the hindsight planner's search per seed.
 
 `hybrid-deploy` is `hybrid` told the target attainment (`HybridConfig.
-target_attainment`): besides the forecast plan and the reactive need, it holds a
-floor learned online from its own demand (`scaling/headroom.py`). At each decision
-it records the mean demand offered over the last 60 s against its mean over the
-600 s before (a naive forecast made a minute earlier), weighted by the window's
-requests, and holds that ratio's quantile at the target attainment times the
-level now (the lower of that baseline and the demand now). Its two windows are
-set once from principle (a cold start's worth ahead; a ten-minute level), not per
-shape; its knob (`per_replica`) stays at its
-fair value. A run starts with no history, so the first burst of a shape is unseen
-by construction."""
+target_attainment`) and the deployment's received-requests counter
+(`arrivals_metric`), at its fair parameters, with no knob chosen per shape
+(`scaling/headroom.py`, docs/predictive.md). It records each minute's load
+offered (arrival rate x service time) against the ten minutes before, and holds
+the ratio's request-weighted quantile at the target times the level now, capped
+by the load's own quantile; both histograms halve over a day. That load is
+staffed for its scatter by Erlang's delay formula (the share of requests waiting
+beyond the wait budget within 1 - target, over the slots a pod was seen to
+fill), and so are the forecast's plan and the reactive need once a pod's slots
+are known."""
 
 
 READING = """\
