@@ -325,7 +325,6 @@ register(
             "queue_wait_s",
             "wait_budget_s",
             "target_attainment",
-            "arrivals_metric",
         ),
         units={"per_replica": "requests (in flight + queued) per replica"},
         knob=_PLAN_KNOB,
