@@ -4,16 +4,19 @@ A forecast follows the level; a reactive rule follows a rise a cold start late.
 Neither holds capacity for a burst that arrives faster than a pod starts, and a
 per-replica knob tuned per trace only buys such headroom everywhere at once. What
 a deployment can learn instead is how far its demand has jumped above its recent
-level within one burst window: at each decision, the mean of the demand offered
-(``hybrid`` passes what its reactive need reads: in service, the queue at its
-weight and its growth, never a backlog that grows only while pods are short) over the
-last ``burst_window_s`` over its mean in the ``baseline_window_s`` before that
-window (a naive forecast made one burst window ago; a mean, since the lowest point
-of a noisy window would read noise as a burst). Those ratios go into a histogram,
-each weighted by that window's demand (a request-weighted record, as the SLO is), and
-the floor is the ratio at the target attainment's quantile times the level now:
+level within the time new capacity takes to serve: at each decision, the mean of
+the demand offered (``hybrid`` passes the arrival rate times the service time where
+it has both, else what its reactive need reads: in service, the queue at its weight
+and its growth) over the last ``burst_window_s``, over its mean in the
+``baseline_window_s`` that ended one lead time ago (a naive forecast made when
+capacity for now had to be asked for; a mean, since the lowest point of a noisy
+window would read noise as a burst). A baseline that ended where the burst window
+starts would take in a crowd's own rise and read the crowd lower than it came.
+Those ratios go into a histogram, each weighted by that window's demand (a
+request-weighted record, as the SLO is), and the floor is the ratio at the target
+attainment's quantile times the level now:
 the capacity that, had it stood at every past decision, would have held the burst
-windows for that share of the requests. The level is the lower of that window's
+windows for that share of the requests. The level is the lower of the baseline's
 mean and the demand now: during a burst the level it started from (not the burst
 again), and after one the demand as it decays (not the burst's tail in the mean).
 
@@ -33,7 +36,7 @@ long the history.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuscale.scaling.poisson import poisson_cdf, poisson_pmf
 from gpuscale.scaling.policy import Series
@@ -44,7 +47,11 @@ above 32 counts in the last bin)."""
 
 
 def burst_ratio(
-    points: Series, now: float, burst_window_s: float, baseline_window_s: float
+    points: Series,
+    now: float,
+    burst_window_s: float,
+    baseline_window_s: float,
+    lead_s: float = 0.0,
 ) -> tuple[float, float, float] | None:
     """The mean over the last burst window against the mean of the window before it.
 
@@ -55,14 +62,16 @@ def burst_ratio(
         points: Demand as (time, value) points, oldest first.
         now: The decision's time, seconds.
         burst_window_s: The burst window, seconds.
-        baseline_window_s: The window before it whose mean is the baseline, seconds.
+        baseline_window_s: The window whose mean is the baseline, seconds.
+        lead_s: How long new capacity takes to serve (``baseline_end``): the
+            baseline ends this long ago, or where the burst window starts if later.
 
     Returns:
         (ratio, the burst window's mean demand, the baseline's mean); None until at least
         half the baseline window has points, or while their mean is zero.
     """
-    edge = now - burst_window_s
-    recent = [v for t, v in points if t > edge]
+    recent = [v for t, v in points if t > now - burst_window_s]
+    edge = baseline_end(now, burst_window_s, lead_s)
     before = [(t, v) for t, v in points if edge - baseline_window_s < t <= edge]
     if not recent or not before or before[0][0] > edge - baseline_window_s / 2.0:
         return None  # less than half the baseline window seen: no level to measure against
@@ -73,8 +82,23 @@ def burst_ratio(
     return burst / base, burst, base
 
 
+def baseline_end(now: float, burst_window_s: float, lead_s: float) -> float:
+    """Where the baseline window ends: one lead time ago, or at the burst window's start.
+
+    Capacity asked for at the level of ``lead_s`` ago is what serves now, so a burst
+    is how far demand rose within that lead: a baseline that ended at the burst
+    window's start would take in a crowd's first minutes (a one-minute rise, read
+    by a one-minute window) and read the crowd as lower than it came.
+    """
+    return now - max(burst_window_s, lead_s)
+
+
 def level(
-    points: Series, now: float, burst_window_s: float, baseline_window_s: float
+    points: Series,
+    now: float,
+    burst_window_s: float,
+    baseline_window_s: float,
+    lead_s: float = 0.0,
 ) -> float | None:
     """The level a floor scales: the baseline window's mean, or the demand now if lower.
 
@@ -83,7 +107,7 @@ def level(
     """
     if not points:
         return None
-    edge = now - burst_window_s
+    edge = baseline_end(now, burst_window_s, lead_s)
     window = [v for t, v in points if edge - baseline_window_s < t <= edge]
     latest = points[-1][1]
     return min(sum(window) / len(window), latest) if window else latest
@@ -256,9 +280,8 @@ def floor_replicas(
     weights: Sequence[float],
     share: float,
     level: float | None,
-    per_replica: float,
+    size: Callable[[float], int],
     cap: float | None = None,
-    staffing: tuple[float, float, float] | None = None,
 ) -> int:
     """Replicas the learned headroom holds: the quantile ratio times the level, at most ``cap``.
 
@@ -266,12 +289,10 @@ def floor_replicas(
     read from a quiet level and applied while demand is still high after a burst
     would otherwise hold a multiple of the highest demand ever seen.
 
-    The floor's demand is already the burst the history calls for, so with
-    ``staffing`` known (a pod's request slots, the service time and the wait a
-    request may have) it is staffed for that demand's own scatter only: the fewest
-    slots that keep the share of requests waiting beyond that wait within ``1 -
-    share`` (``slots_for``), over the slots a pod has. Without it, at
-    ``per_replica``, as the reactive need is.
+    The floor's demand is already the burst the history calls for, so ``size`` turns
+    it into replicas as the policy sizes any load: staffed for that demand's own
+    scatter where a pod's slots are known (``staffed_replicas``), else at the
+    policy's ``per_replica``.
 
     Returns:
         The floor, 0 while nothing is recorded or the level is unknown.
@@ -279,7 +300,4 @@ def floor_replicas(
     ratio = quantile(weights, share)
     if ratio is None or level is None or level <= 0:
         return 0
-    demand = ratio * level if cap is None else min(ratio * level, cap)
-    if staffing is not None:
-        return staffed_replicas(demand, staffing, share)
-    return math.ceil(demand / per_replica - 1e-9)
+    return size(ratio * level if cap is None else min(ratio * level, cap))

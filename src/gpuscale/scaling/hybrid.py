@@ -40,6 +40,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from gpuscale.errors import require
@@ -52,11 +53,13 @@ from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Ser
 from gpuscale.scaling.predictive import (
     PredictiveConfig,
     PredictiveState,
+    Sizing,
     agree,
     cold_start_s,
     demand_or_hold,
     horizon_s,
     last_scale_in,
+    per_replica_sizing,
     plan,
     settle,
 )
@@ -131,10 +134,12 @@ class HybridConfig(PredictiveConfig):
             that share (``scaling.headroom``): a floor learned online, with no
             per-trace knob. None: no learned floor (the policy as tuned by
             ``per_replica`` alone).
-        burst_window_s: The learned floor's burst window: how far ahead capacity must
-            already stand, a cold start's worth (Knative's stable window is 60 s).
+        burst_window_s: The learned floor's burst window: a burst's height is the
+            mean demand over it (Knative's stable window is 60 s).
         baseline_window_s: The learned floor's baseline: the mean demand in this
-            window before the burst window is the level a burst is measured against.
+            window, ending one horizon (a cold start, plus a node's provisioning
+            where one is needed) before now or at the burst window's start if
+            that is earlier, is the level a burst is measured against.
         burst_memory_s: The learned floor's memory: what it recorded weighs half as
             much this long after. A day, the forecast's season: a burst seen within
             the last day is expected again; one from last week no longer holds
@@ -216,6 +221,8 @@ def reactive_need(
     sick: Mapping[str, str],
     cfg: HybridConfig,
     guard: float | None,
+    size: Sizing | None = None,
+    offered: float | None = None,
 ) -> tuple[int, str]:
     """Replicas the load needs now, from demand, SM activity and TTFT.
 
@@ -225,11 +232,16 @@ def reactive_need(
         sick: Ready pods that are not capacity, with the reason.
         cfg: The policy's parameters.
         guard: ``sm_guard``'s target (None: SM activity sets no need).
+        size: Replicas for the demand; None: at ``per_replica``.
+        offered: The load arriving (arrival rate times service time), where known:
+            the demand is at least that, since requests that time out in the queue
+            leave the count in service and the queue's growth short of it.
 
     Returns:
         (healthy replicas needed, a note with each signal's need).
     """
-    by_demand = math.ceil(points[-1][1] / cfg.per_replica - 1e-9)
+    demand = points[-1][1] if offered is None else max(points[-1][1], offered)
+    by_demand = (per_replica_sizing(cfg.per_replica) if size is None else size)(demand)
     healthy = [p.name for p in observation.target.pods if p.ready and p.name not in sick]
     sm = observation.pod_metrics.get(health.SM, {})
     busy = [v for name in healthy if (v := sm.get(name)) is not None and not math.isnan(v)]
@@ -238,7 +250,7 @@ def reactive_need(
     # above its load. It raises the need only while the pods run hotter than the target.
     hot = guard is not None and bool(busy) and sum(busy) > guard * len(busy)
     by_sm = math.ceil(sum(busy) / guard - 1e-9) if hot and guard is not None else 0
-    note = f"demand {points[-1][1]:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
+    note = f"demand {demand:.2f} -> {by_demand}, SM {sum(busy):.2f} -> {by_sm}"
     if guard is None:
         note += " (guard off)"
     need = max(by_demand, by_sm)
@@ -430,7 +442,8 @@ def learned_floor(
     cfg: HybridConfig,
     state: "HybridState",
     now: float,
-    staffing: tuple[float, float, float] | None = None,
+    size: Sizing | None = None,
+    lead_s: float | None = None,
 ) -> tuple[tuple[float, ...], tuple[tuple[int, float], ...], tuple[tuple[float, float], ...], int]:
     """Record the newest burst ratio and demand, and read the floor at ``target_attainment``.
 
@@ -448,28 +461,32 @@ def learned_floor(
         cfg: The policy's parameters.
         state: The previous state (``bursts``, ``levels`` and ``offered``).
         now: The decision's time, seconds.
-        staffing: A pod's request slots, the service time and the wait a request may
-            have, when all are known (``headroom.floor_replicas``); None staffs the
-            floor at ``per_replica``.
+        size: Replicas for the floor's demand (``headroom.floor_replicas``); None:
+            at ``per_replica``.
+        lead_s: How long a replica asked for now takes to serve (``horizon_s``): a
+            burst is measured over it (``headroom.baseline_end``); None: over the
+            burst window alone.
 
     Returns:
         (the ratio histogram, the demand histogram, the demand kept, the floor in replicas).
     """
-    span = cfg.burst_window_s + cfg.baseline_window_s
+    lead = 0.0 if lead_s is None else lead_s
+    span = max(cfg.burst_window_s, lead) + cfg.baseline_window_s
     bursts, levels = state.bursts, state.levels
     if state.offered and now > state.offered[-1][0]:
         factor = 0.5 ** ((now - state.offered[-1][0]) / cfg.burst_memory_s)
         bursts, levels = headroom.forget(bursts, factor), headroom.forget_levels(levels, factor)
     offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
-    seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
+    seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s, lead)
     if seen is not None:
         ratio, burst, _ = seen
         bursts = headroom.record(bursts, ratio, burst)
         levels = headroom.record_level(levels, burst, burst)
     share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
-    level = headroom.level(offered, now, cfg.burst_window_s, cfg.baseline_window_s)
+    level = headroom.level(offered, now, cfg.burst_window_s, cfg.baseline_window_s, lead)
     cap = headroom.level_quantile(levels, share)
-    floor = headroom.floor_replicas(bursts, share, level, cfg.per_replica, cap, staffing)
+    sized = per_replica_sizing(cfg.per_replica) if size is None else size
+    floor = headroom.floor_replicas(bursts, share, level, sized, cap)
     return bursts, levels, offered, floor
 
 
@@ -639,45 +656,40 @@ class HybridPolicy(KeepsState[HybridState]):
             reach = horizon_s(cold[0], current + 1, cfg)
             now_points, queued = backlog_demand(now_points, backlog, service, now, reach)
             since = last_saturated(samples, backlog, service, cfg)
-        planned, why, forecast, cold_starts, expected = plan(
-            observation, samples, state, cfg, unsaturated_since=since, cold=cold
-        )
-        need, seen = reactive_need(observation, now_points, sick, cfg, sm_guard(cfg, reach))
-        seen += queued
-        proposal = max(planned, need) + len(sick)
-        bursts, levels, offered = state.bursts, state.levels, state.offered
         per_pod = pod_slots(state.slots, samples, backlog, ready)
+        size, offered_now = None, None
         if cfg.target_attainment is not None:
-            staffing = None
-            if per_pod > 0 and service is not None and cfg.wait_budget_s is not None:
-                staffing = (per_pod, service, cfg.wait_budget_s)
             # The load offered: arrivals x service time where both are known (what a
-            # crowd that outruns the pods still shows), else what the need reads.
-            offered_now = now_points[-1][1]
+            # crowd that outruns the pods still shows).
             rate = arrival_rate(observation.series.get(ARRIVALS))
             if rate is not None and service is not None:
                 offered_now = rate * service
-            bursts, levels, offered, floor = learned_floor(offered_now, cfg, state, now, staffing)
-            if staffing is not None:
+            if per_pod > 0 and service is not None and cfg.wait_budget_s is not None:
                 # Told its target and knowing its pods' slots, the policy holds the
-                # burst headroom its history calls for in the floor; the plan and the
-                # reactive need then staff their load for its scatter alone, not at
-                # per_replica, whose headroom stands in for the learned one where none
-                # is known.
+                # burst headroom its history calls for in the learned floor; the plan
+                # and the reactive need then staff their load for its scatter alone,
+                # not at per_replica, whose headroom stands in for the learned one
+                # where none is known.
+                staffing = (per_pod, service, cfg.wait_budget_s)
                 goal = cfg.target_attainment
-                load = max(offered_now, now_points[-1][1])
-                staffed = headroom.staffed_replicas(load, staffing, goal)
-                ahead = headroom.staffed_replicas(planned * cfg.per_replica, staffing, goal)
-                if staffed < need or ahead < planned:
-                    need, planned = min(need, staffed), min(planned, ahead)
-                    proposal = max(planned, need) + len(sick)
-                    seen += f", staffed: plan {planned}, now {need}"
+                size = partial(headroom.staffed_replicas, staffing=staffing, share=goal)
+        planned, why, forecast, cold_starts, expected = plan(
+            observation, samples, state, cfg, unsaturated_since=since, cold=cold, size=size
+        )
+        guard = sm_guard(cfg, reach)
+        need, seen = reactive_need(observation, now_points, sick, cfg, guard, size, offered_now)
+        seen += queued
+        proposal = max(planned, need) + len(sick)
+        bursts, levels, offered = state.bursts, state.levels, state.offered
+        if cfg.target_attainment is not None:
+            load = now_points[-1][1] if offered_now is None else offered_now
+            bursts, levels, offered, floor = learned_floor(load, cfg, state, now, size, reach)
             if floor > max(planned, need):
                 seen += f", learned floor {floor}"
             proposal = max(proposal, floor + len(sick))
         started = now if state.started_at is None else state.started_at
         served = served_since(points, since, cfg.smoothing_s)
-        proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples)
+        proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples, size)
         # Requests queued now beyond ordinary queueing (``last_saturated``): the pods are
         # short, whatever the served load says.
         up = up or (since is not None and since >= float(points[-1][0]))

@@ -28,7 +28,7 @@ Prometheus, queried at each decision, like HPA's.
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
@@ -189,6 +189,14 @@ class PredictiveState(JsonState):
 
 P = TypeVar("P", bound=PredictiveState)
 
+Sizing = Callable[[float], int]
+"""Replicas for a load (requests in service on average)."""
+
+
+def per_replica_sizing(per_replica: float) -> Sizing:
+    """Replicas at ``per_replica`` requests each: the load over it, rounded up."""
+    return lambda load: math.ceil(load / per_replica - 1e-9)
+
 
 def cold_start_s(
     pods: tuple[PodStatus, ...], state: ColdStarts, cfg: PredictiveConfig
@@ -251,6 +259,7 @@ def plan(
     *,
     unsaturated_since: float | None = None,
     cold: tuple[float, ColdStarts] | None = None,
+    size: Sizing | None = None,
 ) -> tuple[int, str, fc.ForecastState, ColdStarts, Forecast]:
     """Replicas for the forecast's upper bound one horizon ahead.
 
@@ -264,6 +273,7 @@ def plan(
             arrived, not how fast demand grew: the fallback line is fitted only to the
             points after it. None: every point.
         cold: ``cold_start_s``'s answer where the caller has it already; None: read here.
+        size: Replicas for the bound; None: at ``per_replica``.
 
     Returns:
         (replicas before bounds, a reason, the new ``forecast`` and ``cold`` states,
@@ -279,12 +289,13 @@ def plan(
     if unsaturated_since is not None:
         points = tuple(p for p in points if p[0] > unsaturated_since)
     f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
-    need = math.ceil(f.upper / cfg.per_replica - 1e-9)
+    sized = per_replica_sizing(cfg.per_replica) if size is None else size
+    need = sized(f.upper)
     longer = horizon_s(cold_s, need, cfg)
     if longer > horizon:
         horizon = longer
         f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
-        need = max(need, math.ceil(f.upper / cfg.per_replica - 1e-9))
+        need = max(need, sized(f.upper))
     why = (
         f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
         f"at +{horizon:.0f} s -> {need}"
@@ -391,6 +402,7 @@ def agree(
     cfg: PredictiveConfig,
     started_at: float,
     samples: Series | None = None,
+    size: Sizing | None = None,
 ) -> tuple[int, bool, str]:
     """Scale in only as far as the observed load agrees.
 
@@ -403,6 +415,7 @@ def agree(
         started_at: Time of the policy's first decision, seconds.
         samples: The demand as sampled, on which a rise is judged (its scatter is
             what ``rising`` tests the slope against); None: ``points``.
+        size: Replicas for the peak; None: at ``per_replica``.
 
     Returns:
         (proposal raised to what the observed peak needs; whether no scale-in may
@@ -415,7 +428,7 @@ def agree(
     up = rising(seen, now, cfg.rise_window_s) or now - started_at < cfg.scale_in_window_s
     edge = now - cfg.scale_in_window_s
     peak = max((v for t, v in points if t > edge), default=0.0)
-    observed = math.ceil(peak / cfg.per_replica - 1e-9)
+    observed = (per_replica_sizing(cfg.per_replica) if size is None else size)(peak)
     if observed > proposal:
         return min(observed, current), up, f", observed peak needs {observed}"
     return proposal, up, ""

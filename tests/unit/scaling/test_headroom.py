@@ -3,6 +3,7 @@ target attainment (``HybridConfig.target_attainment``)."""
 
 import dataclasses
 import math
+from functools import partial
 
 import pytest
 
@@ -10,7 +11,7 @@ from gpuscale.errors import ConfigError
 from gpuscale.scaling import headroom, hybrid
 from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy, HybridState
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
-from gpuscale.scaling.predictive import DEMAND_METRICS
+from gpuscale.scaling.predictive import DEMAND_METRICS, per_replica_sizing
 from tests.support.policystate import through_json
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
@@ -26,6 +27,23 @@ def test_a_burst_ratio_is_the_last_windows_peak_over_the_mean_before_it():
     points = flat_then(10.0, 60.0)
     ratio, peak, base = headroom.burst_ratio(points, STEP_S * 59, 60.0, 600.0)
     assert (ratio, peak, base) == (pytest.approx(6.0), 60.0, 10.0)
+
+
+def test_a_burst_is_measured_against_the_level_one_lead_time_before():
+    # A crowd that rises over its first minute: 10, then 20, 30, 40, 50, then 60 from
+    # point 60 on. Read at point 63, a baseline ending where the burst window starts
+    # takes in the rise and reads it lower; one ending a lead time (240 s) before reads
+    # the level capacity asked for then was sized at.
+    rise = {56: 20.0, 57: 30.0, 58: 40.0, 59: 50.0}
+    points = tuple((STEP_S * i, 60.0 if i >= 60 else rise.get(i, 10.0)) for i in range(64))
+    adjacent, _, _ = headroom.burst_ratio(points, STEP_S * 63, 60.0, 600.0)
+    ratio, burst, base = headroom.burst_ratio(points, STEP_S * 63, 60.0, 600.0, lead_s=240.0)
+    assert (ratio, burst, base) == (pytest.approx(6.0), 60.0, 10.0)
+    assert adjacent < ratio
+    # A lead shorter than the burst window changes nothing.
+    assert headroom.burst_ratio(points, STEP_S * 63, 60.0, 600.0, lead_s=30.0)[0] == adjacent
+    # The level the floor scales is read the same lead back: the crowd's start, not its rise.
+    assert headroom.level(points, STEP_S * 63, 60.0, 600.0, lead_s=240.0) == pytest.approx(10.0)
 
 
 def test_no_ratio_until_the_baseline_window_is_covered_or_while_it_is_empty():
@@ -52,9 +70,10 @@ def test_the_quantile_is_request_weighted_and_reads_a_bins_upper_edge():
 
 def test_the_floor_is_the_quantile_ratio_times_the_level_per_replica():
     weights = headroom.record((), 3.0, 1.0)  # bin (2^(12/8), 2^(13/8)] = (2.83, 3.08]
-    assert headroom.floor_replicas(weights, 0.99, 10.0, 2.0) == 16  # ceil(3.08 x 10 / 2)
-    assert headroom.floor_replicas((), 0.99, 10.0, 2.0) == 0
-    assert headroom.floor_replicas(weights, 0.99, None, 2.0) == 0
+    two = per_replica_sizing(2.0)
+    assert headroom.floor_replicas(weights, 0.99, 10.0, two) == 16  # ceil(3.08 x 10 / 2)
+    assert headroom.floor_replicas((), 0.99, 10.0, two) == 0
+    assert headroom.floor_replicas(weights, 0.99, None, two) == 0
 
 
 def test_the_demand_quantile_is_request_weighted_and_reads_a_bins_upper_edge():
@@ -97,10 +116,17 @@ def test_the_floor_is_capped_by_the_demand_quantile():
     # the burst: 6.17 x 40 = 247 in flight, but no more than the 60 the demand reached
     # is held.
     weights = headroom.record((), 6.0, 1.0)  # one window: the multiple is its bin's 6.17
-    assert headroom.floor_replicas(weights, 0.99, 40.0, 10.0) == 25
-    assert headroom.floor_replicas(weights, 0.99, 40.0, 10.0, cap=64.0) == 7
+    ten = per_replica_sizing(10.0)
+    assert headroom.floor_replicas(weights, 0.99, 40.0, ten) == 25
+    assert headroom.floor_replicas(weights, 0.99, 40.0, ten, cap=64.0) == 7
     # Staffed from a pod's slots: 64 in flight of 1 s, 4 slots a pod, a 3 s wait.
-    staffed = headroom.floor_replicas(weights, 0.99, 40.0, 10.0, cap=64.0, staffing=(4.0, 1.0, 3.0))
+    staffed = headroom.floor_replicas(
+        weights,
+        0.99,
+        40.0,
+        partial(headroom.staffed_replicas, staffing=(4.0, 1.0, 3.0), share=0.99),
+        cap=64.0,
+    )
     assert staffed == math.ceil(headroom.slots_for(64.0, 1.0, 3.0, 0.01) / 4.0)
 
 
@@ -208,3 +234,35 @@ def test_staffed_replicas_hold_the_fewest_slots_over_a_pods_slots():
     # The scatter of a large load needs a smaller share of it: square-root staffing.
     big = headroom.slots_for(10_000.0, 1.0, 0.0, 0.01)
     assert (big - 10_000) / 10_000 < (headroom.slots_for(100.0, 1.0, 0.0, 0.01) - 100) / 100
+
+
+STAFFED = partial(headroom.staffed_replicas, staffing=(4.0, 1.0, 3.0), share=0.99)
+"""Pods of 4 slots serving 1 s requests that may wait 3 s, 1 % allowed late."""
+
+
+def test_with_a_sizing_the_reactive_need_staffs_the_load_and_reads_what_arrives():
+    pods = tuple(PodStatus(f"p{i}", True, 0.0, 0.0) for i in range(4))
+    obs = Observation(600.0, TargetStatus(4, pods), {}, {})
+    points = ((585.0, 40.0), (600.0, 40.0))
+    assert hybrid.reactive_need(obs, points, {}, CFG, None)[0] == 4  # 40 / 10 per replica
+    assert hybrid.reactive_need(obs, points, {}, CFG, None, STAFFED)[0] == STAFFED(40.0)
+    # Requests that time out in the queue leave the count in service short of what
+    # arrives: the offered load, where higher, is what is staffed.
+    need, note = hybrid.reactive_need(obs, points, {}, CFG, None, STAFFED, offered=100.0)
+    assert need == STAFFED(100.0) > STAFFED(40.0)
+    assert "demand 100.00" in note
+
+
+def test_with_a_sizing_the_plan_and_the_scale_in_guard_staff_their_load():
+    pods = tuple(PodStatus(f"p{i}", True, 0.0, 0.0) for i in range(12))
+    points = tuple((STEP_S * i, 40.0) for i in range(60))
+    now = points[-1][0]
+    obs = Observation(now, TargetStatus(12, pods), {}, {})
+    planned, _, _, _, bound = hybrid.plan(obs, points, HybridState(), CFG, size=STAFFED)
+    assert planned == STAFFED(bound.upper)
+    per_replica, *_ = hybrid.plan(obs, points, HybridState(), CFG)
+    assert per_replica == math.ceil(bound.upper / CFG.per_replica - 1e-9)
+    # Scaling in from 12 to 1 stops where the observed peak's staffing does.
+    kept, _, note = hybrid.agree(1, 12, points, now, CFG, -1e6, size=STAFFED)
+    assert kept == STAFFED(40.0)
+    assert "observed peak needs" in note
