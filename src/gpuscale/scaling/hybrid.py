@@ -42,11 +42,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
+from typing import NamedTuple
 
 from gpuscale.errors import require
 from gpuscale.extras import require_library
 from gpuscale.metrics.signal import Signal
-from gpuscale.scaling import headroom, health
+from gpuscale.scaling import headroom, health, recurrence
 from gpuscale.scaling.demand import recent_view, smooth
 from gpuscale.scaling.health import HealthConfig, HealthState
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series
@@ -150,6 +151,10 @@ class HybridConfig(PredictiveConfig):
             arrival rate times the service time: once a crowd outruns the pods and
             queued requests time out, neither the pods' count in service nor the
             queue's growth shows how high it rose.
+        burst_period_intervals: How many intervals between the last bursts' onsets
+            must agree (within ``burst_window_s``) before the learned floor stands
+            down between bursts, expecting the next one interval after the last
+            (``scaling.recurrence``); 0 holds it at every decision.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -172,6 +177,7 @@ class HybridConfig(PredictiveConfig):
     baseline_window_s: float = field(default=600.0, metadata={"unit": "s"})
     burst_memory_s: float = field(default=86_400.0, metadata={"unit": "s"})
     arrivals_metric: str | None = field(default=None, metadata={"unit": ""})
+    burst_period_intervals: int = field(default=3, metadata={"unit": "intervals"})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -194,6 +200,8 @@ class HybridConfig(PredictiveConfig):
         check(self.burst_window_s > 0, "burst_window_s", "use > 0 s")
         check(self.baseline_window_s > 0, "baseline_window_s", "use > 0 s")
         check(self.burst_memory_s > 0, "burst_memory_s", "use > 0 s")
+        intervals = self.burst_period_intervals
+        check(intervals >= 0, "burst_period_intervals", "use 0 (off) or more intervals")
 
 
 def sm_guard(cfg: HybridConfig, reach_s: float | None) -> float | None:
@@ -437,6 +445,23 @@ def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Serie
     return tuple((t, v - (1.0 - weight) * queued.get(t, 0.0)) for t, v in total)
 
 
+def window_mean(points: Series, now: float, window_s: float) -> float | None:
+    """The mean of the points in ``(now - window_s, now]``; None without any."""
+    inside = [v for t, v in points if now - window_s < t <= now]
+    return sum(inside) / len(inside) if inside else None
+
+
+class Floor(NamedTuple):
+    """``learned_floor``'s answer: what it recorded and what it holds."""
+
+    bursts: tuple[float, ...]
+    levels: tuple[tuple[int, float], ...]
+    offered: tuple[tuple[float, float], ...]
+    onsets: tuple[float, ...]
+    replicas: int
+    note: str
+
+
 def learned_floor(
     demand: float,
     cfg: HybridConfig,
@@ -444,22 +469,23 @@ def learned_floor(
     now: float,
     size: Sizing | None = None,
     lead_s: float | None = None,
-) -> tuple[tuple[float, ...], tuple[tuple[int, float], ...], tuple[tuple[float, float], ...], int]:
+) -> Floor:
     """Record the newest burst ratio and demand, and read the floor at ``target_attainment``.
 
-    The demand is what the reactive need reads (requests in service, the queue at its
-    weight and its growth times the service time: the load offered, where the queue
-    alone would count a backlog that grows only while the pods are short), kept in
-    the state for the burst and baseline windows. Both histograms (burst ratios and
-    demand levels, each reading weighted by its demand: request-weighted, as the SLO
-    is) decay by half every ``burst_memory_s``. The floor is the ratio quantile times
-    the level, capped by the demand quantile: after a burst, while the level is still
-    high, the ratio alone would hold a multiple of the burst.
+    The demand is the load offered (arrivals times service time where the caller has
+    both, else what the reactive need reads), kept in the state for the burst and
+    baseline windows. Both histograms (burst ratios and demand levels, each reading
+    weighted by its demand: request-weighted, as the SLO is) decay by half every
+    ``burst_memory_s``. The floor is the ratio quantile times the level, capped by
+    the demand quantile: after a burst, while the level is still high, the ratio
+    alone would hold a multiple of the burst. Where the bursts recur on a period
+    (``scaling.recurrence``, ``burst_period_intervals``), the floor stands only from
+    one lead time before the next is due until it has come.
 
     Args:
-        demand: The reactive need's demand now (``backlog_demand``'s newest point).
+        demand: The load offered now.
         cfg: The policy's parameters.
-        state: The previous state (``bursts``, ``levels`` and ``offered``).
+        state: The previous state (``bursts``, ``levels``, ``offered`` and ``onsets``).
         now: The decision's time, seconds.
         size: Replicas for the floor's demand (``headroom.floor_replicas``); None:
             at ``per_replica``.
@@ -468,7 +494,8 @@ def learned_floor(
             burst window alone.
 
     Returns:
-        (the ratio histogram, the demand histogram, the demand kept, the floor in replicas).
+        The new histograms, the demand kept, the onsets, the floor in replicas (0
+        while it stands down) and a note for the reason.
     """
     lead = 0.0 if lead_s is None else lead_s
     span = max(cfg.burst_window_s, lead) + cfg.baseline_window_s
@@ -477,17 +504,37 @@ def learned_floor(
         factor = 0.5 ** ((now - state.offered[-1][0]) / cfg.burst_memory_s)
         bursts, levels = headroom.forget(bursts, factor), headroom.forget_levels(levels, factor)
     offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
-    seen = headroom.burst_ratio(offered, now, cfg.burst_window_s, cfg.baseline_window_s, lead)
+    windows = (cfg.burst_window_s, cfg.baseline_window_s, lead)
+    seen = headroom.burst_ratio(offered, now, *windows)
     if seen is not None:
         ratio, burst, _ = seen
         bursts = headroom.record(bursts, ratio, burst)
         levels = headroom.record_level(levels, burst, burst)
     share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
-    level = headroom.level(offered, now, cfg.burst_window_s, cfg.baseline_window_s, lead)
+    level = headroom.level(offered, now, *windows)
     cap = headroom.level_quantile(levels, share)
     sized = per_replica_sizing(cfg.per_replica) if size is None else size
     floor = headroom.floor_replicas(bursts, share, level, sized, cap)
-    return bursts, levels, offered, floor
+    onsets, note = state.onsets, f", learned floor {floor}"
+    if cfg.burst_period_intervals > 0:
+        threshold = recurrence.onset_threshold(headroom.quantile(bursts, share), cap)
+        onsets = recurrence.record_onset(
+            onsets,
+            now,
+            window_mean(offered, now, cfg.burst_window_s),
+            window_mean(offered[:-1], offered[-2][0], cfg.burst_window_s)
+            if len(offered) > 1
+            else None,
+            threshold,
+            cfg.baseline_window_s,
+        )
+        tolerance = cfg.burst_window_s
+        every = recurrence.period(onsets, cfg.burst_period_intervals, tolerance)
+        if not recurrence.stands(now, onsets, every, lead, tolerance):
+            due = onsets[-1] + (every or 0.0)
+            note = f", learned floor {floor} down: bursts every {every:.0f} s, next {due:.0f}"
+            floor = 0
+    return Floor(bursts, levels, offered, onsets, floor, note)
 
 
 def arrival_rate(counter: Series | None) -> float | None:
@@ -571,6 +618,8 @@ class HybridState(PredictiveState):
             queued (``pod_slots``); 0 until they have.
         offered: The demand the reactive need read at each decision of the floor's
             burst and baseline windows, (time s, requests); empty when it is off.
+        onsets: When the last bursts began (``scaling.recurrence``), seconds, oldest
+            first; empty while none is timed or the floor is off.
 
     ``essential()`` is ``to_json()``, as ``predictive``'s; the health counters and
     the service intervals also move with the load served.
@@ -584,6 +633,7 @@ class HybridState(PredictiveState):
     bursts: tuple[float, ...] = ()
     levels: tuple[tuple[int, float], ...] = ()
     offered: tuple[tuple[float, float], ...] = ()
+    onsets: tuple[float, ...] = ()
     slots: float = 0.0
 
 
@@ -680,13 +730,13 @@ class HybridPolicy(KeepsState[HybridState]):
         need, seen = reactive_need(observation, now_points, sick, cfg, guard, size, offered_now)
         seen += queued
         proposal = max(planned, need) + len(sick)
-        bursts, levels, offered = state.bursts, state.levels, state.offered
+        learned = Floor(state.bursts, state.levels, state.offered, state.onsets, 0, "")
         if cfg.target_attainment is not None:
             load = now_points[-1][1] if offered_now is None else offered_now
-            bursts, levels, offered, floor = learned_floor(load, cfg, state, now, size, reach)
-            if floor > max(planned, need):
-                seen += f", learned floor {floor}"
-            proposal = max(proposal, floor + len(sick))
+            learned = learned_floor(load, cfg, state, now, size, reach)
+            if learned.replicas > max(planned, need) or learned.replicas == 0:
+                seen += learned.note
+            proposal = max(proposal, learned.replicas + len(sick))
         started = now if state.started_at is None else state.started_at
         served = served_since(points, since, cfg.smoothing_s)
         proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples, size)
@@ -711,9 +761,10 @@ class HybridPolicy(KeepsState[HybridState]):
             service=intervals,
             sick_since={n: state.sick_since.get(n, now) for n in sick},
             replaced=tuple(sorted({*done, *delete})),
-            bursts=bursts,
-            levels=levels,
-            offered=offered,
+            bursts=learned.bursts,
+            levels=learned.levels,
+            offered=learned.offered,
+            onsets=learned.onsets,
             slots=per_pod,
         )
         return Decision(replicas, reason, new_state, delete=delete, forecast=expected)

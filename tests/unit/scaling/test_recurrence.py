@@ -1,0 +1,80 @@
+"""Bursts on a period (``scaling.recurrence``) and hybrid's floor standing down between them."""
+
+import dataclasses
+
+import pytest
+
+from gpuscale.scaling import headroom, hybrid, recurrence
+from gpuscale.scaling.hybrid import HybridConfig, HybridState
+
+
+def test_an_onset_is_half_the_demand_the_floor_holds_for():
+    assert recurrence.onset_threshold(6.0, 120.0) == 60.0
+    assert recurrence.onset_threshold(1.2, 120.0) is None  # the floor holds little
+    assert recurrence.onset_threshold(None, 120.0) is None
+    assert recurrence.onset_threshold(6.0, None) is None
+
+
+def test_an_onset_is_recorded_where_the_demand_rises_through_the_threshold():
+    assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0) == (100.0,)
+    assert recurrence.record_onset((), 100.0, 4.0, None, 3.5, 600.0) == (100.0,)
+    # Still above from the decision before: the same burst.
+    assert recurrence.record_onset((), 100.0, 4.0, 3.6, 3.5, 600.0) == ()
+    assert recurrence.record_onset((), 100.0, 3.0, 2.0, 3.5, 600.0) == ()  # below
+    assert recurrence.record_onset((), 100.0, None, 2.0, 3.5, 600.0) == ()
+    assert recurrence.record_onset((), 100.0, 4.0, 2.0, None, 600.0) == ()
+    # Noise about the threshold within one burst is not a second one.
+    assert recurrence.record_onset((0.0,), 300.0, 4.0, 2.0, 3.5, 600.0) == (0.0,)
+    many = tuple(float(t) for t in range(0, 9000, 900))
+    kept = recurrence.record_onset(many, 9000.0, 4.0, 2.0, 3.5, 600.0)
+    assert len(kept) == recurrence.MAX_ONSETS
+    assert kept[-1] == 9000.0
+
+
+def test_the_period_is_the_mean_interval_when_the_last_ones_agree():
+    onsets = (0.0, 1790.0, 3600.0, 5400.0)
+    assert recurrence.period(onsets, 3, 60.0) == pytest.approx(1800.0)
+    assert recurrence.period(onsets, 4, 60.0) is None  # too few intervals
+    assert recurrence.period(onsets, 0, 60.0) is None  # off
+    # Crowds a third and two thirds into each two hours: 2400 s, then 4800 s apart.
+    irregular = (2400.0, 4800.0, 9600.0, 12000.0)
+    assert recurrence.period(irregular, 3, 60.0) is None
+    assert recurrence.period(irregular, 1, 60.0) == 2400.0
+
+
+def test_the_floor_stands_a_lead_before_the_next_burst_until_it_has_come():
+    onsets, every, lead, tol = (0.0, 1800.0, 3600.0, 5400.0), 1800.0, 240.0, 60.0
+    stands = [t for t in range(5400, 9000, 60) if recurrence.stands(t, onsets, every, lead, tol)]
+    # For one lead after the last onset, then from a lead and the tolerance before
+    # the next (7200 - 300 = 6900) on, for as long as no burst is seen.
+    assert min(stands) == 5400
+    assert [t for t in stands if t <= 6900][-2:] == [5640, 6900]
+    assert max(stands) == 8940
+    assert not recurrence.stands(6000.0, onsets, every, lead, tol)
+    assert recurrence.stands(6000.0, onsets, None, lead, tol)  # no period: always
+    assert recurrence.stands(6000.0, (), every, lead, tol)
+
+
+def test_hybrids_floor_stands_down_between_bursts_that_recur_and_not_otherwise():
+    # A history of 6x bursts from a level of 10 (the ratio histogram holds them at
+    # 0.99), the last four 900 s apart; quiet now.
+    bursts = headroom.record(headroom.record((), 1.0, 10.0), 6.0, 60.0)
+    levels = headroom.record_level(headroom.record_level((), 10.0, 10.0), 60.0, 60.0)
+    onsets = (0.0, 900.0, 1800.0, 2700.0)
+    cfg = HybridConfig(per_replica=10.0, target_attainment=0.99)
+
+    def floor(now: float, kept: tuple[float, ...], intervals: int = 3) -> hybrid.Floor:
+        quiet = tuple((now - 15.0 * i, 10.0) for i in range(60, 0, -1))
+        state = HybridState(bursts=bursts, levels=levels, offered=quiet, onsets=kept)
+        c = dataclasses.replace(cfg, burst_period_intervals=intervals)
+        return hybrid.learned_floor(10.0, c, state, now, lead_s=240.0)
+
+    held = floor(3150.0, ()).replicas
+    assert held == 7  # 6.17 x 10 / 10 per replica, rounded up
+    mid = floor(3150.0, onsets)  # the next burst is due at 3600
+    assert mid.replicas == 0
+    assert "bursts every 900 s, next 3600" in mid.note
+    assert floor(3350.0, onsets).replicas == held  # within a lead and the tolerance of it
+    assert floor(2900.0, onsets).replicas == held  # within a lead of the last one
+    assert floor(3150.0, onsets, intervals=0).replicas == held  # off
+    assert floor(3150.0, (0.0, 900.0, 2700.0)).replicas == held  # irregular: no period
