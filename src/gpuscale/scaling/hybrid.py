@@ -460,6 +460,7 @@ class Floor(NamedTuple):
     onsets: tuple[float, ...]
     replicas: int
     note: str
+    cap: float | None
 
 
 def learned_floor(
@@ -495,7 +496,8 @@ def learned_floor(
 
     Returns:
         The new histograms, the demand kept, the onsets, the floor in replicas (0
-        while it stands down) and a note for the reason.
+        while it stands down), a note for the reason while it stands down, and the
+        demand quantile that caps it (None while nothing is recorded).
     """
     lead = 0.0 if lead_s is None else lead_s
     span = max(cfg.burst_window_s, lead) + cfg.baseline_window_s
@@ -515,7 +517,7 @@ def learned_floor(
     cap = headroom.level_quantile(levels, share)
     sized = per_replica_sizing(cfg.per_replica) if size is None else size
     floor = headroom.floor_replicas(bursts, share, level, sized, cap)
-    onsets, note = state.onsets, f", learned floor {floor}"
+    onsets, note = state.onsets, ""
     if cfg.burst_period_intervals > 0:
         threshold = recurrence.onset_threshold(headroom.quantile(bursts, share), cap)
         onsets = recurrence.record_onset(
@@ -534,7 +536,7 @@ def learned_floor(
             due = onsets[-1] + (every or 0.0)
             note = f", learned floor {floor} down: bursts every {every:.0f} s, next {due:.0f}"
             floor = 0
-    return Floor(bursts, levels, offered, onsets, floor, note)
+    return Floor(bursts, levels, offered, onsets, floor, note, cap)
 
 
 def arrival_rate(counter: Series | None) -> float | None:
@@ -723,20 +725,34 @@ class HybridPolicy(KeepsState[HybridState]):
                 staffing = (per_pod, service, cfg.wait_budget_s)
                 goal = cfg.target_attainment
                 size = partial(headroom.staffed_replicas, staffing=staffing, share=goal)
+        learned = Floor(state.bursts, state.levels, state.offered, state.onsets, 0, "", None)
+        ceiling = None
+        if cfg.target_attainment is not None:
+            load = now_points[-1][1] if offered_now is None else offered_now
+            learned = learned_floor(load, cfg, state, now, size, reach)
+            if learned.cap is not None:
+                # The demand its history calls for at the target bounds what the
+                # plan holds for: a trend read on a crowd's rise would hold more than
+                # the crowd reached; a demand above it now lifts the bound with it.
+                ceiling = max(learned.cap, load, now_points[-1][1])
         planned, why, forecast, cold_starts, expected = plan(
-            observation, samples, state, cfg, unsaturated_since=since, cold=cold, size=size
+            observation,
+            samples,
+            state,
+            cfg,
+            unsaturated_since=since,
+            cold=cold,
+            size=size,
+            ceiling=ceiling,
         )
         guard = sm_guard(cfg, reach)
         need, seen = reactive_need(observation, now_points, sick, cfg, guard, size, offered_now)
         seen += queued
         proposal = max(planned, need) + len(sick)
-        learned = Floor(state.bursts, state.levels, state.offered, state.onsets, 0, "")
-        if cfg.target_attainment is not None:
-            load = now_points[-1][1] if offered_now is None else offered_now
-            learned = learned_floor(load, cfg, state, now, size, reach)
-            if learned.replicas > max(planned, need) or learned.replicas == 0:
-                seen += learned.note
-            proposal = max(proposal, learned.replicas + len(sick))
+        if learned.replicas > max(planned, need):
+            seen += f", learned floor {learned.replicas}"
+        seen += learned.note
+        proposal = max(proposal, learned.replicas + len(sick))
         started = now if state.started_at is None else state.started_at
         served = served_since(points, since, cfg.smoothing_s)
         proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples, size)

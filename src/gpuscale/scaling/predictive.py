@@ -260,6 +260,7 @@ def plan(
     unsaturated_since: float | None = None,
     cold: tuple[float, ColdStarts] | None = None,
     size: Sizing | None = None,
+    ceiling: float | None = None,
 ) -> tuple[int, str, fc.ForecastState, ColdStarts, Forecast]:
     """Replicas for the forecast's upper bound one horizon ahead.
 
@@ -274,6 +275,8 @@ def plan(
             points after it. None: every point.
         cold: ``cold_start_s``'s answer where the caller has it already; None: read here.
         size: Replicas for the bound; None: at ``per_replica``.
+        ceiling: The most demand the bound is sized for (``hybrid``: the demand its
+            history calls for at its target, or the demand now if higher); None: no limit.
 
     Returns:
         (replicas before bounds, a reason, the new ``forecast`` and ``cold`` states,
@@ -290,14 +293,16 @@ def plan(
         points = tuple(p for p in points if p[0] > unsaturated_since)
     f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
     sized = per_replica_sizing(cfg.per_replica) if size is None else size
-    need = sized(f.upper)
+    limit = math.inf if ceiling is None else ceiling
+    need = sized(min(f.upper, limit))
     longer = horizon_s(cold_s, need, cfg)
     if longer > horizon:
         horizon = longer
         f = fc.forecast(fstate, points, now, horizon, fcfg, cfg.smoothing_s)
-        need = max(need, sized(f.upper))
+        need = max(need, sized(min(f.upper, limit)))
+    capped = f" capped at {limit:.2f}" if f.upper > limit else ""
     why = (
-        f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}) "
+        f"{f.model} forecast {f.mean:.2f} (q{cfg.forecast.quantile:g} {f.upper:.2f}{capped}) "
         f"at +{horizon:.0f} s -> {need}"
     )
     return need, why, fstate, cold_state, f

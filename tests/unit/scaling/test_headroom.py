@@ -266,3 +266,20 @@ def test_with_a_sizing_the_plan_and_the_scale_in_guard_staff_their_load():
     kept, _, note = hybrid.agree(1, 12, points, now, CFG, -1e6, size=STAFFED)
     assert kept == STAFFED(40.0)
     assert "observed peak needs" in note
+
+
+def test_a_ceiling_bounds_the_demand_the_plan_is_sized_for():
+    # A steep rise: the trend's bound one horizon ahead lies well above the 60 the
+    # history calls for, so the plan holds 60's replicas, not the trend's.
+    pods = tuple(PodStatus(f"p{i}", True, 0.0, 0.0) for i in range(6))
+    points = tuple((STEP_S * i, 10.0 + 1.0 * i) for i in range(60))
+    now = points[-1][0]
+    obs = Observation(now, TargetStatus(6, pods), {}, {})
+    free, _, _, _, bound = hybrid.plan(obs, points, HybridState(), CFG)
+    assert bound.upper > 60.0
+    assert free == math.ceil(bound.upper / CFG.per_replica - 1e-9)
+    capped, why, *_ = hybrid.plan(obs, points, HybridState(), CFG, ceiling=60.0)
+    assert capped == 6
+    assert "capped at 60.00" in why
+    # A ceiling above the bound changes nothing.
+    assert hybrid.plan(obs, points, HybridState(), CFG, ceiling=1e6)[0] == free
