@@ -310,14 +310,18 @@ oracle is the hindsight planner's search per seed.
 `hybrid-deploy` is `hybrid` told the target attainment (`HybridConfig.
 target_attainment`) and the deployment's received-requests counter
 (`arrivals_metric`), at its fair parameters, with no knob chosen per shape
-(`scaling/headroom.py`, docs/predictive.md). It records each minute's load
-offered (arrival rate x service time) against the ten minutes before, and holds
-the ratio's request-weighted quantile at the target times the level now, capped
-by the load's own quantile; both histograms halve over a day. That load is
-staffed for its scatter by Erlang's delay formula (the share of requests waiting
-beyond the wait budget within 1 - target, over the slots a pod was seen to
-fill), and so are the forecast's plan and the reactive need once a pod's slots
-are known."""
+(`scaling/headroom.py`, `scaling/recurrence.py`, docs/predictive.md). It records
+each minute's load offered (arrival rate x service time) against its mean over
+the ten minutes that ended one horizon (cold start and node provisioning) before,
+and holds the ratio's request-weighted quantile at the target times the level
+now, capped by the load's own quantile; both histograms halve over a day. That
+load is staffed for its scatter by Erlang's delay formula (the share of requests
+waiting beyond the wait budget within 1 - target, over the slots a pod was seen
+to fill), and so are the forecast's plan, the reactive need and the scale-in
+guard once a pod's slots are known; the plan is sized for at most the load
+quantile (or the load now, where higher). When the last three intervals between
+burst onsets agree within a minute, the floor stands only from one horizon
+before the next expected onset until it comes."""
 
 
 READING = """\
