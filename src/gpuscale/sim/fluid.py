@@ -56,6 +56,7 @@ within 0.007 of the per-request queue there) runs on this queue.
 import logging
 import math
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,7 +67,14 @@ from gpuscale.sim.latency import Draining, InService, LatencyRecords
 from gpuscale.sim.queueing import stationary_table
 from gpuscale.sim.workload import FloatArray, Workload
 
-__all__ = ["DRAINED", "FluidQueue", "SecondStepper", "residual_arrival_scv", "step_each_second"]
+__all__ = [
+    "DRAINED",
+    "FluidQueue",
+    "QueueMark",
+    "SecondStepper",
+    "residual_arrival_scv",
+    "step_each_second",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +90,23 @@ DRAINED = 0.5
 With exponential service, ``n`` requests decay below one half after
 ``ln(2n)`` mean service times, close to the expected wait for the last of them
 (``H_n``, about ``ln(n) + 0.58``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMark:
+    """A fluid queue's state where a compiled block of seconds starts (``FluidQueue.mark``).
+
+    Attributes:
+        scalars: In system, in service, queued work, work in service, departed, the
+            in-service ledger's log survival, dropped, last departures.
+        counts: The solve's hint, the ledger's first live portion, the portions and
+            the seconds recorded.
+        cohorts: A copy of the waiting cohorts, oldest first.
+    """
+
+    scalars: tuple[float, ...]
+    counts: tuple[int, ...]
+    cohorts: np.ndarray
 
 
 class FluidQueue:
@@ -339,6 +364,57 @@ class FluidQueue:
         if waiting is not None:
             waiting.extend(waiting_out[:n].tolist())
         return busy_out[:n].tolist(), dep_out[:n].tolist()
+
+    def mark(self) -> "QueueMark | None":
+        """The state a block of seconds starts from, for ``rewind`` to come back to.
+
+        A block the compiled loop advances changes only the state it reads and writes
+        (``fluid_kernel``: a few scalars, the FIFO's cohorts from its head on, and
+        records after those already counted), so that is all a mark keeps. The engine
+        advances past a decision with one (``engine``'s look-ahead) and comes back when
+        the decision changed the capacity.
+
+        Returns:
+            The mark, or None when retries wait or a replica drains (those seconds are
+            stepped one by one in Python, which changes more than a mark keeps).
+        """
+        if self._retry or self.drains:
+            return None
+        ledger, rec = self.in_service, self.records
+        return QueueMark(
+            (
+                self.in_system,
+                self.busy,
+                self._queued_work,
+                self._service_work,
+                self.departed,
+                ledger.log_g,
+                self.dropped,
+                self.last_departures,
+            ),
+            (self._hint, ledger.live, rec.portions, rec.seconds),
+            self._fifo[self._head : self._tail].copy(),
+        )
+
+    def rewind(self, mark: "QueueMark") -> None:
+        """Come back to the state ``mark`` kept: as if the seconds since were not advanced."""
+        (
+            self.in_system,
+            self.busy,
+            self._queued_work,
+            self._service_work,
+            self.departed,
+            self.in_service.log_g,
+            self.dropped,
+            self.last_departures,
+        ) = mark.scalars
+        rec = self.records
+        self._hint, self.in_service.live, rec.portions, rec.seconds = mark.counts
+        rows = mark.cohorts.shape[0]
+        if rows > self._fifo.shape[0]:
+            self._fifo = np.zeros((2 * rows, 6))
+        self._fifo[:rows] = mark.cohorts  # where they sit in the array does not matter
+        self._head, self._tail = 0, rows
 
     def _enter_service(self, t: int, entering: float) -> None:
         """Move ``entering`` requests into service: retries first, then the FIFO's head."""
