@@ -310,11 +310,14 @@ class MetricStore:
             # is its series' newest sample within the lookback, as ``_sample`` and
             # ``_reduce`` give it, read as one row of floats (NaN: absent).
             at = float(at)
-            ts = fam.times[: fam.rows]
-            r = int(ts.searchsorted(at, side="right")) - 1
-            if r < 0 or at - float(ts[r]) > self.lookback_s:
+            if at >= fam.last_t:  # the usual: asked after the newest scrape, which it reads
+                r, newest = fam.rows - 1, fam.last_t
+            else:
+                r = int(fam.times[: fam.rows].searchsorted(at, side="right")) - 1
+                newest = float(fam.times[r])
+            if r < 0 or at - newest > self.lookback_s:
                 return {}
-            row: list[float] = fam.values[r, grouping.columns].tolist()
+            row: list[float] = fam.values[r].take(grouping.columns).tolist()
             return {key: v for key, v in zip(keys, row, strict=True) if v == v and key is not None}
         times = np.array([float(at)])
         matrix = self._sample(fam, grouping.columns, times, signal)
@@ -341,16 +344,16 @@ class MetricStore:
         if fam is None or fam.rows == 0:
             return None
         columns = self._grouping(fam, signal, series=True).columns
-        ts = fam.times[: fam.rows]
-        row = int(ts.searchsorted(float(at), side="right")) - 1
-        if columns.size == 0 or row < 0:
-            return None
-        t = float(ts[row])
-        if at - t > self.lookback_s:
+        if at >= fam.last_t:  # the usual: asked after the newest scrape, which it reads
+            row, t = fam.rows - 1, fam.last_t
+        else:
+            row = int(fam.times[: fam.rows].searchsorted(float(at), side="right")) - 1
+            t = float(fam.times[row])
+        if columns.size == 0 or row < 0 or at - t > self.lookback_s:
             return None
         # Every series of a family is written at each of its scrapes (absent ones as NaN,
         # the staleness marker), so the newest row is the only one an instant query sees.
-        return t if not np.isnan(fam.values[row, columns]).all() else None
+        return t if not np.isnan(fam.values[row].take(columns)).all() else None
 
     def newest_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
         """Time of the newest sample an instant query sees, per value of ``label``.
