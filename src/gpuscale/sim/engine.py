@@ -60,7 +60,7 @@ from gpuscale.sim.cluster import (
 from gpuscale.sim.faults import FaultInjector
 from gpuscale.sim.fluid import FluidQueue, QueueMark, residual_arrival_scv, step_each_second
 from gpuscale.sim.latency import LATENCY_EDGES_S
-from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
+from gpuscale.sim.outcome import RunResult, check_conservation
 from gpuscale.sim.queue_model import (
     arrivals_per_second,
     arrived_requests,
@@ -72,6 +72,7 @@ from gpuscale.sim.series import GPU_UP, IN_FLIGHT, QUEUE, SeriesWriter
 from gpuscale.sim.serving import relative_speed, replica_slots, service_scv
 from gpuscale.sim.stepping import ClusterWorkload, OutageSource, outage_windows
 from gpuscale.sim.summary import summarise_run
+from gpuscale.sim.timeline import per_second, row_timeline
 from gpuscale.telemetry.physics import FleetPhysics, gpu_model
 
 logger = logging.getLogger(__name__)
@@ -168,8 +169,7 @@ class _Run:
         self.tel = Telemetry(*tel_args, self.slots, scraped=read)
         self._drain_dev: dict[int, np.ndarray] = {}  # pod uid -> its devices, of each pod drained
         self._power_w = 0.0  # GPUs of the Ready nodes, at the last collect
-        # A look-ahead block's levels (``_look_ahead``): drain, Ready, held, capacity,
-        # node GPUs, power, desired.
+        # A look-ahead block's levels (drain, Ready, held, capacity, node GPUs, power, desired)
         self._levels: tuple[float, int, int, float, int, float, int] = (0.0, 0, 0, 0.0, 0, 0.0, 0)
         self.alerting: SimAlerting | None = None
         if alerting:
@@ -350,22 +350,19 @@ class _Run:
     ) -> tuple[int, list[float], list[float], float, float, int]:
         """Advance the queue from ``t`` past the decisions before ``far``, while none acts.
 
-        A policy that decides every 2 s (Knative's) would cut the queue's blocks into
-        2-second pieces, each a compiled call and a turn of the loop. Nothing but a
-        decision falls due before ``far``, and a decision that changes nothing in the
-        cluster leaves the queue's servers and capacity as they were, so the queue
-        advances to ``far`` at once and each decision before it is then made in turn,
-        on the controller's samples up to its time, exactly as the loop would: the
-        samples inside a block, then the loop's top at the decision's second. The first
-        decision that changes the cluster (a scale, a deletion) ends the block there:
-        the queue comes back to ``mark`` and advances only to that second, and the loop
-        carries on from after the decision (``decided``). So the run is the same, bit
-        for bit, as one block per decision.
+        Knative's decisions every 2 s would cut the queue's blocks into 2-second pieces.
+        Nothing else falls due before ``far``, and a decision that changes nothing in
+        the cluster leaves the servers and capacity as they were, so the queue advances
+        to ``far`` at once; then each decision before it is made in turn, on the samples
+        up to its time, as the loop would make it. The first that changes the cluster
+        ends the block at its second: the queue comes back to ``mark`` and advances to
+        there, and the loop goes on after that decision (``decided``). The run is the
+        same, bit for bit, as with a block per decision.
 
         Args:
             t: The block's first second.
-            far: The block's end if no decision acts (``n`` or the next scrape, collect,
-                cluster event or fault).
+            far: The block's end if no decision acts (the next scrape, collect, cluster
+                event or fault, or the run's end).
             paths: The queue, its state at ``t`` and the controller's samples.
             arrivals: Requests arriving, per second.
             work: Their work, per second.
@@ -373,8 +370,8 @@ class _Run:
 
         Returns:
             (the block's end, in service and departures each second of it, the next
-            sample and decision times, and the second whose decision was made, or -1).
-            ``_levels`` holds the block's levels, as they were before that decision.
+            sample and decision times, the second whose decision was made or -1);
+            ``_levels`` holds the block's levels from before that decision.
         """
         (queue, mark, ring), cluster, faults = paths, self.cluster, self.faults
         next_sample, next_decision, next_scrape, next_collect = clocks
@@ -446,18 +443,13 @@ class _Run:
         drains, drained = queue.drains, queue.drained
         advance = getattr(queue, "advance", None)  # a queue without it steps each second
         faults, alerting, every = self.faults, self.alerting, self.policy.interval_s
-        # Decisions more frequent than the scrapes (Knative's every 2 s) are looked past:
-        # see ``_look_ahead``. Only on the direct path (the ring samples each second from
-        # the block's report) and on the fluid queue, which can come back to a mark.
+        # Decisions on the direct path are looked past (``_look_ahead``) on a fluid queue.
         ahead = queue if LOOK_AHEAD and ring is not None and alerting is None else None
-        if not isinstance(ahead, FluidQueue):
-            ahead = None
+        ahead = ahead if isinstance(ahead, FluidQueue) else None
         decided = -1  # a second whose decision ``_look_ahead`` already made
         t = 0
         while t < n:
-            # At a second whose decision ``_look_ahead`` made, nothing else fell due (it
-            # checked): only what follows the decision is left.
-            if t != decided:
+            if t != decided:  # else nothing fell due but the decision (``_look_ahead`` made it)
                 if t >= cluster.next_event() or t >= cluster.scan_due:
                     cluster.advance(t)
                 if t >= faults.next_due():
@@ -496,8 +488,7 @@ class _Run:
                 far = min(n, max(_first_second(due), t + 1)) if ahead else end
             mark = ahead.mark() if ahead is not None and far > end else None
             servers = self.servers
-            if mark is not None and ahead is not None and ring is not None:
-                # past the decisions before ``far`` while none changes a thing
+            if mark is not None and ahead is not None and ring is not None:  # look past
                 clocks = (next_sample, next_decision, next_scrape, next_collect)
                 ran = self._look_ahead(t, far, (ahead, mark, ring), arrivals, work, clocks)
                 end, b_list, d_list, next_sample, next_decision, decided = ran
@@ -539,75 +530,36 @@ class _Run:
             t = end
         if progress is not None:
             progress(1.0)
-        bounds = np.array([*starts, n], dtype=np.int64)
-        lengths = bounds[1:] - bounds[:-1]
-        drain_n, ready_n, held_n, cap, nodes, power, desired = (
-            np.repeat(np.array(column, dtype=float), lengths)
-            for column in zip(*levels, strict=True)
-        )
+        drain_n, ready_n, held_n, cap, nodes, power, desired = per_second(starts, levels, n)
         busy = (np.array(in_service) + drain_n) / self.slots * self.gpr  # busy GPUs
-        return self._result(ready_n, held_n, busy, cap, desired, nodes, power)
+        seconds = {"ready": ready_n, "held": held_n, "busy": busy, "capacity": cap}
+        seconds |= {"desired": desired, "nodes": nodes, "power": power}
+        return self._result(seconds)
 
-    def _result(
-        self,
-        ready_n: np.ndarray,
-        held_n: np.ndarray,
-        busy: np.ndarray,
-        cap: np.ndarray,
-        desired: np.ndarray,
-        nodes: np.ndarray,
-        power: np.ndarray,
-    ) -> RunResult:
-        sc, wl = self.sc, self.sc.workload
-        n, rec = wl.duration_s, int(sc.record_interval_s)
-        rows = max(math.ceil(n / rec), 1)
-        in_flight = self.queue.finish()
-        summary = summarise_run(self.queue.records, sc, self.slots, row_steps=rec, n_rows=rows)
-        row = np.arange(n) // rec
-
-        def total(x: np.ndarray) -> np.ndarray:
-            return np.bincount(row, weights=x, minlength=rows)[:rows]
-
-        secs = np.maximum(total(np.ones(n)), 1.0)
-        arr, wrk = total(wl.arrivals), total(wl.work_s)
-        mean_work = wl.mean_service_s() or 1.0
-        per_req = np.where(arr > 0, wrk / np.maximum(arr, 1e-12), mean_work)
-        alloc = total(held_n)
-        last = np.minimum((np.arange(rows) + 1) * rec, n) - 1
-        with np.errstate(invalid="ignore", divide="ignore"):
-            util = np.where(alloc > 0, total(busy) / alloc, 0.0)
-        timeline = Timeline(
-            time_s=np.arange(rows, dtype=float) * rec,
-            demand_rps=total(arrivals_per_second(self.queue, wl)) / secs,
-            capacity_rps=total(cap) / secs / per_req,
-            desired_replicas=desired[last].astype(float),
-            ready_replicas=total(ready_n) / secs,
-            allocated_gpus=alloc / secs,
-            gpu_utilization=np.clip(util, 0.0, 1.0),
-            p50_latency_s=summary.p50_s,
-            p99_latency_s=summary.p99_s,
-            completed=summary.row_completed,
-            within_slo=summary.row_within_slo,
-            node_gpus=total(nodes) / secs,
-            power_w=total(power) / secs,
-        )
+    def _result(self, seconds: dict[str, np.ndarray]) -> RunResult:
+        sc, wl, queue = self.sc, self.sc.workload, self.queue
+        rec = int(sc.record_interval_s)
+        rows = max(math.ceil(wl.duration_s / rec), 1)
+        in_flight = queue.finish()
+        summary = summarise_run(queue.records, sc, self.slots, row_steps=rec, n_rows=rows)
+        demand = arrivals_per_second(queue, wl)
         result = RunResult(
             policy=self.policy.name,
-            timeline=timeline,
-            requests=arrived_requests(self.queue, wl),
+            timeline=row_timeline(wl, rec, summary, demand, seconds),
+            requests=arrived_requests(queue, wl),
             within_slo=summary.within_slo,
-            dropped=self.queue.dropped + summary.dropped,
+            dropped=queue.dropped + summary.dropped,
             latency_edges_s=LATENCY_EDGES_S.copy(),
             latency_counts=summary.counts,
-            gpu_seconds=float(held_n.sum()),
-            busy_gpu_seconds=float(busy.sum()),
+            gpu_seconds=float(seconds["held"].sum()),
+            busy_gpu_seconds=float(seconds["busy"].sum()),
             scale_events=self.workload.scale_events,
             completed_requests=summary.completed,
             in_flight_requests=in_flight,
-            retried_requests=self.queue.retried,
+            retried_requests=queue.retried,
             ttft_within_slo=summary.ttft_within_slo,
             tpot_within_slo=summary.tpot_within_slo,
-            node_gpu_seconds=float(nodes.sum()),
+            node_gpu_seconds=float(seconds["nodes"].sum()),
             fault_timings=self.alerting.timings() if self.alerting is not None else (),
             holds=tuple(self.holds.items()),
             pods_replaced=self.replaced,
