@@ -318,6 +318,9 @@ class MetricStore:
             if r < 0 or at - newest > self.lookback_s:
                 return {}
             row: list[float] = fam.values[r].take(grouping.columns).tolist()
+            total = sum(row)
+            if total == total and None not in keys:  # no NaN (it would carry into the sum)
+                return dict(zip(keys, row, strict=True))  # type: ignore[arg-type]
             return {key: v for key, v in zip(keys, row, strict=True) if v == v and key is not None}
         times = np.array([float(at)])
         matrix = self._sample(fam, grouping.columns, times, signal)

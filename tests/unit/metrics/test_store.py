@@ -296,3 +296,25 @@ def test_ranges_asked_again_at_each_scrape_are_instant_queries_at_each_step(
             for r in store.instant(sig, t - span + 15.0 * k):
                 want.setdefault(tuple(r.labels.items()), []).append(r.points[0])
         assert got == {k: tuple(v) for k, v in want.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    row=st.lists(st.one_of(st.none(), st.floats(-1e300, 1e300)), min_size=1, max_size=6),
+    twice=st.booleans(),
+)
+def test_per_pod_values_of_a_full_row_are_each_pods_instant_value(row, twice):
+    # Every series names its pod (one name twice: the last wins), present or not.
+    store = MetricStore(retention_s=3600.0)
+    names = [f"p{i}" for i in range(len(row))]
+    if twice and len(names) > 1:
+        names[-1] = names[0]
+    labels = [{"pod": n, "namespace": "ns", "i": str(i)} for i, n in enumerate(names)]
+    store.ingest(0.0, UTIL, labels, np.array([np.nan if v is None else v for v in row]))
+    sig = Signal(UTIL, aggregation="max", by=("pod", "i"))
+    want: dict[str, float] = {}
+    for r in store.instant(sig, 10.0):
+        want[r.labels["pod"]] = r.points[-1][1]
+    got = store.instant_by(sig, 10.0, "pod")
+    assert got == want
+    assert list(got) == list(want)
