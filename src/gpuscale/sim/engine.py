@@ -374,7 +374,7 @@ class _Run:
             ``_levels`` holds the block's levels from before that decision.
         """
         (queue, mark, ring), cluster, faults = paths, self.cluster, self.faults
-        next_sample, next_decision, next_scrape, next_collect = clocks
+        next_sample, next_decision = clocks[:2]  # then the next scrape and collect
         sample_s, every = self.path.interval_s, self.policy.interval_s
         n = self.sc.workload.duration_s
         servers, capacity = self.servers, self.capacity
@@ -389,6 +389,8 @@ class _Run:
             self._power_w,
             cluster.desired,
         )
+        # Else due at the loop's top (a node scan, before ``far``): no idle decision moves it.
+        limit = min(cluster.next_event(), cluster.scan_due, faults.next_due(), *clocks[2:])
         cur = t
         while True:
             # The block the loop would run from ``cur``: it ends at the next decision.
@@ -399,9 +401,7 @@ class _Run:
                     next_sample += sample_s
             if d >= far:
                 return far, b_list, d_list, next_sample, next_decision, -1
-            # The loop's top at ``d``: anything else due there is the loop's to run.
-            due = (cluster.next_event(), cluster.scan_due, faults.next_due(), next_scrape)
-            if d >= min(*due, next_collect) or d < next_decision:
+            if d >= limit:  # the loop's top at ``d`` has more to run: the loop's to run
                 break
             if d >= next_sample:
                 ring.record(d, (b_list[d - 1 - t], waiting[d - 1 - t]))
