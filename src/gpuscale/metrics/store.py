@@ -47,6 +47,20 @@ def _key(labels: Mapping[str, str]) -> LabelKey:
 
 
 @dataclass(slots=True)
+class _RowAggregates:
+    """One aggregation of a grouping at each stored row, for range queries to gather.
+
+    A row before the newest is never written again (a scrape only ever writes the
+    newest row), so its aggregate, once computed, holds until the rows move
+    (``_Family.moves``) or the grouping's columns change (the cache is dropped).
+    """
+
+    moves: int  # ``_Family.moves`` when computed
+    agg: list[list[float]]  # per group, per row
+    have: list[list[bool]]  # per group, per row: whether any series had a value
+
+
+@dataclass(slots=True)
 class _Grouping:
     version: int
     columns: np.ndarray  # matched columns, sorted by group
@@ -55,6 +69,7 @@ class _Grouping:
     seen: int = 0  # columns examined so far (new ones are added incrementally)
     members: dict[LabelKey, list[int]] = field(default_factory=dict)
     by_label: dict[str, list[str | None]] = field(default_factory=dict)  # label -> per group
+    rows: dict[str, _RowAggregates] = field(default_factory=dict)  # by aggregation
 
 
 @dataclass(slots=True)
@@ -72,6 +87,7 @@ class _Family:
     last_span: slice | np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     last_t: float = -math.inf  # time of the newest row (``times[rows - 1]``)
     groups: dict[GroupKey, _Grouping] = field(default_factory=dict)
+    moves: int = 0  # times the rows moved to drop old ones (a row's index changed)
 
 
 class MetricStore:
@@ -203,6 +219,7 @@ class MetricStore:
             extra = np.full(fam.values.shape, np.nan)
             fam.values = np.concatenate([fam.values, extra], axis=0)
             return
+        fam.moves += 1
         fam.times[:keep_rows] = fam.times[keep : fam.rows]
         fam.values[:keep_rows] = fam.values[keep : fam.rows]
         fam.values[keep_rows : fam.rows] = np.nan
@@ -293,11 +310,17 @@ class MetricStore:
             # is its series' newest sample within the lookback, as ``_sample`` and
             # ``_reduce`` give it, read as one row of floats (NaN: absent).
             at = float(at)
-            ts = fam.times[: fam.rows]
-            r = int(ts.searchsorted(at, side="right")) - 1
-            if r < 0 or at - float(ts[r]) > self.lookback_s:
+            if at >= fam.last_t:  # the usual: asked after the newest scrape, which it reads
+                r, newest = fam.rows - 1, fam.last_t
+            else:
+                r = int(fam.times[: fam.rows].searchsorted(at, side="right")) - 1
+                newest = float(fam.times[r])
+            if r < 0 or at - newest > self.lookback_s:
                 return {}
-            row: list[float] = fam.values[r, grouping.columns].tolist()
+            row: list[float] = fam.values[r].take(grouping.columns).tolist()
+            total = sum(row)
+            if total == total and None not in keys:  # no NaN (it would carry into the sum)
+                return dict(zip(keys, row, strict=True))  # type: ignore[arg-type]
             return {key: v for key, v in zip(keys, row, strict=True) if v == v and key is not None}
         times = np.array([float(at)])
         matrix = self._sample(fam, grouping.columns, times, signal)
@@ -324,16 +347,16 @@ class MetricStore:
         if fam is None or fam.rows == 0:
             return None
         columns = self._grouping(fam, signal, series=True).columns
-        ts = fam.times[: fam.rows]
-        row = int(ts.searchsorted(float(at), side="right")) - 1
-        if columns.size == 0 or row < 0:
-            return None
-        t = float(ts[row])
-        if at - t > self.lookback_s:
+        if at >= fam.last_t:  # the usual: asked after the newest scrape, which it reads
+            row, t = fam.rows - 1, fam.last_t
+        else:
+            row = int(fam.times[: fam.rows].searchsorted(float(at), side="right")) - 1
+            t = float(fam.times[row])
+        if columns.size == 0 or row < 0 or at - t > self.lookback_s:
             return None
         # Every series of a family is written at each of its scrapes (absent ones as NaN,
         # the staleness marker), so the newest row is the only one an instant query sees.
-        return t if not np.isnan(fam.values[row, columns]).all() else None
+        return t if not np.isnan(fam.values[row].take(columns)).all() else None
 
     def newest_by(self, signal: Signal, at: float, label: str) -> dict[str, float]:
         """Time of the newest sample an instant query sees, per value of ``label``.
@@ -381,8 +404,60 @@ class MetricStore:
         grouping = self._grouping(fam, signal)
         if grouping.columns.size == 0:
             return []
+        if times.size > 1 and signal.window <= 0 and not getattr(signal, "rate", False):
+            return self._gathered(fam, grouping, times, signal.aggregation)
         matrix = self._sample(fam, grouping.columns, times, signal)
         return self._aggregate(matrix, times, grouping, signal.aggregation)
+
+    def _gathered(
+        self, fam: _Family, grouping: _Grouping, times: FloatArray, aggregation: str
+    ) -> list[LabelledValue]:
+        """A range of a signal read at one row per time: each row's aggregate, gathered.
+
+        A policy reads the same range again at each decision, one scrape later, so all
+        but its newest rows were aggregated before (``_RowAggregates``); each row's
+        aggregate is the one ``_sample`` and ``_reduce`` give it among the others (a
+        row's reduction reads that row alone), so the answer is the same.
+        """
+        ts = fam.times[: fam.rows]
+        rows: list[int] = (ts.searchsorted(times, side="right") - 1).tolist()
+        last = max(rows[-1], 0)  # times ascend, so rows do
+        cached = grouping.rows.get(aggregation)
+        if cached is None or cached.moves != fam.moves:
+            groups = len(grouping.labels)
+            cached = _RowAggregates(
+                fam.moves, [[] for _ in range(groups)], [[] for _ in range(groups)]
+            )
+            grouping.rows[aggregation] = cached
+        done = len(cached.agg[0])
+        agg, have = cached.agg, cached.have
+        if done <= last:  # rows not aggregated yet: the newest, or all after a change
+            block = fam.values[done : last + 1].take(grouping.columns, axis=1)
+            new_agg, new_have = self._reduce(block, grouping, aggregation)
+            more_agg: list[list[float]] = new_agg.T.tolist()
+            more_have: list[list[bool]] = new_have.T.tolist()
+            keep = fam.rows - 1 - done  # the newest row may yet be written: never kept
+            for column, added in zip(agg, more_agg, strict=True):
+                column.extend(added[:keep])
+            for flags, seen_now in zip(have, more_have, strict=True):
+                flags.extend(seen_now[:keep])
+            agg = [a + m[keep:] for a, m in zip(agg, more_agg, strict=True)]
+            have = [h + m[keep:] for h, m in zip(have, more_have, strict=True)]
+        time_list: list[float] = times.tolist()
+        lo = max(rows[0], 0)
+        at: list[float] = ts[lo : last + 1].tolist()  # the rows read, from ``lo``
+        lookback = self.lookback_s
+        seen = [
+            (t, r)
+            for t, r in zip(time_list, rows, strict=True)
+            if r >= 0 and t - at[r - lo] <= lookback
+        ]
+        results = []
+        for labels, values, present in zip(grouping.labels, agg, have, strict=True):
+            points = tuple((t, values[r]) for t, r in seen if present[r])
+            if points:
+                results.append(LabelledValue(labels, points))
+        return results
 
     def _group_key(self, signal: Signal, series: bool) -> GroupKey:
         """``signal``'s grouping key (``series``: its series apart, whatever it aggregates)."""
@@ -428,6 +503,7 @@ class MetricStore:
         else:
             grouping.labels = [{k: v for k, v in gkey if v != ""} for gkey, _ in ordered]
         grouping.by_label = {}
+        grouping.rows = {}
         grouping.version = fam.version
         return grouping
 

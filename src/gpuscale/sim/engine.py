@@ -24,8 +24,10 @@ was counted once (``outcome.check_conservation``).
 Between two of these events nothing changes the Ready capacity, so while no pod
 drains the queue advances over the whole block of seconds in one call
 (``FluidQueue.advance``, the same arithmetic as a step per second) and the
-per-second timeline is filled by slices. Per-GPU work is numpy and runs once per
-collect or scrape, so a 24-hour, 100-GPU run takes about a second of CPU.
+per-second timeline is filled by slices; a policy deciding more often than that
+(Knative's 2 s) has the queue advanced past its decisions while none changes the
+cluster (``_Run._look_ahead``). Per-GPU work is numpy and runs once per collect or
+scrape, so a 24-hour, 100-GPU run takes about a second of CPU.
 """
 
 import gc
@@ -56,9 +58,9 @@ from gpuscale.sim.cluster import (
     Pod,
 )
 from gpuscale.sim.faults import FaultInjector
-from gpuscale.sim.fluid import residual_arrival_scv, step_each_second
+from gpuscale.sim.fluid import FluidQueue, QueueMark, residual_arrival_scv, step_each_second
 from gpuscale.sim.latency import LATENCY_EDGES_S
-from gpuscale.sim.outcome import RunResult, Timeline, check_conservation
+from gpuscale.sim.outcome import RunResult, check_conservation
 from gpuscale.sim.queue_model import (
     arrivals_per_second,
     arrived_requests,
@@ -70,6 +72,7 @@ from gpuscale.sim.series import GPU_UP, IN_FLIGHT, QUEUE, SeriesWriter
 from gpuscale.sim.serving import relative_speed, replica_slots, service_scv
 from gpuscale.sim.stepping import ClusterWorkload, OutageSource, outage_windows
 from gpuscale.sim.summary import summarise_run
+from gpuscale.sim.timeline import per_second, row_timeline
 from gpuscale.telemetry.physics import FleetPhysics, gpu_model
 
 logger = logging.getLogger(__name__)
@@ -77,6 +80,10 @@ logger = logging.getLogger(__name__)
 
 RING_S = 4096
 """Seconds the direct path's ring keeps at least (a few hundred KiB)."""
+
+LOOK_AHEAD = True
+"""Advance the queue past decisions that change nothing (``_Run._look_ahead``); a test
+turns it off to show the run is the same without."""
 
 
 def _first_second(x: float) -> int:
@@ -162,6 +169,8 @@ class _Run:
         self.tel = Telemetry(*tel_args, self.slots, scraped=read)
         self._drain_dev: dict[int, np.ndarray] = {}  # pod uid -> its devices, of each pod drained
         self._power_w = 0.0  # GPUs of the Ready nodes, at the last collect
+        # A look-ahead block's levels (drain, Ready, held, capacity, node GPUs, power, desired)
+        self._levels: tuple[float, int, int, float, int, float, int] = (0.0, 0, 0, 0.0, 0, 0.0, 0)
         self.alerting: SimAlerting | None = None
         if alerting:
             args = (self.store, self.cluster, self.writer.uuids, model.name)
@@ -330,6 +339,85 @@ class _Run:
         name, before = self.policy.name, out.status.desired
         logger.debug("t=%.0f %s: %d -> %d (%s)", t, name, before, out.replicas, out.reason)
 
+    def _look_ahead(
+        self,
+        t: int,
+        far: int,
+        paths: tuple[FluidQueue, QueueMark, SecondTotals],
+        arrivals: np.ndarray,
+        work: np.ndarray,
+        clocks: tuple[float, float, float, float],
+    ) -> tuple[int, list[float], list[float], float, float, int]:
+        """Advance the queue from ``t`` past the decisions before ``far``, while none acts.
+
+        Knative's decisions every 2 s would cut the queue's blocks into 2-second pieces.
+        Nothing else falls due before ``far``, and a decision that changes nothing in
+        the cluster leaves the servers and capacity as they were, so the queue advances
+        to ``far`` at once; then each decision before it is made in turn, on the samples
+        up to its time, as the loop would make it. The first that changes the cluster
+        ends the block at its second: the queue comes back to ``mark`` and advances to
+        there, and the loop goes on after that decision (``decided``). The run is the
+        same, bit for bit, as with a block per decision.
+
+        Args:
+            t: The block's first second.
+            far: The block's end if no decision acts (the next scrape, collect, cluster
+                event or fault, or the run's end).
+            paths: The queue, its state at ``t`` and the controller's samples.
+            arrivals: Requests arriving, per second.
+            work: Their work, per second.
+            clocks: The loop's next controller sample, decision, scrape and collect.
+
+        Returns:
+            (the block's end, in service and departures each second of it, the next
+            sample and decision times, the second whose decision was made or -1);
+            ``_levels`` holds the block's levels from before that decision.
+        """
+        (queue, mark, ring), cluster, faults = paths, self.cluster, self.faults
+        next_sample, next_decision = clocks[:2]  # then the next scrape and collect
+        sample_s, every = self.path.interval_s, self.policy.interval_s
+        n = self.sc.workload.duration_s
+        servers, capacity = self.servers, self.capacity
+        waiting: list[float] = []
+        b_list, d_list = queue.advance(t, far, arrivals, work, servers, capacity, waiting)
+        self._levels = (
+            queue.draining,
+            len(self.ready),
+            self.n_held,
+            capacity,
+            cluster.ready_node_gpus,
+            self._power_w,
+            cluster.desired,
+        )
+        # Else due at the loop's top (a node scan, before ``far``): no idle decision moves it.
+        limit = min(cluster.next_event(), cluster.scan_due, faults.next_due(), *clocks[2:])
+        cur = t
+        while True:
+            # The block the loop would run from ``cur``: it ends at the next decision.
+            d = min(n, max(_first_second(next_decision), cur + 1), far)
+            for s in range(cur + 1, d):  # the controller's samples inside it
+                if s >= next_sample:
+                    ring.record(s, (b_list[s - 1 - t], waiting[s - 1 - t]))
+                    next_sample += sample_s
+            if d >= far:
+                return far, b_list, d_list, next_sample, next_decision, -1
+            if d >= limit:  # the loop's top at ``d`` has more to run: the loop's to run
+                break
+            if d >= next_sample:
+                ring.record(d, (b_list[d - 1 - t], waiting[d - 1 - t]))
+                next_sample += sample_s
+            version, desired = cluster.version, cluster.desired
+            self._decide(float(d))
+            next_decision += every
+            if cluster.version != version or cluster.desired != desired or self._cap_dirty:
+                queue.rewind(mark)  # and advance only to ``d``
+                b_list, d_list = queue.advance(t, d, arrivals, work, servers, capacity)
+                return d, b_list, d_list, next_sample, next_decision, d
+            cur = d
+        queue.rewind(mark)
+        b_list, d_list = queue.advance(t, d, arrivals, work, servers, capacity)
+        return d, b_list, d_list, next_sample, next_decision, -1
+
     # ----------------------------------------------------------------- loop
     def execute(self, progress: Callable[[float], None] | None) -> RunResult:
         sc, wl = self.sc, self.sc.workload
@@ -355,30 +443,35 @@ class _Run:
         drains, drained = queue.drains, queue.drained
         advance = getattr(queue, "advance", None)  # a queue without it steps each second
         faults, alerting, every = self.faults, self.alerting, self.policy.interval_s
+        # Decisions on the direct path are looked past (``_look_ahead``) on a fluid queue.
+        ahead = queue if LOOK_AHEAD and ring is not None and alerting is None else None
+        ahead = ahead if isinstance(ahead, FluidQueue) else None
+        decided = -1  # a second whose decision ``_look_ahead`` already made
         t = 0
         while t < n:
-            if t >= cluster.next_event() or t >= cluster.scan_due:
-                cluster.advance(t)
-            if t >= faults.next_due():
-                faults.step(t, cluster, self.physics)
-            if t >= next_scrape or t >= next_collect:
-                if self._cap_dirty or cluster.version != self._cap_version:
-                    self._refresh_capacity(t)
-                collect, scrape = t >= next_collect, t >= next_scrape
-                self._telemetry(float(t), collect, scrape, float(received[t]))
-                if collect:  # at 0 s, then at the offset and every interval after it
-                    periods = math.floor((t - sc.collect_offset_s) / collect_s) + 1
-                    next_collect = sc.collect_offset_s + collect_s * max(periods, 0)
-                if scrape:
-                    next_scrape += sc.scrape_interval_s
-                    if alerting is not None:
-                        alerting.scrape(float(t), faults.applied)
-            if ring is not None and t >= next_sample:  # the controller's own 1 s scrape
-                ring.record(t, (queue.busy, queue.waiting))
-                next_sample += sample_s
-            if t >= next_decision:
-                self._decide(float(t))
-                next_decision += every
+            if t != decided:  # else nothing fell due but the decision (``_look_ahead`` made it)
+                if t >= cluster.next_event() or t >= cluster.scan_due:
+                    cluster.advance(t)
+                if t >= faults.next_due():
+                    faults.step(t, cluster, self.physics)
+                if t >= next_scrape or t >= next_collect:
+                    if self._cap_dirty or cluster.version != self._cap_version:
+                        self._refresh_capacity(t)
+                    collect, scrape = t >= next_collect, t >= next_scrape
+                    self._telemetry(float(t), collect, scrape, float(received[t]))
+                    if collect:  # at 0 s, then at the offset and every interval after it
+                        periods = math.floor((t - sc.collect_offset_s) / collect_s) + 1
+                        next_collect = sc.collect_offset_s + collect_s * max(periods, 0)
+                    if scrape:
+                        next_scrape += sc.scrape_interval_s
+                        if alerting is not None:
+                            alerting.scrape(float(t), faults.applied)
+                if ring is not None and t >= next_sample:  # the controller's own 1 s scrape
+                    ring.record(t, (queue.busy, queue.waiting))
+                    next_sample += sample_s
+                if t >= next_decision:
+                    self._decide(float(t))
+                    next_decision += every
             if self._cap_dirty or cluster.version != self._cap_version:
                 self._refresh_capacity(t)
             if alerting is not None:
@@ -388,20 +481,27 @@ class _Run:
             # drains, so the queue advances over the block in one call.
             # The controller's own samples (``ring``) fall inside blocks: each is the queue's
             # state at the end of the second before it, which the block reports.
-            if drains:
-                end = t + 1
-            else:
+            far = end = t + 1
+            if not drains:
                 due = min(cluster.next_event(), faults.next_due(), next_scrape, next_collect)
                 end = min(n, max(_first_second(min(due, next_decision)), t + 1))
-            waiting: list[float] | None = [] if ring is not None and end > t + 1 else None
-            block = (t, end, arrivals, work, self.servers, self.capacity, waiting)
-            b_list, d_list = advance(*block) if advance else step_each_second(queue, *block)
-            if waiting is not None and ring is not None:
-                for s in range(t + 1, end):
-                    if s >= next_sample:
-                        ring.record(s, (b_list[s - 1 - t], waiting[s - 1 - t]))
-                        next_sample += sample_s
-            servers, drain_busy = self.servers, queue.draining
+                far = min(n, max(_first_second(due), t + 1)) if ahead else end
+            mark = ahead.mark() if ahead is not None and far > end else None
+            servers = self.servers
+            if mark is not None and ahead is not None and ring is not None:  # look past
+                clocks = (next_sample, next_decision, next_scrape, next_collect)
+                ran = self._look_ahead(t, far, (ahead, mark, ring), arrivals, work, clocks)
+                end, b_list, d_list, next_sample, next_decision, decided = ran
+            else:
+                waiting: list[float] | None = [] if ring is not None and end > t + 1 else None
+                block = (t, end, arrivals, work, servers, self.capacity, waiting)
+                b_list, d_list = advance(*block) if advance else step_each_second(queue, *block)
+                if waiting is not None and ring is not None:
+                    for s in range(t + 1, end):
+                        if s >= next_sample:
+                            ring.record(s, (b_list[s - 1 - t], waiting[s - 1 - t]))
+                            next_sample += sample_s
+            drain_busy = queue.draining
             if end == t + 1:  # one second (a short policy interval, a drain): scalars
                 b = b_list[0]
                 occupancy.append(b / servers if servers else 0.0)
@@ -418,85 +518,48 @@ class _Run:
             while drained:  # a drained pod frees its GPU
                 cluster.release(drained.pop(0), end + 0.0)
             starts.append(t)  # node GPUs are billed until a node is removed
-            ready, held, node_gpus = len(self.ready), self.n_held, cluster.ready_node_gpus
-            levels.append(
-                (drain_busy, ready, held, self.capacity, node_gpus, self._power_w, cluster.desired)
-            )
+            if mark is not None:  # as they were before a decision at ``end`` changed them
+                levels.append(self._levels)
+            else:
+                ready, held, node_gpus = len(self.ready), self.n_held, cluster.ready_node_gpus
+                watts, wanted = self._power_w, cluster.desired
+                levels.append((drain_busy, ready, held, self.capacity, node_gpus, watts, wanted))
             if progress is not None:
                 for s in range(t + (-t) % tick, end, tick):
                     progress(s / n)
             t = end
         if progress is not None:
             progress(1.0)
-        bounds = np.array([*starts, n], dtype=np.int64)
-        lengths = bounds[1:] - bounds[:-1]
-        drain_n, ready_n, held_n, cap, nodes, power, desired = (
-            np.repeat(np.array(column, dtype=float), lengths)
-            for column in zip(*levels, strict=True)
-        )
+        drain_n, ready_n, held_n, cap, nodes, power, desired = per_second(starts, levels, n)
         busy = (np.array(in_service) + drain_n) / self.slots * self.gpr  # busy GPUs
-        return self._result(ready_n, held_n, busy, cap, desired, nodes, power)
+        seconds = {"ready": ready_n, "held": held_n, "busy": busy, "capacity": cap}
+        seconds |= {"desired": desired, "nodes": nodes, "power": power}
+        return self._result(seconds)
 
-    def _result(
-        self,
-        ready_n: np.ndarray,
-        held_n: np.ndarray,
-        busy: np.ndarray,
-        cap: np.ndarray,
-        desired: np.ndarray,
-        nodes: np.ndarray,
-        power: np.ndarray,
-    ) -> RunResult:
-        sc, wl = self.sc, self.sc.workload
-        n, rec = wl.duration_s, int(sc.record_interval_s)
-        rows = max(math.ceil(n / rec), 1)
-        in_flight = self.queue.finish()
-        summary = summarise_run(self.queue.records, sc, self.slots, row_steps=rec, n_rows=rows)
-        row = np.arange(n) // rec
-
-        def total(x: np.ndarray) -> np.ndarray:
-            return np.bincount(row, weights=x, minlength=rows)[:rows]
-
-        secs = np.maximum(total(np.ones(n)), 1.0)
-        arr, wrk = total(wl.arrivals), total(wl.work_s)
-        mean_work = wl.mean_service_s() or 1.0
-        per_req = np.where(arr > 0, wrk / np.maximum(arr, 1e-12), mean_work)
-        alloc = total(held_n)
-        last = np.minimum((np.arange(rows) + 1) * rec, n) - 1
-        with np.errstate(invalid="ignore", divide="ignore"):
-            util = np.where(alloc > 0, total(busy) / alloc, 0.0)
-        timeline = Timeline(
-            time_s=np.arange(rows, dtype=float) * rec,
-            demand_rps=total(arrivals_per_second(self.queue, wl)) / secs,
-            capacity_rps=total(cap) / secs / per_req,
-            desired_replicas=desired[last].astype(float),
-            ready_replicas=total(ready_n) / secs,
-            allocated_gpus=alloc / secs,
-            gpu_utilization=np.clip(util, 0.0, 1.0),
-            p50_latency_s=summary.p50_s,
-            p99_latency_s=summary.p99_s,
-            completed=summary.row_completed,
-            within_slo=summary.row_within_slo,
-            node_gpus=total(nodes) / secs,
-            power_w=total(power) / secs,
-        )
+    def _result(self, seconds: dict[str, np.ndarray]) -> RunResult:
+        sc, wl, queue = self.sc, self.sc.workload, self.queue
+        rec = int(sc.record_interval_s)
+        rows = max(math.ceil(wl.duration_s / rec), 1)
+        in_flight = queue.finish()
+        summary = summarise_run(queue.records, sc, self.slots, row_steps=rec, n_rows=rows)
+        demand = arrivals_per_second(queue, wl)
         result = RunResult(
             policy=self.policy.name,
-            timeline=timeline,
-            requests=arrived_requests(self.queue, wl),
+            timeline=row_timeline(wl, rec, summary, demand, seconds),
+            requests=arrived_requests(queue, wl),
             within_slo=summary.within_slo,
-            dropped=self.queue.dropped + summary.dropped,
+            dropped=queue.dropped + summary.dropped,
             latency_edges_s=LATENCY_EDGES_S.copy(),
             latency_counts=summary.counts,
-            gpu_seconds=float(held_n.sum()),
-            busy_gpu_seconds=float(busy.sum()),
+            gpu_seconds=float(seconds["held"].sum()),
+            busy_gpu_seconds=float(seconds["busy"].sum()),
             scale_events=self.workload.scale_events,
             completed_requests=summary.completed,
             in_flight_requests=in_flight,
-            retried_requests=self.queue.retried,
+            retried_requests=queue.retried,
             ttft_within_slo=summary.ttft_within_slo,
             tpot_within_slo=summary.tpot_within_slo,
-            node_gpu_seconds=float(nodes.sum()),
+            node_gpu_seconds=float(seconds["nodes"].sum()),
             fault_timings=self.alerting.timings() if self.alerting is not None else (),
             holds=tuple(self.holds.items()),
             pods_replaced=self.replaced,

@@ -56,17 +56,25 @@ within 0.007 of the per-request queue there) runs on this queue.
 import logging
 import math
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
 from gpuscale.sim.fluid_block import EPS as _EPS
-from gpuscale.sim.fluid_block import SecondStepper, step_each_second
+from gpuscale.sim.fluid_block import QueueMark, SecondStepper, step_each_second
 from gpuscale.sim.fluid_kernel import advance_seconds
 from gpuscale.sim.latency import Draining, InService, LatencyRecords
 from gpuscale.sim.queueing import stationary_table
 from gpuscale.sim.workload import FloatArray, Workload
 
-__all__ = ["DRAINED", "FluidQueue", "SecondStepper", "residual_arrival_scv", "step_each_second"]
+__all__ = [
+    "DRAINED",
+    "FluidQueue",
+    "QueueMark",
+    "SecondStepper",
+    "residual_arrival_scv",
+    "step_each_second",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -308,37 +316,73 @@ class FluidQueue:
         up = servers > 0 and capacity > 0.0
         _, _, busy_t, queue_t = self._table(servers) if up else (0, 0, _NO_TABLE, _NO_TABLE)
         fs, ist = self._fs, self._ist  # in fluid_kernel's order of its state slots
-        fs[:] = (
-            self.in_system,
-            self.busy,
-            self._queued_work,
-            self._service_work,
-            self.departed,
-            ledger.log_g,
-            self.dropped,
-            self.last_departures,
-        )
+        fs[:] = self._scalars()
         ist[:] = (self._hint, self._head, self._tail, ledger.live, rec.portions, rec.seconds)
         f = 0.5 * (self.arrival_scv + self.service_scv)
         args = (servers, capacity, busy_t, queue_t, f, self.timeout_s, fs, ist, self._fifo)
         advance_seconds(
             t0, t1, arrivals, work_s, *args, *rec.per_portion, *rec.per_second, *self._out
         )
+        self._set_scalars(fs.tolist())
+        self._hint, self._head, self._tail, ledger.live, rec.portions, rec.seconds = ist.tolist()
+        busy_out, dep_out, waiting_out = self._out
+        if waiting is not None:
+            waiting.extend(waiting_out[:n].tolist())
+        return busy_out[:n].tolist(), dep_out[:n].tolist()
+
+    def mark(self) -> QueueMark | None:
+        """The state a block of seconds starts from, for ``rewind`` to come back to.
+
+        A compiled block changes only a few scalars, the FIFO's cohorts from its head
+        on and records after those counted (``fluid_kernel``): all a mark keeps. The
+        engine advances past decisions with one and comes back where one acts.
+
+        Returns:
+            The mark, or None when retries wait or a replica drains (those seconds are
+            stepped one by one in Python, which changes more than a mark keeps).
+        """
+        if self._retry or self.drains:
+            return None
+        ledger, rec = self.in_service, self.records
+        counts = (self._hint, ledger.live, rec.portions, rec.seconds)
+        return QueueMark(self._scalars(), counts, self._fifo[self._head : self._tail].copy())
+
+    def rewind(self, mark: QueueMark) -> None:
+        """Come back to the state ``mark`` kept: as if the seconds since were not advanced."""
+        self._set_scalars(mark.scalars)
+        rec = self.records
+        self._hint, self.in_service.live, rec.portions, rec.seconds = mark.counts
+        rows = mark.cohorts.shape[0]
+        if rows > self._fifo.shape[0]:
+            self._fifo = np.zeros((2 * rows, 6))
+        self._fifo[:rows] = mark.cohorts  # where they sit in the array does not matter
+        self._head, self._tail = 0, rows
+
+    def _scalars(self) -> tuple[float, ...]:
+        """The scalar state, in the order of ``fluid_kernel``'s ``fs``."""
+        return (
+            self.in_system,
+            self.busy,
+            self._queued_work,
+            self._service_work,
+            self.departed,
+            self.in_service.log_g,
+            self.dropped,
+            self.last_departures,
+        )
+
+    def _set_scalars(self, values: Sequence[float]) -> None:
+        """Set the scalar state from ``values``, in the order ``_scalars`` gives."""
         (
             self.in_system,
             self.busy,
             self._queued_work,
             self._service_work,
             self.departed,
-            ledger.log_g,
+            self.in_service.log_g,
             self.dropped,
             self.last_departures,
-        ) = fs.tolist()
-        self._hint, self._head, self._tail, ledger.live, rec.portions, rec.seconds = ist.tolist()
-        busy_out, dep_out, waiting_out = self._out
-        if waiting is not None:
-            waiting.extend(waiting_out[:n].tolist())
-        return busy_out[:n].tolist(), dep_out[:n].tolist()
+        ) = values
 
     def _enter_service(self, t: int, entering: float) -> None:
         """Move ``entering`` requests into service: retries first, then the FIFO's head."""

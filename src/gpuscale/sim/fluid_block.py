@@ -5,15 +5,36 @@ the engine's Ready capacity is constant, so it advances the queue over the
 seconds in between in one call. ``FluidQueue.advance`` runs them compiled
 (``fluid_kernel``) when no retry waits and no replica drains;
 ``step_each_second`` is the plain loop, for retries or drains, and for any
-other queue with ``step`` (the per-request ``RequestQueue``).
+other queue with ``step`` (the per-request ``RequestQueue``). A ``QueueMark`` is the
+fluid queue's state where a compiled block starts, to come back to.
 """
 
+from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from gpuscale.sim.workload import FloatArray
 
 EPS = 1e-9
 """Amounts of requests below this count as none."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMark:
+    """A fluid queue's state where a compiled block of seconds starts (``FluidQueue.mark``).
+
+    Attributes:
+        scalars: In system, in service, queued work, work in service, departed, the
+            in-service ledger's log survival, dropped, last departures.
+        counts: The solve's hint, the ledger's first live portion, the portions and
+            the seconds recorded.
+        cohorts: A copy of the waiting cohorts, oldest first.
+    """
+
+    scalars: tuple[float, ...]
+    counts: tuple[int, ...]
+    cohorts: np.ndarray
 
 
 class SecondStepper(Protocol):

@@ -258,3 +258,63 @@ def test_instant_by_label_is_instant_keyed_by_that_label(scrapes, at, agg):
     sig = Signal(UTIL, aggregation=agg, by=("pod",) if agg != "none" else ())
     want = {r.labels["pod"]: r.points[-1][1] for r in store.instant(sig, at) if "pod" in r.labels}
     assert store.instant_by(sig, at, "pod") == want
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    scrapes=st.lists(
+        st.lists(st.one_of(st.none(), st.floats(-5.0, 100.0)), min_size=5, max_size=5),
+        min_size=70,  # past 64 rows: the retention moves the rows kept to the front
+        max_size=90,
+    ),
+    late=st.lists(st.integers(0, 89), max_size=4),
+    agg=st.sampled_from(["avg", "sum", "max", "min", "count", "none"]),
+    span=st.sampled_from([45.0, 120.0, 400.0]),
+)
+def test_ranges_asked_again_at_each_scrape_are_instant_queries_at_each_step(
+    scrapes, late, agg, span
+):
+    # A policy asks for the same range after every scrape: rows aggregated for one
+    # answer are reused by the next, through pods coming and going (None: absent), a
+    # second write to the newest row, and rows dropped by the retention.
+    store = MetricStore(retention_s=300.0)
+    labels = [*pods("a", "b"), *pods("c", node="n2"), *pods("d", "e", node="n3")]
+    sig = Signal(UTIL, aggregation=agg, by=("Hostname",) if agg != "none" else ())
+    for i, row in enumerate(scrapes):
+        t = 15.0 * i
+        vals = np.array([np.nan if v is None else v for v in row])
+        store.ingest(
+            t, UTIL, labels[:3] if i % 7 == 3 else labels, vals[:3] if i % 7 == 3 else vals
+        )
+        if i in late:  # another write to the newest row, after a range read it
+            store.range(sig, max(t - span, 0.0), t, 15.0)
+            store.ingest(t, "other", pods("x"), np.array([1.0]))
+            store.ingest(t, UTIL, pods("f", node="n3"), np.array([float(i)]))
+        got = {tuple(r.labels.items()): r.points for r in store.range(sig, t - span, t, 15.0)}
+        want: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        for k in range(int(span / 15.0) + 1):
+            for r in store.instant(sig, t - span + 15.0 * k):
+                want.setdefault(tuple(r.labels.items()), []).append(r.points[0])
+        assert got == {k: tuple(v) for k, v in want.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    row=st.lists(st.one_of(st.none(), st.floats(-1e300, 1e300)), min_size=1, max_size=6),
+    twice=st.booleans(),
+)
+def test_per_pod_values_of_a_full_row_are_each_pods_instant_value(row, twice):
+    # Every series names its pod (one name twice: the last wins), present or not.
+    store = MetricStore(retention_s=3600.0)
+    names = [f"p{i}" for i in range(len(row))]
+    if twice and len(names) > 1:
+        names[-1] = names[0]
+    labels = [{"pod": n, "namespace": "ns", "i": str(i)} for i, n in enumerate(names)]
+    store.ingest(0.0, UTIL, labels, np.array([np.nan if v is None else v for v in row]))
+    sig = Signal(UTIL, aggregation="max", by=("pod", "i"))
+    want: dict[str, float] = {}
+    for r in store.instant(sig, 10.0):
+        want[r.labels["pod"]] = r.points[-1][1]
+    got = store.instant_by(sig, 10.0, "pod")
+    assert got == want
+    assert list(got) == list(want)

@@ -1,7 +1,8 @@
 """What the engine skips to run fast changes nothing a run reports or a policy sees.
 
-The engine writes only the metric families the policy's signals query, and pauses
-the cyclic garbage collector during a run; neither may change a result.
+The engine writes only the metric families the policy's signals query, pauses
+the cyclic garbage collector during a run, and advances the queue past decisions
+that change nothing; none may change a result.
 """
 
 import dataclasses
@@ -10,7 +11,10 @@ import gc
 import numpy as np
 
 from gpuscale.metrics.signal import Signal
+from gpuscale.scaling.kpa import KpaConfig, KpaPolicy
+from gpuscale.sim import engine
 from gpuscale.sim.engine import simulate
+from gpuscale.sim.faults import parse_sim_fault
 from tests.support.sim import UTIL, Recorder, scenario, workload
 
 OTHERS = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_SM_ACTIVE", "gpuscale_serving_requests_total")
@@ -59,3 +63,40 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_looking_past_decisions_that_change_nothing_changes_no_result(monkeypatch) -> None:
+
+    rate = np.concatenate([np.full(600, 2.0), np.full(300, 9.0), np.full(900, 1.0)])
+    wl = workload(rate, service_s=2.0, seed=3)
+    specs = ("gpu-lost@700:duration=300", "thermal@200:duration=400")
+    faults = tuple(parse_sim_fault(f) for f in specs)
+    runs, decisions, looked = [], [], []
+    original = engine._Run._look_ahead
+
+    def counted(self, *args):
+        looked.append(args[0])
+        return original(self, *args)
+
+    monkeypatch.setattr(engine._Run, "_look_ahead", counted)
+    for ahead in (False, True):
+        monkeypatch.setattr(engine, "LOOK_AHEAD", ahead)
+        policy = KpaPolicy(KpaConfig(target=2.0, max_replicas=16))
+        seen: list[tuple[float, float, int]] = []
+        decide = policy.decide
+
+        def recorded(observation, state, decide=decide, seen=seen):
+            decision = decide(observation, state)
+            newest = observation.series["concurrency"][-1][1]
+            seen.append((observation.now, newest, decision.replicas))
+            return decision
+
+        policy.decide = recorded  # type: ignore[method-assign]
+        runs.append(_flat(simulate(scenario(wl, faults=faults, seed=2), policy)))
+        decisions.append(seen)
+        if not ahead:
+            assert not looked
+    assert looked  # blocks were looked past
+    assert decisions[0] == decisions[1]
+    assert len({d[2] for d in decisions[0]}) > 2  # the policy scaled, in and out
+    assert runs[0] == runs[1]

@@ -150,3 +150,47 @@ def test_long_blocks_past_the_first_rows_of_every_array() -> None:
     assert blocked.records.portions > 1_024  # the records grew
     assert blocked._fifo.shape[0] > 64  # the FIFO grew (about 2 cohorts waited a second)
     assert _state(blocked) == _state(stepped)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    load=st.floats(0.2, 1.6),
+    start=st.integers(1, 150),
+    ahead=st.integers(1, 60),
+    back=st.integers(0, 59),
+)
+def test_rewinding_to_a_mark_is_as_if_the_seconds_since_were_never_advanced(
+    seed: int, load: float, start: int, ahead: int, back: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    n, servers = 300, 8
+    arrivals = rng.poisson(load * servers / 2.0, n).astype(float)
+    work = arrivals * rng.gamma(4.0, 0.5, n)
+    straight = FluidQueue(timeout_s=20.0, service_scv=0.6, arrival_scv=0.3)
+    rewound = FluidQueue(timeout_s=20.0, service_scv=0.6, arrival_scv=0.3)
+    for q in (straight, rewound):
+        q.advance(0, start, arrivals, work, servers, servers * 0.5)
+    stop = start + min(back, ahead - 1) + 1  # the second a decision would cut the block at
+    mark = rewound.mark()
+    assert mark is not None
+    rewound.advance(start, start + ahead, arrivals, work, servers, servers * 0.5)
+    rewound.rewind(mark)
+    got = rewound.advance(start, stop, arrivals, work, servers, servers * 0.5)
+    want = straight.advance(start, stop, arrivals, work, servers, servers * 0.5)
+    assert got == want
+    assert _state(rewound) == _state(straight)
+    # and both go on alike, at another capacity
+    assert rewound.advance(stop, n, arrivals, work, 3, 1.5) == straight.advance(
+        stop, n, arrivals, work, 3, 1.5
+    )
+    assert _state(rewound) == _state(straight)
+
+
+def test_no_mark_while_a_replica_drains() -> None:
+    q = FluidQueue(timeout_s=20.0)
+    ones = np.full(10, 4.0)
+    q.advance(0, 10, ones, ones, 8, 4.0)
+    assert q.mark() is not None
+    assert q.start_drain(1, q.busy, 0.5)
+    assert q.mark() is None
