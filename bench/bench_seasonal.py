@@ -25,10 +25,11 @@ is the rest of the policy's (its reaction, scale-in and whole nodes). The first
 two days are the warm-up (not scored), so the first variant's scored decisions
 all come after its first fit. Its seasonal model is the one the forecaster's
 backtest chooses at each refit (``ForecastConfig.model`` ``auto``); the variants
-``holt-winters`` and ``seasonal-naive`` (not run by default) hold it to one
-model throughout, to show what each choice costs. Each variant's cost at the target attainment is
-read off each seed's curve of ``per_replica`` (the knob, by default 1 to 2 x the
-fair value; ``evaluate.bracket.at_target``) and off the mean curve; ratios
+``holt-winters``, ``seasonal-naive`` and ``quantile-regression`` (not run by
+default) hold it to one model throughout, to show what each choice costs. Each
+variant's cost at the target attainment is read off each seed's curve of
+``per_replica`` (the knob, by default 1 to 2 x the fair value;
+``evaluate.bracket.at_target``) and off the mean curve; ratios
 between variants are taken seed by seed, and each variant's ratio to the oracle
 against the oracle's figure in docs/results.md (``bench/results.json["hybrid"]``,
 from ``gpuscale evaluate`` on the same rate file), when it is there.
@@ -44,7 +45,7 @@ horizon adds while its always-up nodes are full. Run:
     python bench/bench_seasonal.py --node-provision 900 --multiples $M --write
     python bench/bench_seasonal.py --rate-file out/gentd26_lora_4d.csv  # the rate file alone
     python bench/bench_seasonal.py --variants seasonal,line      # without the clairvoyant runs
-    python bench/bench_seasonal.py --variants holt-winters,seasonal-naive  # each model alone
+    python bench/bench_seasonal.py --variants holt-winters,seasonal-naive,quantile-regression
 
 ``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``; a
 variant not run keeps the figures stored before.
@@ -91,7 +92,14 @@ NEVER_S = 30 * 86_400.0
 MULTIPLES = (1.0, 1.1667, 1.3333, 1.5, 1.6667, 1.8333, 2.0)
 """``per_replica`` values swept by default, as multiples of the fair value."""
 TARGET = 0.99
-VARIANTS = ("seasonal", "holt-winters", "seasonal-naive", "line", "clairvoyant")
+VARIANTS = (
+    "seasonal",
+    "holt-winters",
+    "seasonal-naive",
+    "quantile-regression",
+    "line",
+    "clairvoyant",
+)
 """``hybrid`` as it is (its seasonal model chosen by backtest), held to one seasonal
 model, held to its fallback line, and told the rate ahead."""
 DEFAULT_VARIANTS = ("seasonal", "line", "clairvoyant")
@@ -99,6 +107,7 @@ LABELS = {
     "seasonal": "seasonal (chosen by backtest)",
     "holt-winters": "Holt-Winters only",
     "seasonal-naive": "seasonal-naive only",
+    "quantile-regression": "quantile regression only",
     "line": "fallback line only",
     "clairvoyant": "clairvoyant (the file's rate)",
 }
@@ -106,6 +115,7 @@ STORED = {
     "seasonal": "seasonal",
     "holt-winters": "holt_winters",
     "seasonal-naive": "seasonal_naive",
+    "quantile-regression": "quantile_regression",
     "line": "fallback",
     "clairvoyant": "clairvoyant",
 }
@@ -183,7 +193,7 @@ def run_variant(
         config = dataclasses.replace(
             config, forecast=dataclasses.replace(config.forecast, season_s=NEVER_S)
         )
-    elif variant in ("holt-winters", "seasonal-naive"):
+    elif variant in ("holt-winters", "seasonal-naive", "quantile-regression"):
         config = dataclasses.replace(
             config, forecast=dataclasses.replace(config.forecast, model=variant)
         )
