@@ -40,9 +40,12 @@ within the policy's state, as plain numbers:
   replaces the current ones only where it wins). Each bound is scored as a
   policy plans for it: never below the demand at its origin, since a policy that
   also reacts does not plan below what it sees. Holt-Winters is scored with the
-  parameters it gets from the seasons before the scored one (out of sample),
-  and so is the quantile regression, so each is a candidate only once three
-  seasons are stored. ``model`` may also name one of them.
+  parameters it gets from the seasons before the scored one (out of sample), so
+  it is a candidate only once three seasons are stored; the quantile regression
+  is scored the same way, and is a candidate once the buckets before the newest
+  season give it ``quantreg.MIN_ROWS_PER_REGRESSOR`` rows per regressor (with
+  5-minute buckets of a day, from about 2.35 days). ``model`` may also name one
+  of them.
 * Before that (short history) the fallback is a least-squares line through
   the raw points of the last ``trend_window_s`` seconds; only the part of its
   slope beyond ``SLOPE_T`` standard errors is extrapolated.
