@@ -21,7 +21,10 @@ rate at ``now + horizon`` times the service time, with a Poisson band
 (``clairvoyant``). The last is no policy anyone can run: it is what a perfect
 forecast of the rate would buy the same policy, so the gap between it and the
 first variant is the forecast's, and the gap between it and the hindsight oracle
-is the rest of the policy's (its reaction, scale-in and whole nodes). The first
+is the rest of the policy's (its reaction, scale-in and whole nodes). The variant
+``present`` (not run by default) is told the file's rate at ``now`` instead, with
+the same band: a perfect reading of the present with no knowledge of the rate's
+next change, what the best forecast from the load now could buy. The first
 two days are the warm-up (not scored), so the first variant's scored decisions
 all come after its first fit. Its seasonal model is the one the forecaster's
 backtest chooses at each refit (``ForecastConfig.model`` ``auto``); the variants
@@ -99,6 +102,7 @@ VARIANTS = (
     "quantile-regression",
     "line",
     "clairvoyant",
+    "present",
 )
 """``hybrid`` as it is (its seasonal model chosen by backtest), held to one seasonal
 model, held to its fallback line, and told the rate ahead."""
@@ -110,6 +114,7 @@ LABELS = {
     "quantile-regression": "quantile regression only",
     "line": "fallback line only",
     "clairvoyant": "clairvoyant (the file's rate)",
+    "present": "told the rate now",
 }
 STORED = {
     "seasonal": "seasonal",
@@ -118,6 +123,7 @@ STORED = {
     "quantile-regression": "quantile_regression",
     "line": "fallback",
     "clairvoyant": "clairvoyant",
+    "present": "present",
 }
 """Each variant's key in ``results.json`` (the line's was named before the third)."""
 MIN_BLOCK_COUNT = 20
@@ -155,11 +161,16 @@ def rate_file(log: pd.DataFrame, out: Path) -> tuple[Path, list[int]]:
     return path, [int(n) for n in per_day]
 
 
-def clairvoyant(path: str, scale: float) -> Callable[..., forecast.Forecast]:
+def clairvoyant(path: str, scale: float, ahead: bool = True) -> Callable[..., forecast.Forecast]:
     """A stand-in for ``forecast.forecast`` that knows the rate file's rate ahead.
 
     The demand at a time is the requests in service there on average: the file's
     rate for that block times ``scale`` times its service time (``told_ahead``).
+
+    Args:
+        path: The rate file.
+        scale: Its rate multiplier.
+        ahead: Told the rate at ``now + horizon``; False: at ``now`` (``present``).
 
     Returns:
         A function with ``forecast.forecast``'s signature.
@@ -172,7 +183,7 @@ def clairvoyant(path: str, scale: float) -> Callable[..., forecast.Forecast]:
         block = int(np.searchsorted(starts, t, side="right")) - 1
         return float(busy[min(max(block, 0), busy.size - 1)])
 
-    return told_ahead(busy_at)
+    return told_ahead(busy_at, ahead)
 
 
 def run_variant(
@@ -198,7 +209,9 @@ def run_variant(
             config, forecast=dataclasses.replace(config.forecast, model=variant)
         )
     config = dataclasses.replace(config, per_replica=multiple * config.per_replica)
-    known = clairvoyant(path, scale) if variant == "clairvoyant" else None
+    known = None
+    if variant in ("clairvoyant", "present"):
+        known = clairvoyant(path, scale, ahead=variant == "clairvoyant")
     return hybrid_run(prepared, config, seed, multiple, WARMUP_S, known)
 
 
