@@ -81,7 +81,8 @@ def warm_state(policy: HybridPolicy, days: int) -> tuple[HybridState, float]:
     fstate = fc.refit(fc.ingest(fc.ForecastState(), points, cfg), end, cfg)
     obs = observation(end, policy.history_s)
     decision = policy.decide(obs, HybridState(forecast=fstate))
-    if not any(f"{m} forecast" in decision.reason for m in ("seasonal", "seasonal-naive")):
+    models = ("seasonal", "seasonal-naive", "quantile-regression")
+    if not any(f"{m} forecast" in decision.reason for m in models):
         raise RuntimeError(f"the warmed policy does not use its seasonal model: {decision.reason}")
     return decision.state, end
 

@@ -61,11 +61,15 @@ WINDOW_S = 60
 VARIANTS = ("as is", "told ahead")
 
 
-def told_ahead(busy_at: Callable[[float], float]) -> Callable[..., forecast.Forecast]:
+def told_ahead(
+    busy_at: Callable[[float], float], ahead: bool = True
+) -> Callable[..., forecast.Forecast]:
     """A stand-in for ``forecast.forecast`` that knows the demand at ``now + horizon``.
 
     Args:
         busy_at: The requests in service on average at a time, seconds.
+        ahead: False: the demand at ``now``, as if the horizon were 0 (what a perfect
+            reading of the present, with no knowledge of what changes next, gives).
 
     Returns:
         A function with ``forecast.forecast``'s signature: that mean, and as its bound
@@ -81,7 +85,7 @@ def told_ahead(busy_at: Callable[[float], float]) -> Callable[..., forecast.Fore
         cfg: forecast.ForecastConfig,
         _average_s: float = 0.0,
     ) -> forecast.Forecast:
-        mean = max(busy_at(now + horizon_s), 0.0)
+        mean = max(busy_at(now + horizon_s if ahead else now), 0.0)
         upper = mean + NormalDist().inv_cdf(cfg.quantile) * math.sqrt(mean)
         return forecast.Forecast(mean, upper, "seasonal", horizon_s)
 

@@ -21,14 +21,18 @@ rate at ``now + horizon`` times the service time, with a Poisson band
 (``clairvoyant``). The last is no policy anyone can run: it is what a perfect
 forecast of the rate would buy the same policy, so the gap between it and the
 first variant is the forecast's, and the gap between it and the hindsight oracle
-is the rest of the policy's (its reaction, scale-in and whole nodes). The first
+is the rest of the policy's (its reaction, scale-in and whole nodes). The variant
+``present`` (not run by default) is told the file's rate at ``now`` instead, with
+the same band: a perfect reading of the present with no knowledge of the rate's
+next change, what the best forecast from the load now could buy. The first
 two days are the warm-up (not scored), so the first variant's scored decisions
 all come after its first fit. Its seasonal model is the one the forecaster's
 backtest chooses at each refit (``ForecastConfig.model`` ``auto``); the variants
-``holt-winters`` and ``seasonal-naive`` (not run by default) hold it to one
-model throughout, to show what each choice costs. Each variant's cost at the target attainment is
-read off each seed's curve of ``per_replica`` (the knob, by default 1 to 2 x the
-fair value; ``evaluate.bracket.at_target``) and off the mean curve; ratios
+``holt-winters``, ``seasonal-naive`` and ``quantile-regression`` (not run by
+default) hold it to one model throughout, to show what each choice costs. Each
+variant's cost at the target attainment is read off each seed's curve of
+``per_replica`` (the knob, by default 1 to 2 x the fair value;
+``evaluate.bracket.at_target``) and off the mean curve; ratios
 between variants are taken seed by seed, and each variant's ratio to the oracle
 against the oracle's figure in docs/results.md (``bench/results.json["hybrid"]``,
 from ``gpuscale evaluate`` on the same rate file), when it is there.
@@ -44,7 +48,7 @@ horizon adds while its always-up nodes are full. Run:
     python bench/bench_seasonal.py --node-provision 900 --multiples $M --write
     python bench/bench_seasonal.py --rate-file out/gentd26_lora_4d.csv  # the rate file alone
     python bench/bench_seasonal.py --variants seasonal,line      # without the clairvoyant runs
-    python bench/bench_seasonal.py --variants holt-winters,seasonal-naive  # each model alone
+    python bench/bench_seasonal.py --variants holt-winters,seasonal-naive,quantile-regression
 
 ``--write`` stores the figures as ``bench/results.json["seasonal"]["<provision s>"]``; a
 variant not run keeps the figures stored before.
@@ -91,7 +95,15 @@ NEVER_S = 30 * 86_400.0
 MULTIPLES = (1.0, 1.1667, 1.3333, 1.5, 1.6667, 1.8333, 2.0)
 """``per_replica`` values swept by default, as multiples of the fair value."""
 TARGET = 0.99
-VARIANTS = ("seasonal", "holt-winters", "seasonal-naive", "line", "clairvoyant")
+VARIANTS = (
+    "seasonal",
+    "holt-winters",
+    "seasonal-naive",
+    "quantile-regression",
+    "line",
+    "clairvoyant",
+    "present",
+)
 """``hybrid`` as it is (its seasonal model chosen by backtest), held to one seasonal
 model, held to its fallback line, and told the rate ahead."""
 DEFAULT_VARIANTS = ("seasonal", "line", "clairvoyant")
@@ -99,15 +111,19 @@ LABELS = {
     "seasonal": "seasonal (chosen by backtest)",
     "holt-winters": "Holt-Winters only",
     "seasonal-naive": "seasonal-naive only",
+    "quantile-regression": "quantile regression only",
     "line": "fallback line only",
     "clairvoyant": "clairvoyant (the file's rate)",
+    "present": "told the rate now",
 }
 STORED = {
     "seasonal": "seasonal",
     "holt-winters": "holt_winters",
     "seasonal-naive": "seasonal_naive",
+    "quantile-regression": "quantile_regression",
     "line": "fallback",
     "clairvoyant": "clairvoyant",
+    "present": "present",
 }
 """Each variant's key in ``results.json`` (the line's was named before the third)."""
 MIN_BLOCK_COUNT = 20
@@ -145,11 +161,16 @@ def rate_file(log: pd.DataFrame, out: Path) -> tuple[Path, list[int]]:
     return path, [int(n) for n in per_day]
 
 
-def clairvoyant(path: str, scale: float) -> Callable[..., forecast.Forecast]:
+def clairvoyant(path: str, scale: float, ahead: bool = True) -> Callable[..., forecast.Forecast]:
     """A stand-in for ``forecast.forecast`` that knows the rate file's rate ahead.
 
     The demand at a time is the requests in service there on average: the file's
     rate for that block times ``scale`` times its service time (``told_ahead``).
+
+    Args:
+        path: The rate file.
+        scale: Its rate multiplier.
+        ahead: Told the rate at ``now + horizon``; False: at ``now`` (``present``).
 
     Returns:
         A function with ``forecast.forecast``'s signature.
@@ -162,7 +183,7 @@ def clairvoyant(path: str, scale: float) -> Callable[..., forecast.Forecast]:
         block = int(np.searchsorted(starts, t, side="right")) - 1
         return float(busy[min(max(block, 0), busy.size - 1)])
 
-    return told_ahead(busy_at)
+    return told_ahead(busy_at, ahead)
 
 
 def run_variant(
@@ -183,12 +204,14 @@ def run_variant(
         config = dataclasses.replace(
             config, forecast=dataclasses.replace(config.forecast, season_s=NEVER_S)
         )
-    elif variant in ("holt-winters", "seasonal-naive"):
+    elif variant in ("holt-winters", "seasonal-naive", "quantile-regression"):
         config = dataclasses.replace(
             config, forecast=dataclasses.replace(config.forecast, model=variant)
         )
     config = dataclasses.replace(config, per_replica=multiple * config.per_replica)
-    known = clairvoyant(path, scale) if variant == "clairvoyant" else None
+    known = None
+    if variant in ("clairvoyant", "present"):
+        known = clairvoyant(path, scale, ahead=variant == "clairvoyant")
     return hybrid_run(prepared, config, seed, multiple, WARMUP_S, known)
 
 

@@ -68,8 +68,8 @@ class ForecastReport(_Status):
     mean: float = Field(description="Point forecast, in the signal's unit.")
     upper: float = Field(description="Upper bound at the policy's quantile, same unit.")
     model: str = Field(
-        description="seasonal (Holt-Winters), seasonal-naive, trend (the fallback line) "
-        "or none (no data)."
+        description="seasonal (Holt-Winters), seasonal-naive, quantile-regression, trend "
+        "(the fallback line) or none (no data)."
     )
     horizon_seconds: float = Field(
         serialization_alias="horizonSeconds", description="How far ahead, seconds."

@@ -27,16 +27,29 @@ within the policy's state, as plain numbers:
     that tracks the level and trend. Its upper bound is calibrated on its own
     backtested errors (``scaling.calibration``): the configured quantile of the
     errors over their deviation at the forecast level, not a normal guess.
+  - ``quantile-regression``: the demand a horizon ahead regressed on the
+    seasonal-naive forecasts, the demand now and the time of day, fitted at
+    0.5 and at ``quantile`` by the pinball loss (``scaling.quantreg``), so the
+    bound is the fitted quantile itself rather than a band around a level.
 
-* Which model forecasts is chosen by backtest (``model: auto``): at each
-  refit, each model forecasts the newest season's buckets with a rolling
-  origin, the policy's horizon ahead, and the one whose bounds have the smaller
-  pinball loss at ``quantile`` is used until the next refit (Holt-Winters on a
-  tie). Each bound is scored as a policy plans for it: never below the demand
-  at its origin, since a policy that also reacts does not plan below what it
-  sees. Holt-Winters is scored with the parameters it gets from the seasons
-  before the scored one (out of sample), so it is a candidate only once three
-  seasons are stored. ``model`` may also name one of them.
+* Which of Holt-Winters and seasonal-naive forecasts is chosen by backtest
+  (``model: auto``): at each refit, each model forecasts the newest season's
+  buckets with a rolling origin, the policy's horizon ahead, and the one whose
+  bounds have the smaller pinball loss at ``quantile`` is used until the next
+  refit (Holt-Winters on a tie). Each bound is scored as a policy plans for it:
+  never below the demand at its origin, since a policy that also reacts does
+  not plan below what it sees. Holt-Winters is scored with the parameters it
+  gets from the seasons before the scored one (out of sample), so it is a
+  candidate only once three seasons are stored. ``model`` may also name one
+  model. The quantile regression is scored the same way when ``model`` names it
+  (out of sample, once the buckets before the newest season give it
+  ``quantreg.MIN_ROWS_PER_REGRESSOR`` rows per regressor), but ``auto`` leaves it
+  out: offered to the backtest on four days of GenTD26's LoRA log
+  (``bench/bench_seasonal.py``), it was chosen at some refits and ``hybrid``
+  then needed more GPU-hours at the target attainment (three seeds: 1,876
+  against 1,834). Its bounds lay below seasonal-naive's in the quiet hours,
+  where a policy's minimum capacity makes them free, and no lower at the peaks:
+  the pinball loss does not rank it as the policy's cost does.
 * Before that (short history) the fallback is a least-squares line through
   the raw points of the last ``trend_window_s`` seconds; only the part of its
   slope beyond ``SLOPE_T`` standard errors is extrapolated.
@@ -48,18 +61,20 @@ from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 from gpuscale.errors import require
-from gpuscale.scaling import calibration, holtwinters
+from gpuscale.scaling import calibration, holtwinters, quantreg
 from gpuscale.scaling.calibration import Calibration
 from gpuscale.scaling.holtwinters import FittedModel
 from gpuscale.scaling.linefit import fit_line
 from gpuscale.scaling.policy import Forecast, Series
+from gpuscale.scaling.quantreg import QuantileModel
 from gpuscale.scaling.state import JsonState
 
 logger = logging.getLogger(__name__)
 
 HOLT_WINTERS = "holt-winters"
 SEASONAL_NAIVE = "seasonal-naive"
-MODELS = ("auto", HOLT_WINTERS, SEASONAL_NAIVE)
+QUANTILE_REGRESSION = "quantile-regression"
+MODELS = ("auto", HOLT_WINTERS, SEASONAL_NAIVE, QUANTILE_REGRESSION)
 """``ForecastConfig.model``'s values: the backtest's choice, or one model throughout."""
 
 
@@ -78,8 +93,9 @@ class ForecastConfig:
         max_rise_ratio: The fallback line may rise (or fall) at most this share of the
             window's mean between now and the horizon: a start-up backlog or a burst's
             edge is a steep line that must not be extrapolated without bound.
-        model: The seasonal model: ``auto`` (the one with the better backtest at each
-            refit), ``holt-winters`` or ``seasonal-naive``.
+        model: The seasonal model: ``auto`` (Holt-Winters or seasonal-naive, the one
+            with the better backtest at each refit), ``holt-winters``,
+            ``seasonal-naive`` or ``quantile-regression``.
     """
 
     bucket_s: float = field(default=300.0, metadata={"unit": "s"})
@@ -157,9 +173,12 @@ class ForecastState(JsonState):
             (or while ``model`` is ``seasonal-naive``).
         fits: How many times the models have been fitted.
         naive: The seasonal-naive model's calibrated band; None until fitted.
-        model: The model that forecasts until the next refit (``holt-winters`` or
-            ``seasonal-naive``); None before the first fit (and in a state stored
-            before models were chosen, which forecasts with ``fit``).
+        quantreg: The quantile regression's coefficients; None until fitted (or
+            while it is not asked for).
+        model: The model that forecasts until the next refit (``holt-winters``,
+            ``seasonal-naive`` or ``quantile-regression``); None before the first fit
+            (and in a state stored before models were chosen, which forecasts with
+            ``fit``).
         at: When the models were last fitted, seconds; None before (or in a state
             stored before it was kept: ``fit.at``).
         losses: The backtest's pinball loss of each model scored at the last refit,
@@ -176,6 +195,7 @@ class ForecastState(JsonState):
     fit: FittedModel | None = None
     fits: int = 0
     naive: Calibration | None = None
+    quantreg: QuantileModel | None = None
     model: str | None = None
     at: float | None = None
     losses: tuple[tuple[str, float], ...] = ()
@@ -283,7 +303,7 @@ def refit(
     """
     means, m = state.means, cfg.period
     ahead = backtest_steps(horizon_s, cfg)
-    fit, naive = state.fit, state.naive
+    fit, naive, qr = state.fit, state.naive, state.quantreg
     scored: dict[str, calibration.Backtest] = {}
     if cfg.model in ("auto", HOLT_WINTERS):
         z = _z(cfg.quantile)
@@ -294,7 +314,12 @@ def refit(
         naive, scored[SEASONAL_NAIVE] = calibration.naive_backtest(
             means, m, cfg.seasons_kept - 1, ahead, cfg.quantile, cfg.min_sigma_ratio
         )
-    # Both are scored on the same buckets, those of the newest season that each had a
+    if cfg.model == QUANTILE_REGRESSION:
+        seasons = cfg.seasons_kept - 1  # as many as the seasonal-naive forecasts average
+        qr, held_out = quantreg.fit(means, state.k0, m, seasons, ahead, cfg.quantile)
+        if held_out is not None:
+            scored[QUANTILE_REGRESSION] = held_out
+    # All are scored on the same buckets, those of the newest season that each had a
     # bound for: there seasonal-naive averages as many seasons as it does live, and its
     # band is calibrated on a season of errors, as it is live.
     newest = set(range(len(means) - m, len(means)))
@@ -319,6 +344,7 @@ def refit(
         state,
         fit=fit,
         naive=naive,
+        quantreg=qr,
         model=model,
         at=float(now),
         fits=state.fits + 1,
@@ -446,6 +472,20 @@ def forecast(
             point += naive.rho * (sum(v for _, v in recent) / len(recent) - here)
             upper = naive.upper(point, cfg.min_sigma_ratio)
             return Forecast(max(point, 0.0), max(upper, 0.0), "seasonal-naive", horizon_s)
+    if recent and model == QUANTILE_REGRESSION and state.quantreg is not None:
+        k_now = math.floor(now / cfg.bucket_s)
+        row = quantreg.regressors(
+            state.means,
+            state.k0,
+            cfg.period,
+            cfg.seasons_kept - 1,
+            k_then - state.k0,
+            sum(v for _, v in recent) / len(recent),
+            k_now - state.k0,
+        )
+        if row is not None:  # else a horizon past a season: the line
+            point, upper = state.quantreg.predict(row)
+            return Forecast(max(point, 0.0), max(upper, 0.0), "quantile-regression", horizon_s)
     fit = state.fit
     if not recent or model != HOLT_WINTERS or fit is None:
         return trend_forecast(points, now, horizon_s, cfg, average_s)

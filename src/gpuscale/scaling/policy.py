@@ -181,9 +181,9 @@ class Observation:
         return points[-1][1]
 
 
-Model = Literal["seasonal", "seasonal-naive", "trend", "none"]
-"""Which model made a forecast: seasonal (Holt-Winters), seasonal-naive, the fallback
-line (trend), or none (no data)."""
+Model = Literal["seasonal", "seasonal-naive", "quantile-regression", "trend", "none"]
+"""Which model made a forecast: seasonal (Holt-Winters), seasonal-naive, quantile
+regression, the fallback line (trend), or none (no data)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +193,8 @@ class Forecast:
     Attributes:
         mean: Point forecast, in the demand's unit.
         upper: The upper bound at the configured quantile, same unit.
-        model: ``seasonal`` (Holt-Winters), ``seasonal-naive``, ``trend`` (the
-            fallback) or ``none`` (no data).
+        model: ``seasonal`` (Holt-Winters), ``seasonal-naive``,
+            ``quantile-regression``, ``trend`` (the fallback) or ``none`` (no data).
         horizon_s: How far ahead, seconds.
     """
 

@@ -148,6 +148,7 @@ def test_the_chosen_models_state_is_plain_json():
         cfg, 50.0 + 20.0 * np.sin(2 * math.pi * k / cfg.period) + rng.normal(0, 3, k.size)
     )
     assert state.model in ("holt-winters", "seasonal-naive")
+    assert state.quantreg is None  # not a candidate of ``auto``
     assert state.naive is not None
     assert state.fit is not None
     assert fc.ForecastState.from_json(json.loads(json.dumps(state.to_json()))) == state
@@ -172,7 +173,7 @@ def test_an_unknown_model_is_a_one_line_error():
         fc.ForecastConfig(model="prophet")
     assert str(info.value) == (
         "ForecastConfig.model='prophet': unknown model; "
-        "use one of auto, holt-winters, seasonal-naive"
+        "use one of auto, holt-winters, seasonal-naive, quantile-regression"
     )
 
 
