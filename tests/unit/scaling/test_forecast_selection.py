@@ -9,19 +9,7 @@ import pytest
 from gpuscale.errors import ConfigError
 from gpuscale.scaling import calibration, holtwinters
 from gpuscale.scaling import forecast as fc
-
-
-def feed(cfg, values):
-    """One point per bucket, decision by decision, as a policy feeds its forecaster.
-
-    Returns:
-        (the state, the time of the last point).
-    """
-    state, t = fc.ForecastState(), 0.0
-    for k, v in enumerate(values):
-        t = k * cfg.bucket_s
-        state = fc.update(state, ((t, float(v)),), t, cfg)
-    return state, t
+from tests.support.forecast import feed
 
 
 def test_seasonal_naive_forecasts_a_periodic_series_and_carries_a_persistent_error():
