@@ -50,6 +50,7 @@ from gpuscale.metrics.signal import Signal
 from gpuscale.scaling import headroom, health, recurrence
 from gpuscale.scaling.demand import recent_view, smooth
 from gpuscale.scaling.health import HealthConfig, HealthState
+from gpuscale.scaling.kpa import window_average
 from gpuscale.scaling.policy import PROMETHEUS_QUERY, Decision, Observation, Series
 from gpuscale.scaling.predictive import (
     PredictiveConfig,
@@ -445,12 +446,6 @@ def weigh_backlog(total: Series, backlog: Series | None, weight: float) -> Serie
     return tuple((t, v - (1.0 - weight) * queued.get(t, 0.0)) for t, v in total)
 
 
-def window_mean(points: Series, now: float, window_s: float) -> float | None:
-    """The mean of the points in ``(now - window_s, now]``; None without any."""
-    inside = [v for t, v in points if now - window_s < t <= now]
-    return sum(inside) / len(inside) if inside else None
-
-
 class Floor(NamedTuple):
     """``learned_floor``'s answer: what it recorded and what it holds."""
 
@@ -523,10 +518,8 @@ def learned_floor(
         onsets = recurrence.record_onset(
             onsets,
             now,
-            window_mean(offered, now, cfg.burst_window_s),
-            window_mean(offered[:-1], offered[-2][0], cfg.burst_window_s)
-            if len(offered) > 1
-            else None,
+            window_average(offered, cfg.burst_window_s),
+            window_average(offered[:-1], cfg.burst_window_s) if len(offered) > 1 else None,
             threshold,
             cfg.baseline_window_s,
         )
