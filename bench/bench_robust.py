@@ -9,13 +9,18 @@ then reads each run's ``results.json`` and reports, per shape:
   only bounds it);
 * the gap closure ``(best baseline - hybrid) / (best baseline - oracle)`` at matched
   attainment, for ``hybrid`` and ``hybrid-deploy``, where the best baseline is the
-  cheapest of static, hpa, hpa-sm, keda and kpa at the target;
+  cheapest of static, hpa, hpa-sm, keda and kpa at the target, each read as its
+  multiple of the oracle (so the oracle is 1);
 * ``hybrid-deploy`` at its deployable setting (its fair parameters, told the
   target attainment, no knob chosen per shape): the attainment it reached and its
   GPU-hours over the oracle's at the target.
 
 Each run is a directory ``OUT/NAME`` holding ``results.json``; a run whose file
-exists is read, not run again, so a long bench can be resumed. ``--json`` writes
+exists is read, not run again, so a long bench can be resumed. ``--policy`` runs only
+the named policies (and the oracle, which every ratio divides by); ``--carry FILE``
+takes every other policy's cells from an earlier ``--json`` of the same shape, seeds,
+length and scale, so a change to one policy reruns that policy alone. A carried cell
+is marked in the figures (``carried``). ``--json`` writes
 the figures, ``--doc`` the Markdown page generated from them (docs/robustness.md).
 Run (small, then the final figures with more seeds):
 
@@ -28,10 +33,12 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuscale.sim import shapes
+from gpuscale.sim.generators import DAY_S
 
 BASELINES = ("static", "hpa", "hpa-sm", "keda", "kpa")
 """The tuned baselines the gap is measured from (the cheapest at the target)."""
@@ -69,11 +76,16 @@ def run(name: str, out: Path, args: argparse.Namespace) -> Path:
     duration = args.duration if shape else args.trace_duration
     if shape and args.history:  # one pass of history, not scored, then the pass scored
         own = shapes.SHAPES[name.removeprefix(shapes.PREFIX)].duration_s
-        command += ["--duration", str(2 * own), "--warmup", str(own)]
+        if own >= 2 * DAY_S:  # a daily pattern's history is a day: its first, not scored
+            command += ["--duration", str(own), "--warmup", str(DAY_S)]
+        else:
+            command += ["--duration", str(2 * own), "--warmup", str(own)]
     elif duration:
         command += ["--duration", str(duration)]
-    for policy in POLICIES:
+    for policy in args.policy or POLICIES:
         command += ["--policy", policy]
+    if args.policy and "oracle" not in args.policy:
+        command += ["--policy", "oracle"]
     subprocess.run(command, check=True)
     return result
 
@@ -91,27 +103,25 @@ def ratio(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def closure(doc: dict[str, Any], name: str) -> dict[str, Any]:
+def closure(cells: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
     """The share of the gap from the cheapest baseline to the oracle a policy closes.
+
+    Args:
+        cells: Each policy's x-oracle cell (``ratio``): the oracle's multiple is 1.
+        name: The policy.
 
     Returns:
         ``{"closure": share or None, "best_baseline": name, "bound": bool}``; the
-        share is None when the policy, the oracle or every baseline lacks a reading,
-        or the best baseline is no dearer than the oracle.
+        share is None when the policy or every baseline lacks a reading, or the best
+        baseline is no dearer than the oracle.
     """
-    pols = doc["policies"]
-    known = {
-        b: pols[b]["gpu_hours_at_target"]
-        for b in BASELINES
-        if b in pols and pols[b]["gpu_hours_at_target"] is not None
-    }
-    mine = pols.get(name, {}).get("gpu_hours_at_target")
-    oracle = pols["oracle"]["gpu_hours_at_target"]
-    if not known or mine is None or oracle is None:
+    known = {b: cells[b]["x"] for b in BASELINES if b in cells and cells[b]["x"] is not None}
+    mine = cells.get(name, {}).get("x")
+    if not known or mine is None:
         return {"closure": None, "best_baseline": None, "bound": False}
     best = min(known, key=lambda b: known[b])
-    gap = known[best] - oracle
-    bound = any(pols[n].get("gpu_hours_at_target_bound") == "upper" for n in (best, name))
+    gap = known[best] - 1.0
+    bound = cells[best]["bound"] or cells[name]["bound"]
     value = (known[best] - mine) / gap if gap > 0 else None
     return {"closure": value, "best_baseline": best, "bound": bound}
 
@@ -131,15 +141,28 @@ def deployable(doc: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def summarise(doc: dict[str, Any]) -> dict[str, Any]:
-    """One run's figures.
+def summarise(doc: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """One run's figures, with the cells of policies it did not run carried from ``earlier``.
+
+    Args:
+        doc: The run's ``results.json``.
+        earlier: Rows of an earlier ``--json``; a row of the same trace, seeds, length
+            and scale gives the cells of the policies this run left out.
 
     Returns:
-        The trace, its split and learnability, seeds, x-oracle per policy, closures
-        and the deployable reading.
+        The trace, its split and learnability, seeds, x-oracle per policy, closures,
+        the deployable reading and the names of the carried cells.
     """
     trace = str(doc["trace"])
     shape = shapes.SHAPES.get(trace.removeprefix(shapes.PREFIX))
+    cells = {n: ratio(p) for n, p in doc["policies"].items()}
+    same = ("trace", "seeds", "duration_s", "scale", "target_attainment")
+    carried = []
+    for row in earlier:
+        if all(row[k] == doc[k] for k in same):
+            carried = [n for n in row["x_oracle"] if n not in cells]
+            cells.update({n: row["x_oracle"][n] for n in carried})
+            break
     return {
         "trace": trace,
         "split": None if shape is None else shapes.split_of(shape.name),
@@ -148,9 +171,10 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         "duration_s": doc["duration_s"],
         "scale": doc["scale"],
         "target_attainment": doc["target_attainment"],
-        "x_oracle": {n: ratio(p) for n, p in doc["policies"].items()},
-        "closure": {n: closure(doc, n) for n in HYBRIDS if n in doc["policies"]},
+        "x_oracle": {n: cells[n] for n in POLICIES if n in cells},
+        "closure": {n: closure(cells, n) for n in HYBRIDS if n in cells},
         "deployable": deployable(doc),
+        "carried": carried,
     }
 
 
@@ -204,14 +228,19 @@ def main() -> None:
     parser.add_argument("--trace-scale", type=float, default=1.0, help="of the shared traces")
     parser.add_argument("--trace-duration", type=int, default=None, help="their seconds")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument(
+        "--policy", action="append", choices=POLICIES, help="run only these (and the oracle)"
+    )
+    parser.add_argument("--carry", type=Path, help="an earlier --json: the other policies' cells")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--doc", type=Path, help="write the Markdown page here")
     args = parser.parse_args()
     names = [shapes.PREFIX + s for s in (args.shape or shapes.names(shapes.HELD_BACK))]
+    earlier = json.loads(args.carry.read_text())["runs"] if args.carry else []
     rows = []
     for name in [*names, *args.trace]:
         doc = json.loads(run(name, args.out, args).read_text())
-        rows.append(summarise(doc))
+        rows.append(summarise(doc, earlier))
     lines = table(rows)
     print("\n".join(lines))
     if args.json:

@@ -292,6 +292,19 @@ def _hybrid_deploy(f: FairInputs) -> HybridConfig:
 
 _PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", "node_size", *_BOUNDS)
 _PLAN_KNOB = Knob("per_replica", "requests per replica", 0.6, 1.4)
+# Told its target, hybrid sizes its floor, plan and reactive need by it (per_replica
+# stands in only until a pod's slots are known), so the target is the knob an
+# operator turns: a lower one holds less headroom.
+_TARGET_KNOB = Knob(
+    "target_attainment",
+    "share of requests within the SLO asked for",
+    0.95,
+    0.998,
+    relative=False,
+    cheap_up=False,
+    minimum=0.5,
+    maximum=0.999,
+)
 register(
     PolicySpec(
         "predictive",
@@ -327,7 +340,7 @@ register(
             "target_attainment",
         ),
         units={"per_replica": "requests (in flight + queued) per replica"},
-        knob=_PLAN_KNOB,
+        knob=_TARGET_KNOB,
         default=False,
     )
 )

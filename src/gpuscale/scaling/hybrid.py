@@ -85,6 +85,12 @@ TTFT = "ttft"
 ARRIVALS = "arrivals"
 """Key of the optional received-requests counter in ``Observation.series``."""
 
+STANDING_DOWN_PACE_PERCENT = 100.0
+"""Scale-in pace while the learned floor stands down between bursts on a period: the
+HPA's default (all the excess at once). ``scale_down_percent`` holds capacity for bursts
+that may come at any time; one whose time is known is held by the floor, which stands
+again one horizon before the burst is due."""
+
 
 @dataclass(frozen=True, slots=True)
 class HybridConfig(PredictiveConfig):
@@ -155,7 +161,9 @@ class HybridConfig(PredictiveConfig):
         burst_period_intervals: How many intervals between the last bursts' onsets
             must agree (within ``burst_window_s``) before the learned floor stands
             down between bursts, expecting the next one interval after the last
-            (``scaling.recurrence``); 0 holds it at every decision.
+            (``scaling.recurrence``); 0 holds it at every decision. While it stands
+            down, a scale-in may remove all the load does not need at once
+            (``STANDING_DOWN_PACE_PERCENT``), not ``scale_down_percent``.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -456,6 +464,8 @@ class Floor(NamedTuple):
     replicas: int
     note: str
     cap: float | None
+    down: bool = False
+    """Whether it stands down between bursts that recur on a period."""
 
 
 def learned_floor(
@@ -528,7 +538,7 @@ def learned_floor(
         if not recurrence.stands(now, onsets, every, lead, tolerance):
             due = onsets[-1] + (every or 0.0)
             note = f", learned floor {floor} down: bursts every {every:.0f} s, next {due:.0f}"
-            floor = 0
+            return Floor(bursts, levels, offered, onsets, 0, note, cap, down=True)
     return Floor(bursts, levels, offered, onsets, floor, note, cap)
 
 
@@ -753,7 +763,14 @@ class HybridPolicy(KeepsState[HybridState]):
         # short, whatever the served load says.
         up = up or (since is not None and since >= float(points[-1][0]))
         slots = observation.target.node_slots
-        replicas, note, recs = settle(now, current, proposal, state, cfg, hold_in=up, slots=slots)
+        # Between bursts on a period the next one is not due before the floor stands
+        # again, one horizon ahead of it: what the load does not need can go at once
+        # (the HPA's default pace), not at the pace that holds capacity for bursts of
+        # unknown timing; the scale-in and stabilization windows still apply.
+        pace = STANDING_DOWN_PACE_PERCENT if learned.down else None
+        replicas, note, recs = settle(
+            now, current, proposal, state, cfg, hold_in=up, slots=slots, pace_percent=pace
+        )
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"
         logger.debug("%s: %d -> %d: %s", self.name, current, replicas, reason)

@@ -317,6 +317,7 @@ def settle(
     *,
     hold_in: bool = False,
     slots: Sequence[int] = (),
+    pace_percent: float | None = None,
 ) -> tuple[int, str, tuple[tuple[float, int], ...]]:
     """Bounds, the scale-in stabilisation window and the step limits.
 
@@ -331,10 +332,13 @@ def settle(
         hold_in: No scale-in this time (the observed load rises). The hold is not
             recorded as a recommendation, so it does not extend the window.
         slots: Replicas each node holds (``TargetStatus.node_slots``; ``whole_nodes``).
+        pace_percent: The share of the replicas a scale-in may remove this time, in
+            place of ``scale_down_percent``; None: that.
 
     Returns:
         (replicas, a note, the recommendations to keep).
     """
+    pace = cfg.scale_down_percent if pace_percent is None else pace_percent
     last_in = state.last_in
     cooling = last_in is not None and now - last_in < cfg.scale_in_cooldown_s
     proposal = clamp(proposal, cfg.min_replicas, cfg.max_replicas)
@@ -352,9 +356,9 @@ def settle(
         stable = max(r for _, r in recs)
         replicas = min(current, stable)
         if replicas < current and cfg.fills_nodes:
-            replicas, note = whole_nodes(current, replicas, cfg, note, slots)
+            replicas, note = whole_nodes(current, replicas, cfg, note, slots, pace)
         elif replicas < current:
-            step = max(1, math.floor(current * cfg.scale_down_percent / 100))
+            step = max(1, math.floor(current * pace / 100))
             replicas = max(replicas, current - step)
         if replicas < current and hold_in:
             replicas, note = current, ", no scale-in yet"
@@ -366,7 +370,12 @@ def settle(
 
 
 def whole_nodes(
-    current: int, replicas: int, cfg: PredictiveConfig, note: str, slots: Sequence[int] = ()
+    current: int,
+    replicas: int,
+    cfg: PredictiveConfig,
+    note: str,
+    slots: Sequence[int] = (),
+    pace_percent: float | None = None,
 ) -> tuple[int, str]:
     """Move the fleet in whole nodes of ``cfg.node_size`` replicas (1: unchanged).
 
@@ -379,6 +388,7 @@ def whole_nodes(
     A node holds what ``slots`` (``TargetStatus.node_slots``) says, where it says it:
     one that lost a GPU holds a replica fewer, and filling it as if it held
     ``node_size`` would leave a pod pending that opens a node for itself alone.
+    ``pace_percent`` stands in for ``scale_down_percent`` where given.
 
     Returns:
         (replicas, the note with the rounding added).
@@ -393,7 +403,8 @@ def whole_nodes(
         return max(filled, replicas), note + (f", fills {nodes} nodes" if filled > replicas else "")
     if nodes >= nodes_now:
         return current, note + f", holds its {nodes_now} nodes"
-    step = max(1, math.floor(current * cfg.scale_down_percent / 100 / size))
+    pace = cfg.scale_down_percent if pace_percent is None else pace_percent
+    step = max(1, math.floor(current * pace / 100 / size))
     kept = max(nodes, nodes_now - step)
     held = held_by(kept, known, size)
     return held, note + f", releases {nodes_now - kept} of {nodes_now} nodes"

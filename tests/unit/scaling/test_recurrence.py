@@ -5,7 +5,16 @@ import dataclasses
 import pytest
 
 from gpuscale.scaling import headroom, hybrid, recurrence
-from gpuscale.scaling.hybrid import HybridConfig, HybridState
+from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy, HybridState
+from gpuscale.scaling.policy import Decision, Observation, PodStatus, TargetStatus
+from gpuscale.scaling.predictive import DEMAND_METRICS
+
+IN_FLIGHT, QUEUE = DEMAND_METRICS
+
+
+def idle(points: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    """An empty queue at the same times."""
+    return tuple((t, 0.0) for t, _ in points)
 
 
 def test_an_onset_is_half_the_demand_the_floor_holds_for():
@@ -78,3 +87,36 @@ def test_hybrids_floor_stands_down_between_bursts_that_recur_and_not_otherwise()
     assert floor(2900.0, onsets).replicas == held  # within a lead of the last one
     assert floor(3150.0, onsets, intervals=0).replicas == held  # off
     assert floor(3150.0, (0.0, 900.0, 2700.0)).replicas == held  # irregular: no period
+
+
+def test_between_bursts_on_a_period_hybrid_gives_back_at_once_and_not_otherwise():
+    # 40 replicas after a burst, the load back at a steady 10 in flight, a scale-in
+    # pace of 5 %: standing down between bursts every 900 s, the policy scales in to
+    # what the load asks in one decision (the plan's upper bound, 10.4 in flight, needs
+    # 2); where the bursts' times are irregular the floor (7) stands and the pace
+    # holds (5 % of 40: 2 replicas).
+    bursts = headroom.record(headroom.record((), 1.0, 10.0), 6.0, 60.0)
+    levels = headroom.record_level(headroom.record_level((), 10.0, 10.0), 60.0, 60.0)
+    cfg = HybridConfig(
+        per_replica=10.0,
+        target_attainment=0.99,
+        stabilization_window_s=0.0,
+        scale_down_percent=5.0,
+        scale_in_cooldown_s=0.0,
+    )
+    now = 3150.0
+    quiet = tuple((now - 15.0 * i, 10.0) for i in range(40, -1, -1))
+    pods = tuple(PodStatus(f"p{i}", True, -1000.0, -1000.0) for i in range(40))
+    obs = Observation(now, TargetStatus(40, pods), {}, {IN_FLIGHT: quiet, QUEUE: idle(quiet)})
+
+    def decide(onsets: tuple[float, ...]) -> Decision[HybridState]:
+        state = HybridState(
+            started_at=0.0, bursts=bursts, levels=levels, offered=quiet[:-1], onsets=onsets
+        )
+        return HybridPolicy(cfg).decide(obs, state)
+
+    down = decide((0.0, 900.0, 1800.0, 2700.0))
+    assert down.replicas == 2
+    assert "learned floor 7 down: bursts every 900 s, next 3600" in down.reason
+    irregular = decide((0.0, 900.0, 2700.0))
+    assert irregular.replicas == 38
