@@ -284,6 +284,7 @@ def page(rows: list[dict[str, Any]], lines: list[str]) -> str:
             "",
             *lines,
             "",
+            *carried_lines(rows),
             f"hybrid-deploy closes at least {CLOSURE_TARGET:g} of the gap on {met} of"
             f" {len(closures)} runs with a reading; at its deployable setting it reaches the"
             f" target attainment on {reached} of {len(deploy)}.",
@@ -294,6 +295,23 @@ def page(rows: list[dict[str, Any]], lines: list[str]) -> str:
             "",
         ]
     )
+
+
+def carried_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A line naming the cells carried from an earlier run, if any.
+
+    Returns:
+        The line and a blank line, or nothing.
+    """
+    carried = sorted({n for r in rows for n in r.get("carried", ())}, key=POLICIES.index)
+    if not carried:
+        return []
+    runs = sum(bool(r.get("carried")) for r in rows)
+    return [
+        f"Carried from the previous run of the same settings on {runs} of {len(rows)} runs"
+        f" (their code unchanged since): {', '.join(carried)}.",
+        "",
+    ]
 
 
 def cheapest_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -327,14 +345,23 @@ named `shape:NAME` by `gpuscale evaluate --trace`; its seed draws its noise and 
 Poisson arrivals. The settings of `hybrid-deploy` were chosen on training shapes
 only; the table holds held-back shapes.
 
-Each shape runs twice over (`--duration` of two of its own lengths; a run longer
-than a shape repeats it, each pass with its own noise) and only the second pass
-is scored (`--warmup` of one length): a deployed controller has seen its demand
-before, and a policy that has seen one burst should hold the capacity its like
-calls for. Every policy is scored on the same pass. Every policy is evaluated as
-`gpuscale evaluate` does: the fair parameters, then a sweep of its knob until its
+Each shape of a few hours runs twice over (`--duration` of two of its own
+lengths; a run longer than a shape repeats it, each pass with its own noise) and
+only the second pass is scored (`--warmup` of one length): a deployed controller
+has seen its demand before, and a policy that has seen one burst should hold the
+capacity its like calls for. The two-day shapes (diurnal, weekly) run once and
+their first day, the history a daily pattern needs, is not scored. Every policy
+is scored on the same pass. Every policy is evaluated as `gpuscale evaluate`
+does: the fair parameters, then a sweep of its knob until its
 cost-against-attainment curve brackets the target (0.99), read per seed; the
-oracle is the hindsight planner's search per seed.
+oracle is the hindsight planner's search per seed. `hybrid-deploy`'s knob is the
+target attainment it is told (0.95 to 0.998): the sweep shows what it costs when
+told less or more than the target it is read at.
+
+A change to one policy reruns that policy alone (`--policy`); the other
+policies' cells are carried from the previous run of the same shape, seeds,
+length and scale (`--carry`) where `bench/check_sim_equal.py` shows their
+results unchanged. The figures list which cells were carried.
 
 `hybrid-deploy` is `hybrid` told the target attainment (`HybridConfig.
 target_attainment`) and the deployment's received-requests counter
@@ -350,7 +377,8 @@ to fill), and so are the forecast's plan, the reactive need and the scale-in
 guard once a pod's slots are known; the plan is sized for at most the load
 quantile (or the load now, where higher). When the last three intervals between
 burst onsets agree within a minute, the floor stands only from one horizon
-before the next expected onset until it comes."""
+before the next expected onset until it comes, and meanwhile a scale-in gives
+back at once what the load does not need."""
 
 
 READING = """\

@@ -1,0 +1,64 @@
+"""bench/bench_robust.py's figures: gap closure on the oracle's multiples, carried cells."""
+
+import pytest
+
+from tests.support.bench import load_bench
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("bench_robust")
+
+
+def policy(x: float | None, bound: str | None = None) -> dict[str, object]:
+    """One policy's entry of a results.json, as far as the bench reads it."""
+    return {
+        "x_oracle_at_target": x,
+        "x_oracle_at_target_ci95": [None, None],
+        "gpu_hours_at_target_bound": bound,
+        "gpu_hours_at_target": None if x is None else 10.0 * x,
+        "gpu_hours": 12.0,
+        "slo_attainment": 0.995,
+    }
+
+
+def run(**policies: dict[str, object]) -> dict[str, object]:
+    return {
+        "trace": "shape:flash-double-h3-w600",
+        "seeds": 3,
+        "duration_s": 14400.0,
+        "scale": 2.0,
+        "target_attainment": 0.99,
+        "policies": {"oracle": policy(1.0), **policies},
+    }
+
+
+def test_closure_is_the_share_of_the_cheapest_baselines_gap_to_the_oracle(bench):
+    doc = run(static=policy(1.5), hpa=policy(2.0), **{"hybrid-deploy": policy(1.25)})
+    row = bench.summarise(doc)
+    # static is cheapest: (1.5 - 1.25) / (1.5 - 1)
+    assert row["closure"]["hybrid-deploy"] == {
+        "closure": pytest.approx(0.5),
+        "best_baseline": "static",
+        "bound": False,
+    }
+    assert row["deployable"] == {"attainment": 0.995, "x_oracle": pytest.approx(1.2)}
+    assert row["carried"] == []
+
+
+def test_a_rerun_of_one_policy_carries_the_others_from_the_same_settings_only(bench):
+    earlier = bench.summarise(
+        run(static=policy(1.5), kpa=policy(1.8, "upper"), **{"hybrid-deploy": policy(1.4)})
+    )
+    rerun = run(**{"hybrid-deploy": policy(1.25)})
+    row = bench.summarise(rerun, [earlier])
+    assert row["carried"] == ["static", "kpa"]
+    assert row["x_oracle"]["hybrid-deploy"]["x"] == 1.25  # the rerun's, not the earlier one
+    assert row["x_oracle"]["kpa"]["bound"] is True
+    assert row["closure"]["hybrid-deploy"]["closure"] == pytest.approx(0.5)
+    other_seeds = bench.summarise({**rerun, "seeds": 10}, [earlier])
+    assert other_seeds["carried"] == []
+    assert other_seeds["closure"]["hybrid-deploy"]["closure"] is None  # no baseline
+    lines = bench.carried_lines([row, other_seeds])
+    assert lines[0].startswith("Carried from the previous run of the same settings on 1 of 2")
+    assert lines[0].endswith(": static, kpa.")
