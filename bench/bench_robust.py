@@ -386,30 +386,57 @@ READING = """\
 
 What these runs show, and what stands in the way:
 
-- With a pass of history, `hybrid-deploy` at its fair setting reaches the target
-  attainment on every held-back shape run, the tenfold crowds included: a crowd
-  that rises within a minute is met only by capacity already standing, and the
-  floor measures a burst against the level one horizon before it, so the crowd's
-  own rise does not hide its height.
-- On the shapes with a pattern to learn it costs 1.13 x the oracle on the
-  periodic crowd every 900 s and 1.25 x on the ramp ending in a cliff (3 x), where
-  every reactive baseline at matched attainment costs 1.9 to 2.1 x and 1.07 to
-  1.46 x. It costs more than 1.25 x on the others: 1.31 x on the sixfold ramp,
-  1.38 to 1.57 x on crowds every 1800 s. Its floor stands down between crowds
-  whose onsets come a steady interval apart, but nodes held ten minutes after
-  their pods leave keep most of a crowd's nodes between crowds half an hour apart.
+- With a pass of history, `hybrid-deploy` at its fair setting (told 0.99)
+  reaches the target attainment on every held-back shape, the tenfold crowds
+  included: a crowd that rises within a minute is met only by capacity already
+  standing, and the floor measures a burst against the level one horizon before
+  it, so the crowd's own rise does not hide its height. The noisy diurnal day
+  with a dip is the closest (0.9905): the misses come where the dip ends.
+- At its fair setting it is within 1.25 x the oracle on 4 of the 10 shapes with a
+  pattern to learn: 1.13 x on the periodic crowd every 900 s, 1.25 x on the ramp
+  ending in a cliff (3 x), where every reactive baseline at matched attainment
+  costs 1.9 to 2.1 x and 1.07 to 1.46 x, and 1.24 and 1.22 x on the two diurnal
+  days with little noise. It costs 1.30 x on the compressed week, 1.31 x on the
+  sixfold ramp, 1.34 x on the noisy diurnal day with a dip and 1.34 to 1.49 x on
+  the crowds every 1800 s. Between crowds whose onsets come a steady interval
+  apart the floor stands down and the fleet gives back at once what the load does
+  not need; on the sixfold and tenfold crowds every 1800 s that took it from 1.57
+  and 1.38 x to 1.47 and 1.34 x (a pace of 5 % a minute had kept a crowd's nodes
+  until the next).
+- Told 0.99, it reaches 0.9905 to 0.9986: more than it was asked. Its sweep knob
+  is the target it is told, and told less it meets 0.99 for 1 to 12 % fewer
+  GPU-hours (the `hybrid-deploy` column): within 1.25 x on 6 of the 10 learnable
+  shapes (the periodic crowd every 900 s, both ramps, the compressed week, the two
+  quiet diurnal days) and 1.28 to 1.38 x on the crowds every 1800 s and the noisy
+  day with a dip. A target chosen per shape in hindsight is not a deployable
+  setting; the gap between the two readings is what steering the target from the
+  attainment observed could win. Reading the floor at the share of load beyond
+  it, rather than the share of requests in windows that exceed it, cost the
+  target on the training shapes (0.972 to 0.987 on five of seven periodic and step
+  shapes): a window over capacity delays all its requests, not only its excess.
 - At matched attainment a static fleet sized in hindsight is the cheapest
-  baseline on every crowd and step shape, and the gap closure is negative there:
-  `hybrid-deploy` costs 1.08 to 1.18 x static's GPU-hours. On the periodic crowd
-  every 900 s static stands within 2 % of the oracle, so the closure is
-  ill-conditioned. On bursts at unknown times (single and double crowds, steps)
-  any causal policy that meets the target must hold the burst's capacity
+  baseline on every crowd and step shape. `hybrid-deploy` is cheaper than static
+  on the sixfold crowd every 1800 s (closure 0.17), within static's interval on
+  the threefold one and 2 % above it on the tenfold one; on bursts at unknown
+  times (single and double crowds, steps) it costs 5 to 10 % more than static.
+  There, any causal policy that meets the target must hold the burst's capacity
   between bursts, as static does all the time; what separates static from the
-  oracle is knowing when the burst comes, and `hybrid-deploy` pays more than
-  static for scaling up during the burst and down after it.
+  oracle is knowing when the burst comes, and `hybrid-deploy` pays for scaling up
+  during the burst and down after it. On the periodic crowd every 900 s static
+  stands within 2 % of the oracle, so the closure is ill-conditioned there.
 - Without the floor (`hybrid`, tuned per shape) hybrid is as dear as the reactive
   baselines on the crowds: a per-replica knob buys burst headroom at every level
-  at once."""
+  at once.
+- The two-day shapes ran `hybrid-deploy` and the oracle only (no baselines, so no
+  closure).
+- On the shared traces, with no history pass (development runs at their fair
+  setting, 2 seeds each, not in the table): azure-conv 0.9995 at 1.19 x the
+  oracle; gentd26's first six hours (x 0.13) 0.9999 at 1.84 x, its floor reading
+  the small fleet's minute-to-minute swings as bursts; azure-code 0.92 whatever
+  target it is told up to 0.999, missing a crowd 1.6 x above any load of its
+  first quarter hour and a burst after the quiet of its last hour. With no
+  history a learned floor holds nothing, and `hybrid`'s per-replica headroom,
+  chosen in hindsight, does better there."""
 
 
 if __name__ == "__main__":
