@@ -89,7 +89,10 @@ class Server:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.stop(grace=None).wait(5)
+            # Wait until it has stopped: a loaded machine can take longer than a few
+            # seconds, and a server still serving makes the next call succeed.
+            stopped = self._server.stop(grace=None).wait(60)
+            assert stopped, "the pod-resources server did not stop within 60 s"
             self._server = None
 
 
