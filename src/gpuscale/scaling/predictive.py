@@ -351,7 +351,7 @@ def settle(
         replicas = min(proposal, current + step)
         if replicas < proposal:
             note = f", step limit {replicas}"
-        replicas, note = whole_nodes(current, replicas, cfg, note, slots)
+        replicas, note = whole_nodes(current, replicas, cfg, note, slots, pace)
     else:
         stable = max(r for _, r in recs)
         replicas = min(current, stable)
@@ -374,21 +374,22 @@ def whole_nodes(
     replicas: int,
     cfg: PredictiveConfig,
     note: str,
-    slots: Sequence[int] = (),
-    pace_percent: float | None = None,
+    slots: Sequence[int],
+    pace_percent: float,
 ) -> tuple[int, str]:
     """Move the fleet in whole nodes of ``cfg.node_size`` replicas (1: unchanged).
 
     A scale-out fills every node it needs (their GPUs are paid for anyway, and the
     spare replicas absorb the next rise). A scale-in that leaves the node count as it
     is saves nothing, so it is held; one that needs fewer nodes removes whole nodes'
-    replicas, ``scale_down_percent`` of the current replicas rounded down to whole
-    nodes per decision, and at least one node.
+    replicas, ``pace_percent`` of the current replicas rounded down to whole nodes
+    per decision, and at least one node.
 
     A node holds what ``slots`` (``TargetStatus.node_slots``) says, where it says it:
     one that lost a GPU holds a replica fewer, and filling it as if it held
     ``node_size`` would leave a pod pending that opens a node for itself alone.
-    ``pace_percent`` stands in for ``scale_down_percent`` where given.
+    ``pace_percent`` is the pace ``settle`` chose: ``scale_down_percent`` unless it
+    was given another.
 
     Returns:
         (replicas, the note with the rounding added).
@@ -403,8 +404,7 @@ def whole_nodes(
         return max(filled, replicas), note + (f", fills {nodes} nodes" if filled > replicas else "")
     if nodes >= nodes_now:
         return current, note + f", holds its {nodes_now} nodes"
-    pace = cfg.scale_down_percent if pace_percent is None else pace_percent
-    step = max(1, math.floor(current * pace / 100 / size))
+    step = max(1, math.floor(current * pace_percent / 100 / size))
     kept = max(nodes, nodes_now - step)
     held = held_by(kept, known, size)
     return held, note + f", releases {nodes_now - kept} of {nodes_now} nodes"

@@ -13,6 +13,7 @@ from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy, HybridState
 from gpuscale.scaling.policy import Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import DEMAND_METRICS, per_replica_sizing
 from tests.support.policystate import through_json
+from tests.support.series import idle
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
 STEP_S = 15.0
@@ -128,11 +129,6 @@ def test_the_floor_is_capped_by_the_demand_quantile():
         cap=64.0,
     )
     assert staffed == math.ceil(headroom.slots_for(64.0, 1.0, 3.0, 0.01) / 4.0)
-
-
-def idle(points: tuple) -> tuple:
-    """An empty queue at the same times."""
-    return tuple((t, 0.0) for t, _ in points)
 
 
 CFG = HybridConfig(per_replica=10.0, stabilization_window_s=0.0, scale_down_percent=100.0)

@@ -8,13 +8,9 @@ from gpuscale.scaling import headroom, hybrid, recurrence
 from gpuscale.scaling.hybrid import HybridConfig, HybridPolicy, HybridState
 from gpuscale.scaling.policy import Decision, Observation, PodStatus, TargetStatus
 from gpuscale.scaling.predictive import DEMAND_METRICS
+from tests.support.series import idle
 
 IN_FLIGHT, QUEUE = DEMAND_METRICS
-
-
-def idle(points: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
-    """An empty queue at the same times."""
-    return tuple((t, 0.0) for t, _ in points)
 
 
 def test_an_onset_is_half_the_demand_the_floor_holds_for():
