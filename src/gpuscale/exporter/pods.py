@@ -335,7 +335,14 @@ class PodMapper:
         if self._channel is None:
             target = "unix:" + os.path.abspath(self.socket_path)
             self._channel = grpc.insecure_channel(
-                target, options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)]
+                target,
+                options=[
+                    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                    # Channels share connections through a process-wide pool by default,
+                    # so a fresh channel could inherit the closed one's connection still
+                    # backing off (or not yet seen dead) and fail or answer from it.
+                    ("grpc.use_local_subchannel_pool", 1),
+                ],
             )
         stub = api_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
         try:

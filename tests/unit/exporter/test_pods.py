@@ -279,6 +279,27 @@ def test_dead_server_keeps_last_mapping_counts_errors_and_warns_once(
     assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
+def test_restarted_kubelet_is_read_on_the_first_refresh_every_time(socket_path, kubelet):
+    # A fresh channel from the process-wide subchannel pool could inherit the dead
+    # connection (about 1 restart in 100 here under load); each restart is a fresh try.
+    kubelet.pods = [pod("a", "ns", "c", devices("nvidia.com/gpu", GPU_A))]
+    srv = Server(socket_path, kubelet)
+    mapper = PodMapper(socket_path, timeout_s=2.0)
+    try:
+        missed = 0
+        for round_ in range(100):
+            srv.start()
+            kubelet.pods = [pod(f"p{round_}", "ns", "c", devices("nvidia.com/gpu", GPU_A))]
+            mapper.refresh()
+            missed += mapper.lookup(GPU_A, 0) != PodRef(f"p{round_}", "ns", "c")
+            srv.stop()
+            mapper.refresh()
+        assert missed == 0
+    finally:
+        mapper.stop()
+        srv.stop()
+
+
 def wait_for(predicate, timeout_s: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
