@@ -93,6 +93,17 @@ def baseline_end(now: float, burst_window_s: float, lead_s: float) -> float:
     return now - max(burst_window_s, lead_s)
 
 
+def history_to_read_s(burst_window_s: float, share: float) -> float:
+    """Seconds of history before the floor's quantile at ``share`` can be read.
+
+    Among ``n`` windows the chance that the next one's burst is higher than all of
+    them is about ``1 / (n + 1)``, so a quantile at ``share`` is read from at least
+    ``1 / (1 - share)`` windows: 100 one-minute windows (100 minutes) at 0.99. With
+    less, the history has not yet shown the bursts the target must hold for.
+    """
+    return burst_window_s / (1.0 - share)
+
+
 def level(
     points: Series,
     now: float,

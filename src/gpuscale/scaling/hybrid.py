@@ -140,8 +140,10 @@ class HybridConfig(PredictiveConfig):
         target_attainment: The share of requests the deployment must serve within its
             SLO. Set, the policy holds the headroom its demand's history calls for at
             that share (``scaling.headroom``): a floor learned online, with no
-            per-trace knob. None: no learned floor (the policy as tuned by
-            ``per_replica`` alone).
+            per-trace knob, held once the policy has run long enough to read it
+            (``headroom.history_to_read_s``: 100 minutes at 0.99), and until then
+            ``per_replica``'s headroom. None: no learned floor (the policy as tuned
+            by ``per_replica`` alone).
         burst_window_s: The learned floor's burst window: a burst's height is the
             mean demand over it (Knative's stable window is 60 s).
         baseline_window_s: The learned floor's baseline: the mean demand in this
@@ -712,14 +714,20 @@ class HybridPolicy(KeepsState[HybridState]):
             now_points, queued = backlog_demand(now_points, backlog, service, now, reach)
             since = last_saturated(samples, backlog, service, cfg)
         per_pod = pod_slots(state.slots, samples, backlog, ready)
-        size, offered_now = None, None
+        started = now if state.started_at is None else state.started_at
+        size, offered_now, reading = None, None, False
         if cfg.target_attainment is not None:
             # The load offered: arrivals x service time where both are known (what a
             # crowd that outruns the pods still shows).
             rate = arrival_rate(observation.series.get(ARRIVALS))
             if rate is not None and service is not None:
                 offered_now = rate * service
-            if per_pod > 0 and service is not None and cfg.wait_budget_s is not None:
+            # The floor's quantile at the target is read only from history enough to
+            # show it; until then the floor records and holds nothing, and per_replica's
+            # headroom stands in for it, as it does for the policy not told a target.
+            read_from = headroom.history_to_read_s(cfg.burst_window_s, cfg.target_attainment)
+            reading = now - started >= read_from
+            if reading and per_pod > 0 and service is not None and cfg.wait_budget_s is not None:
                 # Told its target and knowing its pods' slots, the policy holds the
                 # burst headroom its history calls for in the learned floor; the plan
                 # and the reactive need then staff their load for its scatter alone,
@@ -733,7 +741,10 @@ class HybridPolicy(KeepsState[HybridState]):
         if cfg.target_attainment is not None:
             load = now_points[-1][1] if offered_now is None else offered_now
             learned = learned_floor(load, cfg, state, now, size, reach)
-            if learned.cap is not None:
+            if not reading:
+                note = f", learned floor held from {started + read_from:.0f} s"
+                learned = learned._replace(replicas=0, note=note, down=False)
+            elif learned.cap is not None:
                 # The demand its history calls for at the target bounds what the
                 # plan holds for: a trend read on a crowd's rise would hold more than
                 # the crowd reached; a demand above it now lifts the bound with it.
@@ -756,7 +767,6 @@ class HybridPolicy(KeepsState[HybridState]):
             seen += f", learned floor {learned.replicas}"
         seen += learned.note
         proposal = max(proposal, learned.replicas + len(sick))
-        started = now if state.started_at is None else state.started_at
         served = served_since(points, since, cfg.smoothing_s)
         proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples, size)
         # Requests queued now beyond ordinary queueing (``last_saturated``): the pods are

@@ -134,18 +134,22 @@ def test_the_floor_is_capped_by_the_demand_quantile():
 CFG = HybridConfig(per_replica=10.0, stabilization_window_s=0.0, scale_down_percent=100.0)
 
 
-def decide_after_a_burst(cfg: HybridConfig) -> tuple[int, HybridState, HybridPolicy]:
+def decide_after_a_burst(
+    cfg: HybridConfig, started_at: float = -86_400.0
+) -> tuple[int, HybridState, HybridPolicy]:
     """A quiet 10 in flight for ten minutes, one 6x burst window, and later quiet again.
 
     The first decision sees 60 in flight after 600 s at 10 (its kept ``offered``
     demand) and three burst samples; the second, 20 minutes on, 10 after 600 s at 10.
+    The policy's first decision was at ``started_at`` (by default a day before: history
+    enough to read the floor's quantile).
     """
     policy = HybridPolicy(cfg)
     pods = tuple(PodStatus(f"p{i}", True, -1000.0, -1000.0) for i in range(6))
     now = STEP_S * 59
     before = tuple((t, 10.0 if i < 56 else 60.0) for i, (t, _) in enumerate(flat_then(0, 0)))
     burst = flat_then(60.0, 60.0)
-    state = HybridState(started_at=0.0, offered=before[:-1])
+    state = HybridState(started_at=started_at, offered=before[:-1])
     obs = Observation(now, TargetStatus(6, pods), {}, {IN_FLIGHT: burst, QUEUE: idle(burst)})
     state = policy.decide(obs, state).state
     later = now + 1200.0
@@ -169,6 +173,25 @@ def test_told_its_target_hybrid_holds_the_headroom_its_history_calls_for():
     assert sum(state.bursts) == pytest.approx(60.0 * decay + 10.0)
     assert sum(w for _, w in state.levels) == pytest.approx(60.0 * decay + 10.0)
     assert through_json(policy, state) == state
+
+
+def test_the_floor_is_read_only_from_a_hundred_burst_windows_at_099():
+    # The next of n windows tops them all with chance about 1 / (n + 1).
+    assert headroom.history_to_read_s(60.0, 0.99) == pytest.approx(6000.0)
+    assert headroom.history_to_read_s(60.0, 0.95) == pytest.approx(1200.0)
+
+
+def test_a_young_policy_records_its_bursts_but_holds_no_floor_until_it_can_read_it():
+    cfg = HybridConfig(**{**_fields(CFG), "target_attainment": 0.99})
+    last = STEP_S * 59 + 1200.0  # the second decision
+    young, state, _ = decide_after_a_burst(cfg, started_at=0.0)
+    # Recorded as the day-old policy records it, but 2085 s of history read no 0.99
+    # quantile: the load alone (as untold, below) holds the fleet.
+    assert sum(state.bursts) == pytest.approx(60.0 * 0.5 ** (STEP_S / 86_400.0) + 10.0)
+    assert young <= 2
+    read_from = headroom.history_to_read_s(cfg.burst_window_s, 0.99)
+    assert decide_after_a_burst(cfg, started_at=last - read_from)[0] == 7
+    assert decide_after_a_burst(cfg, started_at=last - read_from + STEP_S)[0] <= 2
 
 
 def test_without_a_target_hybrid_learns_nothing_and_scales_to_the_load():

@@ -106,8 +106,9 @@ def test_between_bursts_on_a_period_hybrid_gives_back_at_once_and_not_otherwise(
     obs = Observation(now, TargetStatus(40, pods), {}, {IN_FLIGHT: quiet, QUEUE: idle(quiet)})
 
     def decide(onsets: tuple[float, ...]) -> Decision[HybridState]:
+        # A day of history: enough to read the floor (headroom.history_to_read_s).
         state = HybridState(
-            started_at=0.0, bursts=bursts, levels=levels, offered=quiet[:-1], onsets=onsets
+            started_at=-86_400.0, bursts=bursts, levels=levels, offered=quiet[:-1], onsets=onsets
         )
         return HybridPolicy(cfg).decide(obs, state)
 
