@@ -293,8 +293,9 @@ def _hybrid_deploy(f: FairInputs) -> HybridConfig:
 _PLAN_FIELDS = ("per_replica", "node_provision_s", "fast_capacity", "node_size", *_BOUNDS)
 _PLAN_KNOB = Knob("per_replica", "requests per replica", 0.6, 1.4)
 # Told its target, hybrid sizes its floor, plan and reactive need by it (per_replica
-# stands in only until a pod's slots are known), so the target is the knob an
-# operator turns: a lower one holds less headroom.
+# stands in only until a pod's slots are known and its history can show its bursts
+# at that target), so the target is the knob an operator turns: a lower one holds
+# less headroom.
 _TARGET_KNOB = Knob(
     "target_attainment",
     "share of requests within the SLO asked for",

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
-from gpuscale.scaling import health, hybrid
+from gpuscale.scaling import health, hybrid, service_time
 from gpuscale.scaling.demand import rising
 from gpuscale.scaling.health import HealthState
 from gpuscale.scaling.hybrid import TTFT, HybridConfig, HybridPolicy, HybridState
@@ -544,7 +544,7 @@ def test_the_service_time_waits_for_enough_sampled_requests_in_service(sampled, 
     # of 100 is enough alone. (No previous decision time: no interval is added.)
     kept = ((570.0, 120.0, 900.0, 60.0), (585.0, 120.0, 300.0, sampled))
     obs = observe(600.0, TargetStatus(10, ready_pods(10)), [20.0] * 41, metrics(10))
-    got, intervals = hybrid.service_time_s(
+    got, intervals = service_time.service_time_s(
         obs, obs.series[IN_FLIGHT], HealthState(), kept, 300.0, 100
     )
     assert got == pytest.approx(service_s)
