@@ -286,7 +286,10 @@ DEPLOY_TARGET = 0.99
 
 def _hybrid_deploy(f: FairInputs) -> HybridConfig:
     return dataclasses.replace(
-        _hybrid(f), target_attainment=DEPLOY_TARGET, arrivals_metric=RECEIVED
+        _hybrid(f),
+        target_attainment=DEPLOY_TARGET,
+        arrivals_metric=RECEIVED,
+        pod_concurrency=f.pod_concurrency,
     )
 
 
@@ -339,6 +342,7 @@ register(
             "queue_wait_s",
             "wait_budget_s",
             "target_attainment",
+            "pod_concurrency",
         ),
         units={"per_replica": "requests (in flight + queued) per replica"},
         knob=_TARGET_KNOB,

@@ -45,6 +45,9 @@ class FairInputs:
         wait_budget_s: The wait in the queue a mean request may have and still meet its
             SLO, seconds: an LLM's TTFT budget for the trace's mean prompt, else the
             latency SLO less the mean service time.
+        pod_concurrency: Requests one replica's server serves at once, as its
+            deployer configures it (the scenario's slots, bounded by the KV cache
+            for LLMs).
     """
 
     min_replicas: int
@@ -59,6 +62,7 @@ class FairInputs:
     node_size: int
     node_keep_s: float
     wait_budget_s: float
+    pod_concurrency: int
 
 
 @dataclass(frozen=True, slots=True)

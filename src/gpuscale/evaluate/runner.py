@@ -329,12 +329,13 @@ def plan(
     grows = peak * gpr > initial_nodes * per_node
     cold = cluster_cfg.cold_start.quantile(ORACLE_COLD_START_QUANTILE)
     node_lead = cluster_cfg.node_provision_s if grows else 0.0
+    slots = replica_slots(serving, template.gpu_model, workload)
     fair = registry.FairInputs(
         min_replicas=1,
         max_replicas=max_replicas,
         static_replicas=static,
         target_utilization=TARGET_UTILIZATION,
-        per_replica=TARGET_UTILIZATION * replica_slots(serving, template.gpu_model, workload),
+        per_replica=TARGET_UTILIZATION * slots,
         lead_s=round(cold, 1),
         hold_s=round(cluster_cfg.termination_grace_s + cold, 1),
         node_lead_s=node_lead,
@@ -342,6 +343,7 @@ def plan(
         node_size=max(per_node // gpr, 1),
         node_keep_s=cluster_cfg.node_idle_remove_s,
         wait_budget_s=wait_budget_s(workload, serving, template.gpu_model, slo_latency_s),
+        pod_concurrency=slots,
     )
     logger.info(
         "scenario %s: %d s, peak need %d replicas, static %d, max %d, initial %d, nodes %d-%d",

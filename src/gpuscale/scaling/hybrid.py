@@ -163,6 +163,12 @@ class HybridConfig(PredictiveConfig):
             (``scaling.recurrence``); 0 holds it at every decision. While it stands
             down, a scale-in may remove all the load does not need at once
             (``STANDING_DOWN_PACE_PERCENT``), not ``scale_down_percent``.
+        pod_concurrency: The requests a pod's server serves at once, as configured
+            (vLLM's ``--max-num-seqs`` bounded by its KV cache, Knative's
+            ``containerConcurrency``, a one-at-a-time model's 1): the slots the
+            target's staffing divides by. None: read from the pods, the most in
+            service per Ready pod while requests queued (``pod_slots``), which a
+            queue of one beside idle pods reads low.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -186,6 +192,7 @@ class HybridConfig(PredictiveConfig):
     burst_memory_s: float = field(default=86_400.0, metadata={"unit": "s"})
     arrivals_metric: str | None = field(default=None, metadata={"unit": ""})
     burst_period_intervals: int = field(default=3, metadata={"unit": "intervals"})
+    pod_concurrency: int | None = field(default=None, metadata={"unit": "requests per pod"})
 
     def __post_init__(self) -> None:
         PredictiveConfig.__post_init__(self)
@@ -210,6 +217,8 @@ class HybridConfig(PredictiveConfig):
         check(self.burst_memory_s > 0, "burst_memory_s", "use > 0 s")
         intervals = self.burst_period_intervals
         check(intervals >= 0, "burst_period_intervals", "use 0 (off) or more intervals")
+        slots = self.pod_concurrency
+        check(slots is None or slots >= 1, "pod_concurrency", "use 1 or more, or none")
 
 
 def sm_guard(cfg: HybridConfig, reach_s: float | None) -> float | None:
@@ -560,8 +569,9 @@ class HybridState(PredictiveState):
             weight per bin; empty while none is recorded or the floor is off.
         levels: The learned floor's histogram of demand, ``(bin, weight)`` pairs
             (``headroom.record_level``); empty while none is recorded or the floor is off.
-        slots: The requests a pod serves at once, the most seen while requests
-            queued (``pod_slots``); 0 until they have.
+        slots: The requests a pod serves at once: ``pod_concurrency`` where
+            configured, else the most seen while requests queued (``pod_slots``); 0
+            until they have.
         offered: The demand the reactive need read at each decision of the floor's
             burst and baseline windows, (time s, requests); empty when it is off.
         onsets: When the last bursts began (``scaling.recurrence``), seconds, oldest
@@ -652,7 +662,10 @@ class HybridPolicy(KeepsState[HybridState]):
             reach = horizon_s(cold[0], current + 1, cfg)
             now_points, queued = backlog_demand(now_points, backlog, service, now, reach)
             since = last_saturated(samples, backlog, service, cfg)
-        per_pod = pod_slots(state.slots, samples, backlog, ready)
+        if cfg.pod_concurrency is not None:
+            per_pod = float(cfg.pod_concurrency)
+        else:
+            per_pod = pod_slots(state.slots, samples, backlog, ready)
         started = now if state.started_at is None else state.started_at
         size, offered_now, reading = None, None, False
         if cfg.target_attainment is not None:

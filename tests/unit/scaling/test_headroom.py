@@ -209,6 +209,7 @@ def test_without_a_target_hybrid_learns_nothing_and_scales_to_the_load():
         ("target_attainment", 0.0),
         ("burst_window_s", 0.0),
         ("burst_memory_s", 0.0),
+        ("pod_concurrency", 0),
     ],
 )
 def test_bad_floor_settings_are_config_errors(key, value):
@@ -242,6 +243,21 @@ def test_a_pods_slots_are_the_most_seen_in_service_per_ready_pod_while_requests_
     assert hybrid.pod_slots(0.0, busy, quiet, 2) == 0.0  # nothing queues: slots unknown
     assert hybrid.pod_slots(6.0, busy, queued, 2) == 6.0  # fewer seen: the most stands
     assert hybrid.pod_slots(3.0, busy, None, 2) == 3.0
+
+
+def test_a_configured_concurrency_is_a_pods_slots_and_a_lone_queued_request_cannot_lower_it():
+    # 6 in service on 15 Ready one-slot pods while one request waits: the pods are not
+    # full, yet the queue reads their slots as 0.4; the server's own setting is the answer.
+    pods = tuple(PodStatus(f"p{i}", True, -1000.0, -1000.0) for i in range(15))
+    busy, queued = flat_then(6.0, 6.0), flat_then(1.0, 1.0)
+    obs = Observation(STEP_S * 59, TargetStatus(15, pods), {}, {IN_FLIGHT: busy, QUEUE: queued})
+    told = HybridConfig(**{**_fields(CFG), "target_attainment": 0.99})
+    read = HybridPolicy(told).decide(obs, HybridState()).state.slots
+    assert read == pytest.approx(0.4)
+    configured = HybridPolicy(dataclasses.replace(told, pod_concurrency=1))
+    state = configured.decide(obs, HybridState()).state
+    assert state.slots == 1.0
+    assert through_json(configured, state) == state
 
 
 def test_staffed_replicas_hold_the_fewest_slots_over_a_pods_slots():

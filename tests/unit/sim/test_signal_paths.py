@@ -216,6 +216,7 @@ def test_registry_offers_each_path_and_signal_variant():
         node_size=8,
         node_keep_s=600.0,
         wait_budget_s=4.0,
+        pod_concurrency=64,
     )
     cfg = {name: registry.get(name).fair(fair) for name in registry.names()}
     assert cfg["hpa"].behavior is None
