@@ -372,9 +372,10 @@ the ten minutes that ended one horizon (cold start and node provisioning) before
 and holds the ratio's request-weighted quantile at the target times the level
 now, capped by the load's own quantile; both histograms halve over a day. That
 load is staffed for its scatter by Erlang's delay formula (the share of requests
-waiting beyond the wait budget within 1 - target, over the slots a pod was seen
-to fill), and so are the forecast's plan, the reactive need and the scale-in
-guard once a pod's slots are known; the plan is sized for at most the load
+waiting beyond the wait budget within 1 - target, over the requests a pod's
+server serves at once, which `gpuscale evaluate` tells it as a deployer would:
+one on these shapes), and so are the forecast's plan, the reactive need and the
+scale-in guard; the plan is sized for at most the load
 quantile (or the load now, where higher). It holds the floor, and staffs its
 load so, only once it has run long enough to read the quantile at its target
 (`burst_window_s / (1 - target)`: 100 minutes at 0.99); until then `per_replica`'s

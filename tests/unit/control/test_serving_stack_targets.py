@@ -158,3 +158,9 @@ def test_a_bad_stack_or_quantile_is_one_line_naming_the_key(tmp_path: Path, metr
     assert message.startswith(f"{path}:8 spec.targets[0].{key}: ")
     assert problem in message
     assert "\n" not in message
+
+
+def test_a_target_told_its_attainment_takes_the_servers_concurrency_as_a_pods_slots():
+    rt = target("vllm", "{name: hybrid, targetAttainment: 0.99, podConcurrency: 256}")
+    config = rt.policy.inner.config
+    assert (config.target_attainment, config.pod_concurrency) == (0.99, 256)
