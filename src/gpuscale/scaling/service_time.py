@@ -52,7 +52,8 @@ def service_time_s(
             (``health.assess_counted``); None: counted here.
 
     Returns:
-        (seconds or None when no completion falls in the window, the intervals kept).
+        (seconds, or None when no completion falls in the window or no request was
+        seen in service; the intervals kept).
     """
     now = float(observation.now)
     intervals = [k for k in kept if k[0] > now - window_s]
@@ -69,6 +70,9 @@ def service_time_s(
         finished, busy_s, sampled = finished + done_k, busy_s + busy_k, sampled + sampled_k
         if finished >= min_completions and sampled >= min_completions:
             break
-    if finished <= 0:
+    # Requests that complete between samples, none ever seen in service, say only
+    # that the service time is shorter than the scrape interval: no reading, not 0 s
+    # (which would divide the wait a queue may have by nothing).
+    if finished <= 0 or busy_s <= 0:
         return None, tuple(intervals)
     return busy_s / finished, tuple(intervals)

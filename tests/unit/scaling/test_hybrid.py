@@ -549,3 +549,15 @@ def test_the_service_time_waits_for_enough_sampled_requests_in_service(sampled, 
     )
     assert got == pytest.approx(service_s)
     assert intervals == kept
+
+
+def test_completions_with_no_request_ever_seen_in_service_read_no_service_time():
+    # Short requests at a low rate finish between samples: 3 completions, 0 in service
+    # at every sample. That bounds the service time by the interval, it does not read 0 s.
+    kept = ((585.0, 3.0, 0.0, 0.0),)
+    obs = observe(600.0, TargetStatus(10, ready_pods(10)), [0.0] * 41, metrics(10))
+    got, intervals = service_time.service_time_s(
+        obs, obs.series[IN_FLIGHT], HealthState(), kept, 300.0, 100
+    )
+    assert got is None
+    assert intervals == kept
