@@ -370,6 +370,27 @@ def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_
             last_up = now
 
 
+@settings(max_examples=100, deadline=None)
+@given(paths(), st.sampled_from([None, 1, 4]), st.sampled_from([0.0, 2.0]), st.integers(1, 8))
+def test_property_told_its_target_it_decides_within_bounds_on_any_load(path, slots, budget, low):
+    # The learned floor, Erlang's staffing and the service time on any demand, the
+    # idle fleet whose pods complete requests never seen in service included.
+    cfg = HybridConfig(
+        per_replica=10.0,
+        min_replicas=low,
+        max_replicas=low + 40,
+        queue_wait_s=0.5,
+        wait_budget_s=budget,
+        target_attainment=0.99,
+        pod_concurrency=slots,
+        service_completions=1,
+    )
+    policy = HybridPolicy(cfg)
+    policy.initial_state = lambda: HybridState(started_at=-86_400.0)  # the floor reads
+    for _, _, _, d, _ in run(policy, *path, start=low):
+        assert cfg.min_replicas <= d.replicas <= cfg.max_replicas, d.reason
+
+
 @settings(max_examples=40, deadline=None)
 @given(paths(), WAITS)
 def test_property_deterministic_and_state_round_trips(path, wait):
