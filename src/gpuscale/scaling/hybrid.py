@@ -167,8 +167,8 @@ class HybridConfig(PredictiveConfig):
             (vLLM's ``--max-num-seqs`` bounded by its KV cache, Knative's
             ``containerConcurrency``, a one-at-a-time model's 1): the slots the
             target's staffing divides by. None: read from the pods, the most in
-            service per Ready pod while requests queued (``pod_slots``), which a
-            queue of one beside idle pods reads low.
+            service per Ready pod while requests queued (``pod_slots``), never
+            below one, which a queue of one beside idle multi-slot pods reads low.
     """
 
     sm_metric: str = field(default="DCGM_FI_PROF_SM_ACTIVE", metadata={"unit": ""})
@@ -526,7 +526,7 @@ def pod_slots(seen: float, in_service: Series, backlog: Series | None, ready: in
         return seen
     busy, queued = in_service[-1][1], backlog[-1][1]
     if queued > SATURATED_SHARE * busy and queued > 0:
-        return max(seen, busy / ready)
+        return max(seen, 1.0, busy / ready)
     return seen
 
 

@@ -243,21 +243,29 @@ def test_a_pods_slots_are_the_most_seen_in_service_per_ready_pod_while_requests_
     assert hybrid.pod_slots(0.0, busy, quiet, 2) == 0.0  # nothing queues: slots unknown
     assert hybrid.pod_slots(6.0, busy, queued, 2) == 6.0  # fewer seen: the most stands
     assert hybrid.pod_slots(3.0, busy, None, 2) == 3.0
+    # fewer in service than Ready pods: a pod serves at least one request at a time
+    assert hybrid.pod_slots(0.0, ((0.0, 1.0),), ((0.0, 1.0),), 3) == 1.0
+    assert hybrid.pod_slots(0.0, ((0.0, 2.2e-311),), ((0.0, 2.2e-311),), 1) == 1.0
 
 
 def test_a_configured_concurrency_is_a_pods_slots_and_a_lone_queued_request_cannot_lower_it():
-    # 6 in service on 15 Ready one-slot pods while one request waits: the pods are not
-    # full, yet the queue reads their slots as 0.4; the server's own setting is the answer.
+    # 20 in service on 15 Ready four-slot pods while one request waits: the pods are not
+    # full, yet the queue reads their slots as 20 / 15; the server's own setting is the answer.
     pods = tuple(PodStatus(f"p{i}", True, -1000.0, -1000.0) for i in range(15))
-    busy, queued = flat_then(6.0, 6.0), flat_then(1.0, 1.0)
+    busy, queued = flat_then(20.0, 20.0), flat_then(1.0, 1.0)
     obs = Observation(STEP_S * 59, TargetStatus(15, pods), {}, {IN_FLIGHT: busy, QUEUE: queued})
     told = HybridConfig(**{**_fields(CFG), "target_attainment": 0.99})
     read = HybridPolicy(told).decide(obs, HybridState()).state.slots
-    assert read == pytest.approx(0.4)
-    configured = HybridPolicy(dataclasses.replace(told, pod_concurrency=1))
+    assert read == pytest.approx(20.0 / 15.0)
+    configured = HybridPolicy(dataclasses.replace(told, pod_concurrency=4))
     state = configured.decide(obs, HybridState()).state
-    assert state.slots == 1.0
+    assert state.slots == 4.0
     assert through_json(configured, state) == state
+    # fewer in service than Ready pods reads one slot a pod, never less
+    few = Observation(
+        STEP_S * 59, TargetStatus(15, pods), {}, {IN_FLIGHT: flat_then(6.0, 6.0), QUEUE: queued}
+    )
+    assert HybridPolicy(told).decide(few, HybridState()).state.slots == 1.0
 
 
 def test_staffed_replicas_hold_the_fewest_slots_over_a_pods_slots():

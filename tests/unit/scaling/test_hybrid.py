@@ -4,7 +4,7 @@ import dataclasses
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuscale.errors import ConfigError
@@ -372,6 +372,14 @@ def test_property_bounds_rise_and_stabilisation(path, low, span, windows, start_
 
 @settings(max_examples=100, deadline=None)
 @given(paths(), st.sampled_from([None, 1, 4]), st.sampled_from([0.0, 2.0]), st.integers(1, 8))
+# A subnormal request in service and in the queue read a pod's slots as 2e-311, and
+# Erlang's staffing over them overflowed; a pod serves at least one request at a time.
+@example(
+    ([0.0] * 3 + [2.2e-311] + [0.0] * 10, [0.0] * 14, [0.0] * 3 + [2.2e-311] + [0.0] * 10),
+    None,
+    0.0,
+    1,
+)
 def test_property_told_its_target_it_decides_within_bounds_on_any_load(path, slots, budget, low):
     # The learned floor, Erlang's staffing and the service time on any demand, the
     # idle fleet whose pods complete requests never seen in service included.
