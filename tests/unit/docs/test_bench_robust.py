@@ -1,5 +1,8 @@
 """bench/bench_robust.py's figures: gap closure on the oracle's multiples, carried cells."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.support.bench import load_bench
@@ -62,3 +65,12 @@ def test_a_rerun_of_one_policy_carries_the_others_from_the_same_settings_only(be
     lines = bench.carried_lines([row, other_seeds])
     assert lines[0].startswith("Carried from the previous run of the same settings on 1 of 2")
     assert lines[0].endswith(": static, kpa.")
+
+
+def test_the_committed_page_is_the_one_its_committed_figures_generate(bench):
+    # docs/robustness.md is generated (``bench_robust.py --rows FILE --doc PAGE``): a
+    # text or figure changed without regenerating the page fails here.
+    root = Path(__file__).resolve().parents[3]
+    rows = json.loads((root / "bench" / "results-robust.json").read_text())["runs"]
+    page = bench.page(rows, bench.table(rows))
+    assert (root / "docs" / "robustness.md").read_text() == page
