@@ -16,11 +16,15 @@ cores, the 24-hour run of the default policies under 2 minutes and the 1-hour,
   2.5), the ratio of medians' spread (each repeat's own ratio to static's run of that
   repeat), with the date and the load average before and after (``--one-core-only``
   updates only this case).
-* ``24h_100gpu_kpa_replay`` (``--kpa-replay``): where kpa's one-core time goes. Its
-  run, and the same run with its recorded decisions replayed by a policy that reads
-  no signal (the same signal path, so the engine still samples its ring each second):
-  the replay is the simulation of kpa's dynamics alone, the difference the cost of
-  observing and deciding. CPU seconds on one core, median of ``--repeats``.
+* ``24h_100gpu_POLICY_replay`` (``--replay POLICY``, repeatable; ``--kpa-replay`` is
+  ``--replay kpa``): where a policy's one-core time goes. Its run, and the same run
+  with its recorded decisions replayed by a policy that reads no signal (the same
+  signal path, so on the direct path the engine still samples its ring each second;
+  on the Prometheus path no family is written for it): the replay is the simulation
+  of the policy's dynamics alone (the pods it starts and stops, the queue's blocks
+  its changes cut), the difference the cost of its signals, observing and deciding.
+  CPU seconds on one core, median of ``--repeats``, with the replay's share of
+  static's run in the same case (what even decisions at no cost would leave).
 * ``24h_100gpu`` and ``1h_10000gpu``: the policies in a two-worker process pool, as
   ``gpuscale evaluate --jobs 2`` does, each worker timing its own run. Reported: wall
   seconds of the whole case (median of ``--repeats``), each policy's wall and CPU
@@ -34,7 +38,7 @@ Run:
     python bench/bench_sim.py                 # writes bench/results.json["sim"]
     python bench/bench_sim.py --repeats 1     # quicker
     python bench/bench_sim.py --one-core-only # only the one-core CPU figure
-    python bench/bench_sim.py --one-core-only --kpa-replay  # and where kpa's time goes
+    python bench/bench_sim.py --one-core-only --replay kpa --replay hybrid  # where their time goes
 """
 
 import argparse
@@ -192,40 +196,56 @@ class Replay(Recording):
         return self._next()
 
 
-def bench_kpa_replay(repeats: int) -> dict[str, object]:
-    """kpa's one-core run against the same run with its decisions replayed (CPU s)."""
+def bench_replay(name: str, repeats: int) -> dict[str, object]:
+    """A policy's one-core run against the same run with its decisions replayed (CPU s).
+
+    Static runs beside them in each repeat, so the replay is also read as a multiple of
+    static's run under the same load.
+    """
     trace, scale, duration, _ = CASES["24h_100gpu"]
-    prepared = EvaluationRequest(trace, scale=scale, duration_s=duration).prepare()
-    recording = Recording(build_policy("kpa", prepared.configs["kpa"], prepared.required))
+    policies = tuple(dict.fromkeys((name, "static")))
+    prepared = EvaluationRequest(
+        trace, policies=policies, scale=scale, duration_s=duration
+    ).prepare()
+    recording = Recording(build_policy(name, prepared.configs[name], prepared.required))
     with decisions_at_debug():
         reference = simulate(prepared.scenario, recording)
     before, core = pin_to_one_core()
-    kpa, replay = [], []
+    own, replay, static = [], [], []
     try:
         for _ in range(repeats):
             start = time.process_time()
-            run_one(prepared, "kpa", quiet=True)
-            kpa.append(time.process_time() - start)
+            run_one(prepared, name, quiet=True)
+            own.append(time.process_time() - start)
             start = time.process_time()
             with decisions_at_debug():
                 replayed = simulate(prepared.scenario, Replay(recording))
             replay.append(time.process_time() - start)
+            start = time.process_time()
+            run_one(prepared, "static", quiet=True)
+            static.append(time.process_time() - start)
             same = (replayed.gpu_seconds, replayed.scale_events, replayed.within_slo)
             assert same == (reference.gpu_seconds, reference.scale_events, reference.within_slo)
     finally:
         if before is not None:
             os.sched_setaffinity(0, before)
-    k, r = statistics.median(kpa), statistics.median(replay)
+    o, r, s = statistics.median(own), statistics.median(replay), statistics.median(static)
     return {
+        "policy": name,
         "core": core,
         "repeats": repeats,
         "decisions": len(recording.decisions),
         "scale_events": reference.scale_events,
-        "kpa_cpu_s": k,
+        "run_cpu_s": o,
         "replay_cpu_s": r,
-        "observe_and_decide_cpu_s": k - r,
-        "kpa_cpu_s_all": kpa,
+        "static_cpu_s": s,
+        "observe_and_decide_cpu_s": o - r,
+        "observe_and_decide_ms_per_decision": 1000.0 * (o - r) / len(recording.decisions),
+        "run_x_static": o / s,
+        "replay_x_static": r / s,
+        "run_cpu_s_all": own,
         "replay_cpu_s_all": replay,
+        "static_cpu_s_all": static,
     }
 
 
@@ -319,8 +339,13 @@ def main() -> None:
         "--one-core-only", action="store_true", help="only the one-core CPU-seconds case"
     )
     parser.add_argument(
-        "--kpa-replay", action="store_true", help="also kpa against its decisions replayed"
+        "--replay",
+        action="append",
+        default=[],
+        choices=ONE_CORE_POLICIES,
+        help="also this policy against its decisions replayed (repeatable)",
     )
+    parser.add_argument("--kpa-replay", action="store_true", help="as --replay kpa")
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
     when = {  # CPU seconds on a shared machine depend on its load: keep both with the figures
@@ -337,15 +362,17 @@ def main() -> None:
             }
         print_table(results)
     print_one_core(one_core)
-    if args.kpa_replay:
-        replay = bench_kpa_replay(args.repeats)
+    for name in dict.fromkeys([*(["kpa"] if args.kpa_replay else []), *args.replay]):
+        replay = bench_replay(name, args.repeats)
         replay.update(when, load_average_1min_after=round(os.getloadavg()[0], 2))
-        results["24h_100gpu_kpa_replay"] = replay
+        results[f"24h_100gpu_{name}_replay"] = replay
         print(
-            f"kpa {replay['kpa_cpu_s']:.2f} CPU s; its decisions replayed (no observation) "
-            f"{replay['replay_cpu_s']:.2f}; observing and deciding "
-            f"{replay['observe_and_decide_cpu_s']:.2f} ({replay['decisions']} decisions, "
-            f"{replay['scale_events']} scale changes)"
+            f"{name} {replay['run_cpu_s']:.2f} CPU s ({replay['run_x_static']:.2f} x "
+            f"static's {replay['static_cpu_s']:.2f}); its decisions replayed (no observation) "
+            f"{replay['replay_cpu_s']:.2f} ({replay['replay_x_static']:.2f} x static); its "
+            f"signals, observing and deciding {replay['observe_and_decide_cpu_s']:.2f} "
+            f"({replay['observe_and_decide_ms_per_decision']:.3f} ms a decision, "
+            f"{replay['decisions']} decisions, {replay['scale_events']} scale changes)"
         )
     document = json.loads(args.out.read_text()) if args.out.exists() else {}
     previous = document.get("sim", {}) if args.one_core_only else {}
