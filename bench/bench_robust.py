@@ -402,30 +402,33 @@ READING = """\
 What these runs show, and what stands in the way:
 
 - With a pass of history, `hybrid-deploy` at its fair setting (told 0.99)
-  reaches the target attainment on every held-back shape, the tenfold crowds
-  included: a crowd that rises within a minute is met only by capacity already
-  standing, and the floor measures a burst against the level one horizon before
-  it, so the crowd's own rise does not hide its height. The noisy diurnal day
-  with a dip is the closest (0.9905): the misses come where the dip ends.
+  reaches the target attainment on 15 of the 16 held-back shapes, the tenfold
+  crowds included: a crowd that rises within a minute is met only by capacity
+  already standing, and the floor measures a burst against the level one horizon
+  before it, so the crowd's own rise does not hide its height. The noisy diurnal
+  day with a dip falls just short (0.9897; 4 of its 10 seeds reach 0.99): the
+  misses come where the dip ends, when the load returns at once to the day's
+  peak (seed 0: 71 % of its late requests in that hour).
 - At its fair setting it is within 1.25 x the oracle on 3 of the 10 shapes with a
   pattern to learn: 1.14 x on the periodic crowd every 900 s, and 1.24 and 1.22 x
-  on the two diurnal days with little noise. It costs 1.27 x on the ramp ending
-  in a cliff (3 x), where every reactive baseline at matched attainment costs
-  1.07 to 1.46 x, 1.30 x on the compressed week, 1.31 x on the sixfold ramp, 1.34
-  x on the noisy diurnal day with a dip and 1.40 to 1.49 x on the crowds every
-  1800 s. Between crowds whose onsets come a steady interval apart the floor
-  stands down and the fleet gives back at once what the load does not need: at 5
-  % a minute, a crowd's nodes would stay until the next.
-- Told 0.99, it reaches 0.9905 to 0.9986: more than it was asked. Its sweep knob
-  is the target it is told, and told less it meets 0.99 for 1 to 12 % fewer
-  GPU-hours on the shapes with a pattern to learn (the `hybrid-deploy` column,
-  against the deploy column): within 1.25 x on 6 of the 10 learnable shapes (the
-  periodic crowd every 900 s, both ramps, the compressed week, the two
-  quiet diurnal days) and 1.31 to 1.38 x on the crowds every 1800 s and the noisy
-  day with a dip. A target chosen per shape in hindsight is not a deployable
-  setting; the gap between the two readings is what steering the target from the
-  attainment observed could win. Reading the floor at the share of load beyond
-  it, rather than the share of requests in windows that exceed it, cost the
+  on the two diurnal days with little noise. It costs 1.27 x on the ramp ending in
+  a cliff (3 x), where every reactive baseline at matched attainment costs 1.07 to
+  1.46 x, 1.30 x on the compressed week and on the noisy diurnal day with a dip
+  (below its target there), 1.31 x on the sixfold ramp and 1.40 to 1.49 x on the
+  crowds every 1800 s. Between crowds whose onsets come a steady interval apart
+  the floor stands down and the fleet gives back at once what the load does not
+  need: at 5 % a minute, a crowd's nodes would stay until the next.
+- Told 0.99, it reaches 0.9897 to 0.9986: more than it was asked on 15 shapes. Its
+  sweep knob is the target it is told, and told less it meets 0.99 for 1 to 12 %
+  fewer GPU-hours on the shapes with a pattern to learn (the `hybrid-deploy`
+  column, against the deploy column): within 1.25 x on 6 of the 10 learnable
+  shapes (the periodic crowd every 900 s, both ramps, the compressed week, the two
+  quiet diurnal days) and 1.31 to 1.38 x on the crowds every 1800 s; on the noisy
+  day with a dip it must be told more, and only 6 of its 10 seeds reach 0.99 on
+  the sweep (1.40 x over those). A target chosen per shape in hindsight is not a
+  deployable setting; the gap between the two readings is what steering the target
+  from the attainment observed could win. Reading the floor at the share of load
+  beyond it, rather than the share of requests in windows that exceed it, cost the
   target on the training shapes (0.972 to 0.987 on five of seven periodic and step
   shapes): a window over capacity delays all its requests, not only its excess.
 - The policy holds its learned floor only after 100 minutes at 0.99; before,
@@ -451,11 +454,14 @@ What these runs show, and what stands in the way:
   at once.
 - The two-day shapes ran `hybrid-deploy` and the oracle only (no baselines, so no
   closure). The floor's wait for its history ends within their first day, which
-  is not scored, even told 0.998 (8.3 hours). Their rows were measured while
-  `hybrid-deploy` read a pod's slots from the pods, before `gpuscale evaluate`
-  told it the server's concurrency; on the twelve four-hour shapes that change
-  moved its figures (at the fair setting and at matched attainment) by at most
-  1.3 %.
+  is not scored, even told 0.998 (8.3 hours). Three of their rows were measured
+  while `hybrid-deploy` read a pod's slots from the pods, before `gpuscale
+  evaluate` told it the server's concurrency; on the twelve four-hour shapes that
+  change moved its figures (at the fair setting and at matched attainment) by at
+  most 1.3 %. The noisy day with a dip was rerun told it: 0.9905 at 1.34 x before,
+  0.9897 at 1.30 x now. Read from the pods, a pod's slots had come out at 0.97 to
+  0.98 (seed 0), below one, so that fleet was staffed a few percent above its
+  load.
 - On the shared traces, with no history pass (development runs at their fair
   setting, 2 seeds each, not in the table): azure-code 1.0000 at 1.43 x the
   oracle (1.20 x told less), where a floor held from the start reached only 0.92
