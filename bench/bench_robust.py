@@ -410,11 +410,11 @@ What these runs show, and what stands in the way:
   misses come where the dip ends, when the load returns at once to the day's
   peak (seed 0: 71 % of its late requests in that hour).
 - At its fair setting it is within 1.25 x the oracle on 3 of the 10 shapes with a
-  pattern to learn: 1.14 x on the periodic crowd every 900 s, and 1.24 and 1.22 x
+  pattern to learn: 1.14 x on the periodic crowd every 900 s, and 1.19 and 1.18 x
   on the two diurnal days with little noise. It costs 1.27 x on the ramp ending in
   a cliff (3 x), where every reactive baseline at matched attainment costs 1.07 to
-  1.46 x, 1.30 x on the compressed week and on the noisy diurnal day with a dip
-  (below its target there), 1.31 x on the sixfold ramp and 1.40 to 1.49 x on the
+  1.46 x, 1.27 x on the compressed week, 1.30 x on the noisy diurnal day with a
+  dip (below its target there), 1.31 x on the sixfold ramp and 1.40 to 1.49 x on the
   crowds every 1800 s. Between crowds whose onsets come a steady interval apart
   the floor stands down and the fleet gives back at once what the load does not
   need: at 5 % a minute, a crowd's nodes would stay until the next.
@@ -454,14 +454,13 @@ What these runs show, and what stands in the way:
   at once.
 - The two-day shapes ran `hybrid-deploy` and the oracle only (no baselines, so no
   closure). The floor's wait for its history ends within their first day, which
-  is not scored, even told 0.998 (8.3 hours). Three of their rows were measured
-  while `hybrid-deploy` read a pod's slots from the pods, before `gpuscale
-  evaluate` told it the server's concurrency; on the twelve four-hour shapes that
-  change moved its figures (at the fair setting and at matched attainment) by at
-  most 1.3 %. The noisy day with a dip was rerun told it: 0.9905 at 1.34 x before,
-  0.9897 at 1.30 x now. Read from the pods, a pod's slots had come out at 0.97 to
-  0.98 (seed 0), below one, so that fleet was staffed a few percent above its
-  load.
+  is not scored, even told 0.998 (8.3 hours). Before `gpuscale evaluate` told
+  `hybrid-deploy` the server's concurrency, a pod's slots read from the pods came
+  out below one on the day with a dip (0.97 to 0.98, seed 0), so the fleet was
+  staffed a few percent above its load; told one, the four days cost 3 % less at
+  the fair setting (the quiet days 1.24 and 1.22 x before, the week 1.30 x, the
+  day with a dip 1.34 x) and the day with a dip fell from 0.9905 to 0.9897. On the
+  twelve four-hour shapes that change moved the figures by at most 1.3 %.
 - On the shared traces, with no history pass (development runs at their fair
   setting, 2 seeds each, not in the table): azure-code 1.0000 at 1.43 x the
   oracle (1.20 x told less), where a floor held from the start reached only 0.92
