@@ -272,10 +272,9 @@ def page(rows: list[dict[str, Any]], lines: list[str]) -> str:
         and r["closure"]["hybrid-deploy"]["closure"] is not None
     ]
     met = sum(c >= CLOSURE_TARGET for c in closures)
-    deploy = [r["deployable"] for r in rows if r["deployable"] is not None]
-    reached = sum(
-        d["attainment"] >= r["target_attainment"] for r, d in zip(rows, deploy, strict=False)
-    )
+    # Each row's deployable reading against its own target (a row may have none).
+    deployed = [r for r in rows if r["deployable"] is not None]
+    reached = sum(r["deployable"]["attainment"] >= r["target_attainment"] for r in deployed)
     return "\n".join(
         [
             "# Robustness: demand shapes nobody tuned for",
@@ -297,7 +296,7 @@ def page(rows: list[dict[str, Any]], lines: list[str]) -> str:
             *carried_lines(rows),
             f"hybrid-deploy closes at least {CLOSURE_TARGET:g} of the gap on {met} of"
             f" {len(closures)} runs with a reading; at its deployable setting it reaches the"
-            f" target attainment on {reached} of {len(deploy)}.",
+            f" target attainment on {reached} of {len(deployed)}.",
             "",
             *cheapest_lines(rows),
             "",
