@@ -379,7 +379,9 @@ target_attainment`) and the deployment's received-requests counter
 each minute's load offered (arrival rate x service time) against its mean over
 the ten minutes that ended one horizon (cold start and node provisioning) before,
 and holds the ratio's request-weighted quantile at the target times the level
-now, capped by the load's own quantile; both histograms halve over a day. That
+now, capped by the load's own quantile; both histograms halve over a day. While
+the load stands above the highest ratio recorded (a return at once from a dip),
+the quantile is applied to the load now, until the ratio is back within it. That
 load is staffed for its scatter by Erlang's delay formula (the share of requests
 waiting beyond the wait budget within 1 - target, over the requests a pod's
 server serves at once, which `gpuscale evaluate` tells it as a deployer would:

@@ -19,6 +19,10 @@ the capacity that, had it stood at every past decision, would have held the burs
 windows for that share of the requests. The level is the lower of the baseline's
 mean and the demand now: during a burst the level it started from (not the burst
 again), and after one the demand as it decays (not the burst's tail in the mean).
+That level lags a step: a load that returns at once after a dip is measured
+against the dip for a lead time and a baseline window. ``hybrid`` therefore
+applies the quantile to the load now while a rise stands beyond the highest
+ratio recorded (``highest``), until it is back within the quantile.
 
 A ratio read from a quiet level and applied to a level still high after a burst
 would hold a multiple of the burst itself, so the floor is capped by the demand's
@@ -156,6 +160,16 @@ def quantile(weights: Sequence[float], share: float) -> float | None:
         if running >= share * total - 1e-12:
             return edge
     return RATIO_EDGES[-1]
+
+
+def highest(weights: Sequence[float]) -> float | None:
+    """The upper edge of the highest bin with weight: the largest ratio recorded.
+
+    Returns:
+        The ratio, or None while nothing is recorded.
+    """
+    top = max((i for i, w in enumerate(weights) if w > 0), default=None)
+    return None if top is None else RATIO_EDGES[top]
 
 
 LEVEL_BINS_PER_DOUBLING = 8

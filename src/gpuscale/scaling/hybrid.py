@@ -416,6 +416,8 @@ class Floor(NamedTuple):
     cap: float | None
     down: bool = False
     """Whether it stands down between bursts that recur on a period."""
+    beyond: float | None = None
+    """Since when the load has risen beyond every recorded ratio (None: it has not)."""
 
 
 def learned_floor(
@@ -434,7 +436,10 @@ def learned_floor(
     weighted by its demand: request-weighted, as the SLO is) decay by half every
     ``burst_memory_s``. The floor is the ratio quantile times the level, capped by
     the demand quantile: after a burst, while the level is still high, the ratio
-    alone would hold a multiple of the burst. Where the bursts recur on a period
+    alone would hold a multiple of the burst. A rise beyond every ratio recorded has
+    left the baseline behind (a load that returns at once after a dip): from then
+    until the ratio is back within its quantile, the quantile is also applied to the
+    burst window's load now, under the same cap. Where the bursts recur on a period
     (``scaling.recurrence``, ``burst_period_intervals``), the floor stands only from
     one lead time before the next is due until it has come.
 
@@ -451,8 +456,9 @@ def learned_floor(
 
     Returns:
         The new histograms, the demand kept, the onsets, the floor in replicas (0
-        while it stands down), a note for the reason while it stands down, and the
-        demand quantile that caps it (None while nothing is recorded).
+        while it stands down), a note for the reason while it stands down or is
+        measured from the load now, the demand quantile that caps it (None while
+        nothing is recorded), and since when the load has risen beyond its history.
     """
     lead = 0.0 if lead_s is None else lead_s
     span = max(cfg.burst_window_s, lead) + cfg.baseline_window_s
@@ -463,16 +469,31 @@ def learned_floor(
     offered = (*(p for p in state.offered if p[0] > now - span), (now, demand))
     windows = (cfg.burst_window_s, cfg.baseline_window_s, lead)
     seen = headroom.burst_ratio(offered, now, *windows)
+    share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
+    beyond = state.beyond_since
     if seen is not None:
         ratio, burst, _ = seen
+        top, usual = headroom.highest(bursts), headroom.quantile(bursts, share)
+        if top is not None and ratio > top:
+            beyond = now if beyond is None else beyond
+        elif beyond is not None and (usual is None or ratio <= usual):
+            beyond = None
         bursts = headroom.record(bursts, ratio, burst)
         levels = headroom.record_level(levels, burst, burst)
-    share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
     level = headroom.level(offered, now, *windows)
     cap = headroom.level_quantile(levels, share)
     sized = per_replica_sizing(cfg.per_replica) if size is None else size
     floor = headroom.floor_replicas(bursts, share, level, sized, cap)
-    onsets, note = state.onsets, ""
+    usual = headroom.quantile(bursts, share)
+    note = ""
+    if beyond is not None and seen is not None and usual is not None:
+        # A rise beyond every ratio its history recorded leaves the baseline behind (a
+        # load returning at once after an outage's dip): until the rise is back within
+        # the usual range, the usual headroom is measured from the load now.
+        demand_now = usual * seen[1] if cap is None else min(usual * seen[1], cap)
+        floor = max(floor, sized(demand_now))
+        note = f", rise beyond its recorded bursts since {beyond:.0f} s: floor at {demand_now:.2f}"
+    onsets = state.onsets
     if cfg.burst_period_intervals > 0:
         threshold = recurrence.onset_threshold(headroom.quantile(bursts, share), cap)
         onsets = recurrence.record_onset(
@@ -488,8 +509,8 @@ def learned_floor(
         if not recurrence.stands(now, onsets, every, lead, tolerance):
             due = onsets[-1] + (every or 0.0)
             note = f", learned floor {floor} down: bursts every {every:.0f} s, next {due:.0f}"
-            return Floor(bursts, levels, offered, onsets, 0, note, cap, down=True)
-    return Floor(bursts, levels, offered, onsets, floor, note, cap)
+            return Floor(bursts, levels, offered, onsets, 0, note, cap, down=True, beyond=beyond)
+    return Floor(bursts, levels, offered, onsets, floor, note, cap, beyond=beyond)
 
 
 def arrival_rate(counter: Series | None) -> float | None:
@@ -576,6 +597,9 @@ class HybridState(PredictiveState):
             burst and baseline windows, (time s, requests); empty when it is off.
         onsets: When the last bursts began (``scaling.recurrence``), seconds, oldest
             first; empty while none is timed or the floor is off.
+        beyond_since: When the load last rose beyond every burst ratio recorded
+            (``learned_floor``), seconds; None while it has not, or once the rise is back
+            within the ratio's quantile at the target.
 
     ``essential()`` is ``to_json()``, as ``predictive``'s; the health counters and
     the service intervals also move with the load served.
@@ -591,6 +615,7 @@ class HybridState(PredictiveState):
     offered: tuple[tuple[float, float], ...] = ()
     onsets: tuple[float, ...] = ()
     slots: float = 0.0
+    beyond_since: float | None = None
 
 
 class HybridPolicy(KeepsState[HybridState]):
@@ -754,5 +779,6 @@ class HybridPolicy(KeepsState[HybridState]):
             offered=learned.offered,
             onsets=learned.onsets,
             slots=per_pod,
+            beyond_since=learned.beyond,
         )
         return Decision(replicas, reason, new_state, delete=delete, forecast=expected)

@@ -326,3 +326,83 @@ def test_a_ceiling_bounds_the_demand_the_plan_is_sized_for():
     assert "capped at 60.00" in why
     # A ceiling above the bound changes nothing.
     assert hybrid.plan(obs, points, HybridState(), CFG, ceiling=1e6)[0] == free
+
+
+def test_the_highest_ratio_recorded_is_its_bins_upper_edge():
+    assert headroom.highest(()) is None
+    weights = headroom.record(headroom.record((), 1.0, 5.0), 1.3, 0.001)
+    assert headroom.highest(weights) == pytest.approx(2.0**0.5)  # 1.3 is in (1.297, 1.414]
+    assert headroom.highest(headroom.forget(weights, 0.0)) is None
+
+
+def beyond_history() -> HybridState:
+    """A day of a steady 10 with rises of 1.3 x at most (2 % of the requests)."""
+    bursts = headroom.record(headroom.record((), 1.0, 100_000.0), 1.3, 2_000.0)
+    levels = headroom.record_level(headroom.record_level((), 10.0, 100_000.0), 40.0, 2_000.0)
+    return HybridState(bursts=bursts, levels=levels)
+
+
+def offered(now: float, level: float, since: float, before: float) -> tuple:
+    """The kept load, 15 s apart up to ``now`` (excluded): ``before``, ``level`` from ``since``."""
+    return tuple(
+        (t, level if t >= since else before) for t in (now - STEP_S * i for i in range(60, 0, -1))
+    )
+
+
+FLOOR_CFG = HybridConfig(per_replica=1.0, target_attainment=0.99)
+
+
+def test_a_rise_beyond_every_recorded_ratio_measures_the_usual_headroom_from_the_load_now():
+    # The load returns at once from 10 to 30 (a 3 x rise; history shows 1.41 x at most).
+    # The floor's level is still the baseline's 10 (1.41 x 10 -> 15 replicas), which the
+    # load has left: the usual ratio is applied to the load now, 1.41 x 30 = 42.4, capped
+    # by the demand history reaches at 0.99 (40 in its bin (38.1, 41.5]) -> 42 replicas.
+    now = 3600.0
+    state = dataclasses.replace(beyond_history(), offered=offered(now, 30.0, now - 45.0, 10.0))
+    got = hybrid.learned_floor(30.0, FLOOR_CFG, state, now, lead_s=240.0)
+    assert got.beyond == now
+    assert got.replicas == 42
+    level = headroom.level(got.offered, now, 60.0, 600.0, 240.0)
+    assert level == 10.0
+    ordinary = headroom.floor_replicas(got.bursts, 0.99, level, per_replica_sizing(1.0), got.cap)
+    assert ordinary == 15
+    assert "rise beyond its recorded bursts since 3600 s" in got.note
+    # Ten minutes on, the baseline has caught up (a ratio of 1, within the usual 1.41): the
+    # rise is over, and the ordinary floor (1.41 x 30, capped) holds the same 42.
+    later = now + 840.0
+    settled = dataclasses.replace(got_state(got), offered=offered(later, 30.0, 0.0, 30.0))
+    after = hybrid.learned_floor(30.0, FLOOR_CFG, settled, later, lead_s=240.0)
+    assert after.beyond is None
+    assert after.replicas == 42
+    assert after.note == ""
+
+
+def got_state(floor: hybrid.Floor) -> HybridState:
+    """The state a decision keeps from ``learned_floor``'s answer."""
+    return HybridState(
+        bursts=floor.bursts,
+        levels=floor.levels,
+        offered=floor.offered,
+        onsets=floor.onsets,
+        beyond_since=floor.beyond,
+    )
+
+
+def test_a_rise_within_the_recorded_ratios_keeps_the_floor_on_its_baseline():
+    now = 3600.0
+    state = dataclasses.replace(beyond_history(), offered=offered(now, 13.0, now - 45.0, 10.0))
+    got = hybrid.learned_floor(13.0, FLOOR_CFG, state, now, lead_s=240.0)
+    assert got.beyond is None
+    assert got.replicas == 15  # 1.41 x the baseline's 10
+    # A state that was beyond stays so while the rise is above the usual ratio.
+    was = dataclasses.replace(beyond_history(), offered=offered(now, 30.0, now - 45.0, 10.0))
+    still = hybrid.learned_floor(
+        30.0, FLOOR_CFG, dataclasses.replace(was, beyond_since=3000.0), now, lead_s=240.0
+    )
+    assert still.beyond == 3000.0
+
+
+def test_the_time_a_rise_went_beyond_its_history_is_kept_in_the_state():
+    state = dataclasses.replace(beyond_history(), beyond_since=3600.0)
+    assert through_json(HybridPolicy(FLOOR_CFG), state) == state
+    assert HybridPolicy(FLOOR_CFG).load_state({}).beyond_since is None  # an older state
