@@ -473,10 +473,11 @@ def learned_floor(
     beyond = state.beyond_since
     if seen is not None:
         ratio, burst, _ = seen
-        top, usual = headroom.highest(bursts), headroom.quantile(bursts, share)
+        # Against the history before this reading counts in it.
+        top, usual_before = headroom.highest(bursts), headroom.quantile(bursts, share)
         if top is not None and ratio > top:
             beyond = now if beyond is None else beyond
-        elif beyond is not None and (usual is None or ratio <= usual):
+        elif beyond is not None and (usual_before is None or ratio <= usual_before):
             beyond = None
         bursts = headroom.record(bursts, ratio, burst)
         levels = headroom.record_level(levels, burst, burst)
