@@ -402,31 +402,38 @@ READING = """\
 
 What these runs show, and what stands in the way:
 
-- With a pass of history, `hybrid-deploy` at its fair setting (told 0.99)
-  reaches the target attainment on 15 of the 16 held-back shapes, the tenfold
-  crowds included: a crowd that rises within a minute is met only by capacity
-  already standing, and the floor measures a burst against the level one horizon
-  before it, so the crowd's own rise does not hide its height. The noisy diurnal
-  day with a dip falls just short (0.9897; 4 of its 10 seeds reach 0.99): the
-  misses come where the dip ends, when the load returns at once to the day's
-  peak (seed 0: 71 % of its late requests in that hour).
+- With a pass of history, `hybrid-deploy` at its fair setting (told 0.99) reaches
+  the target attainment on 16 of the 16 held-back shapes, the tenfold crowds
+  included: a crowd that rises within a minute is met only by capacity already
+  standing, and the floor measures a burst against the level one horizon before it,
+  so the crowd's own rise does not hide its height. The noisy diurnal day with a dip
+  comes closest (0.9911; 6 of its 10 seeds reach 0.99). Its misses come where the
+  dip ends, when the load returns at once to the day's peak and what is asked for
+  then arrives a cold start later. Before the floor measured a rise beyond every
+  ratio it had recorded from the load now, it measured that return against the dip's
+  level for a lead time and a baseline window, and the day fell just short (0.9897;
+  seed 0: 71 % of its late requests in that hour). On the training shapes (5 seeds,
+  fair setting) that rule left the twenty four-hour shapes unchanged and lifted the
+  three days with a dip from 0.9912, 0.9895 and 0.9893 to 0.9915, 0.9910 and 0.9899,
+  for at most 0.4 % more GPU-hours; on the last, a quiet day whose load returns at
+  once to 2.5 x the dip, what misses is the load before new capacity serves.
 - At its fair setting it is within 1.25 x the oracle on 3 of the 10 shapes with a
-  pattern to learn: 1.14 x on the periodic crowd every 900 s, and 1.19 and 1.18 x
-  on the two diurnal days with little noise. It costs 1.27 x on the ramp ending in
-  a cliff (3 x), where every reactive baseline at matched attainment costs 1.07 to
-  1.46 x, 1.27 x on the compressed week, 1.30 x on the noisy diurnal day with a
-  dip (below its target there), 1.31 x on the sixfold ramp and 1.40 to 1.49 x on the
-  crowds every 1800 s. Between crowds whose onsets come a steady interval apart
-  the floor stands down and the fleet gives back at once what the load does not
-  need: at 5 % a minute, a crowd's nodes would stay until the next.
-- Told 0.99, it reaches 0.9897 to 0.9986: more than it was asked on 15 shapes. Its
+  pattern to learn: 1.13 x on the periodic crowd every 900 s, and 1.19 and 1.18 x on
+  the two diurnal days with little noise. It costs 1.27 x on the ramp ending in a
+  cliff (3 x), where every reactive baseline at matched attainment costs 1.07 to
+  1.46 x, 1.27 x on the compressed week, 1.30 x on the noisy diurnal day with a dip,
+  1.32 x on the sixfold ramp and 1.40 to 1.49 x on the crowds every 1800 s. Between
+  crowds whose onsets come a steady interval apart the floor stands down and the
+  fleet gives back at once what the load does not need: at 5 % a minute, a crowd's
+  nodes would stay until the next.
+- Told 0.99, it reaches 0.9911 to 0.9986: more than it was asked on every shape. Its
   sweep knob is the target it is told, and told less it meets 0.99 for 1 to 12 %
-  fewer GPU-hours on the shapes with a pattern to learn (the `hybrid-deploy`
-  column, against the deploy column): within 1.25 x on 6 of the 10 learnable
-  shapes (the periodic crowd every 900 s, both ramps, the compressed week, the two
-  quiet diurnal days) and 1.31 to 1.38 x on the crowds every 1800 s; on the noisy
-  day with a dip it must be told more, and only 6 of its 10 seeds reach 0.99 on
-  the sweep (1.40 x over those). A target chosen per shape in hindsight is not a
+  fewer GPU-hours on the shapes with a pattern to learn (the `hybrid-deploy` column,
+  against the deploy column): within 1.25 x on 6 of the 10 learnable shapes (the
+  periodic crowd every 900 s, both ramps, the compressed week, the two quiet diurnal
+  days) and 1.31 to 1.38 x on the crowds every 1800 s; on the noisy day with a dip
+  the seeds' mean meets 0.99 at 1.28 x (told 0.987), but only 7 of its 10 seeds
+  reach 0.99 anywhere on the sweep. A target chosen per shape in hindsight is not a
   deployable setting; the gap between the two readings is what steering the target
   from the attainment observed could win. Reading the floor at the share of load
   beyond it, rather than the share of requests in windows that exceed it, cost the
@@ -439,53 +446,54 @@ What these runs show, and what stands in the way:
   2.23 to 2.37 x, the tenfold crowds every 1800 s 1.34 to 1.40 x, the ramp to 3 x
   1.249 to 1.27 x; the single tenfold crowd 3.74 to 3.65 x). It is what meets the
   target on a trace with no history (below).
-- At matched attainment a static fleet sized in hindsight is the cheapest
-  baseline on every crowd and step shape. `hybrid-deploy` is cheaper than static
-  on the sixfold crowd every 1800 s (closure 0.15), within static's interval on
-  the threefold one and 5 % above it on the tenfold one; on bursts at unknown
-  times (single and double crowds, steps) it costs 5 to 9 % more than static (11
-  to 23 % at its fair setting). There, any causal policy that meets the target
-  must hold the burst's capacity between bursts, as static does all the time;
-  what separates static from the oracle is knowing when the burst comes, and
-  `hybrid-deploy` pays for scaling up during the burst and down after it. On the
-  periodic crowd every 900 s static stands within 2 % of the oracle, so the
-  closure is ill-conditioned there.
+- At matched attainment a static fleet sized in hindsight is the cheapest baseline
+  on every crowd and step shape. `hybrid-deploy` is cheaper than static on the
+  sixfold crowd every 1800 s (closure 0.15), within static's interval on the
+  threefold one and 5 % above it on the tenfold one; on bursts at unknown times
+  (single and double crowds, steps) it costs 5 to 9 % more than static (11 to 23 %
+  at its fair setting). There, any causal policy that meets the target must hold the
+  burst's capacity between bursts, as static does all the time; what separates
+  static from the oracle is knowing when the burst comes, and `hybrid-deploy` pays
+  for scaling up during the burst and down after it. On the periodic crowd every 900
+  s static stands within 2 % of the oracle, so the closure is ill-conditioned there.
 - Without the floor (`hybrid`, tuned per shape) hybrid is as dear as the reactive
-  baselines on the crowds: a per-replica knob buys burst headroom at every level
-  at once.
+  baselines on the crowds: a per-replica knob buys burst headroom at every level at
+  once.
 - The two-day shapes ran `hybrid-deploy` and the oracle only (no baselines, so no
-  closure). The floor's wait for its history ends within their first day, which
-  is not scored, even told 0.998 (8.3 hours). Before `gpuscale evaluate` told
+  closure). The floor's wait for its history ends within their first day, which is
+  not scored, even told 0.998 (8.3 hours). Before `gpuscale evaluate` told
   `hybrid-deploy` the server's concurrency, a pod's slots read from the pods came
   out below one on the day with a dip (0.97 to 0.98, seed 0), so the fleet was
-  staffed a few percent above its load; told one, the four days cost 3 % less at
-  the fair setting (the quiet days 1.24 and 1.22 x before, the week 1.30 x, the
-  day with a dip 1.34 x) and the day with a dip fell from 0.9905 to 0.9897. On the
-  twelve four-hour shapes that change moved the figures by at most 1.3 %.
+  staffed a few percent above its load; told one, the four days cost 3 % less at the
+  fair setting (the quiet days 1.24 and 1.22 x before, the week 1.30 x, the day with
+  a dip 1.34 x) and the day with a dip fell from 0.9905 to 0.9897. On the twelve
+  four-hour shapes that change moved the figures by at most 1.3 %. The rule for a
+  rise beyond the recorded ratios then moved the day with a dip to 0.9911 at 1.30 x
+  (1.40 to 1.28 x at matched attainment) and every other held-back figure by at most
+  0.3 %.
 - On the shared traces, with no history pass (development runs at their fair
-  setting, 2 seeds each, not in the table): azure-code 1.0000 at 1.43 x the
-  oracle (1.20 x told less), where a floor held from the start reached only 0.92
-  whatever target it was told: a crowd 14 minutes in rose above all the load it
-  had seen; azure-conv 0.9992 at 1.66 x (1.40 x told less; 0.9995 at 1.19 x with
-  the floor held from the start); gentd26's first six hours (x 0.13) 1.0000 at
-  1.63 x (1.49 x told less). gentd26's pods serve one request at a time, and
-  `gpuscale evaluate` tells the policy the server's concurrency; what remains is
+  setting, 2 seeds each, not in the table; measured before the rule for a rise
+  beyond the recorded ratios, which leaves these fair runs unchanged): azure-code
+  1.0000 at 1.43 x the oracle (1.20 x told less), where a floor held from the start
+  reached only 0.92 whatever target it was told: a crowd 14 minutes in rose above
+  all the load it had seen; azure-conv 0.9992 at 1.66 x (1.40 x told less; 0.9995 at
+  1.19 x with the floor held from the start); gentd26's first six hours (x 0.13)
+  1.0000 at 1.63 x (1.49 x told less). gentd26's pods serve one request at a time,
+  and `gpuscale evaluate` tells the policy the server's concurrency; what remains is
   the floor: its ratio quantile at 0.99 is 4 to 6, from the morning's rise out of
   near-idle, so the floor is its cap, the load's own quantile, and holds near the
-  day's peak through the afternoon (32 replicas where the oracle holds 25).
-  `hybrid` untold at its fair setting costs 2.04 x there (1.08 x at matched
-  attainment).
-- Four days of GenTD26's LoRA log (x 40, two days of history not scored, 2
-  seeds): `hybrid-deploy` reaches 0.9986 at 2.25 x the oracle, and told as little
-  as 0.5 it still exceeds 0.99, at 1.42 x; `hybrid` costs 1.96 x at its fair
-  setting and 1.25 x at matched attainment. The log's users send requests in
-  clumps between idle hours, and a clump tops the near-empty level before it many
-  times over. Over the scored days (seed 0) the floor holds 35 replicas or more at
-  49 % of decisions, a median of 119 then, while the requests in service have a
-  median of 35 and a lower quartile of 16; at no load (37 % of decisions) the
-  policy holds a median of 16 replicas, two nodes. A floor for load this sparse
-  needs the clumps' size, not their ratio to the level before them; that is not
-  built."""
+  day's peak through the afternoon (32 replicas where the oracle holds 25). `hybrid`
+  untold at its fair setting costs 2.04 x there (1.08 x at matched attainment).
+- Four days of GenTD26's LoRA log (x 40, two days of history not scored, 2 seeds):
+  `hybrid-deploy` reaches 0.9986 at 2.35 x the oracle, and told as little as 0.5 it
+  still exceeds 0.99, at 1.42 x; `hybrid` costs 1.96 x at its fair setting and 1.25
+  x at matched attainment. The log's users send requests in clumps between idle
+  hours, and a clump tops the near-empty level before it many times over. Over the
+  scored days (seed 0) the floor holds 35 replicas or more at 47 % of decisions, a
+  median of 119 then, while the requests in service have a median of 36 and a lower
+  quartile of 17; at no load (37 % of decisions) the policy holds a median of 16
+  replicas, two nodes. A floor for load this sparse needs the clumps' size, not
+  their ratio to the level before them; that is not built."""
 
 
 if __name__ == "__main__":
