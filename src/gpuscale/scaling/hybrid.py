@@ -496,7 +496,7 @@ def learned_floor(
         note = f", rise beyond its recorded bursts since {beyond:.0f} s: floor at {demand_now:.2f}"
     onsets = state.onsets
     if cfg.burst_period_intervals > 0:
-        threshold = recurrence.onset_threshold(headroom.quantile(bursts, share), cap)
+        threshold = recurrence.onset_threshold(usual, cap)
         onsets = recurrence.record_onset(
             onsets,
             now,

@@ -394,7 +394,7 @@ def test_a_rise_within_the_recorded_ratios_keeps_the_floor_on_its_baseline():
     got = hybrid.learned_floor(13.0, FLOOR_CFG, state, now, lead_s=240.0)
     assert got.beyond is None
     assert got.replicas == 15  # 1.41 x the baseline's 10
-    # A state that was beyond stays so while the rise is above the usual ratio.
+    # A state that was beyond keeps its time while the rise stands above every recorded ratio.
     was = dataclasses.replace(beyond_history(), offered=offered(now, 30.0, now - 45.0, 10.0))
     still = hybrid.learned_floor(
         30.0, FLOOR_CFG, dataclasses.replace(was, beyond_since=3000.0), now, lead_s=240.0
@@ -406,3 +406,26 @@ def test_the_time_a_rise_went_beyond_its_history_is_kept_in_the_state():
     state = dataclasses.replace(beyond_history(), beyond_since=3600.0)
     assert through_json(HybridPolicy(FLOOR_CFG), state) == state
     assert HybridPolicy(FLOOR_CFG).load_state({}).beyond_since is None  # an older state
+
+
+def test_once_beyond_the_floor_stays_on_the_load_now_until_the_ratio_is_back_within_its_quantile():
+    # History with a rare 1.9 x rise (0.1 % of the requests): the highest ratio 2.0, the
+    # quantile at 0.99 still 1.41. A 1.7 x rise lies between them.
+    bursts = headroom.record(beyond_history().bursts, 1.9, 100.0)
+    history = dataclasses.replace(beyond_history(), bursts=bursts)
+    now = 3600.0
+
+    def floor(burst: float, since: float | None) -> hybrid.Floor:
+        kept = offered(now, burst, now - 45.0, 10.0)
+        state = dataclasses.replace(history, offered=kept, beyond_since=since)
+        return hybrid.learned_floor(burst, FLOOR_CFG, state, now, lead_s=240.0)
+
+    # Not beyond before: a rise within the recorded range starts nothing (1.41 x 10 -> 15).
+    assert floor(17.0, None).beyond is None
+    assert floor(17.0, None).replicas == 15
+    # Beyond since 3000 s: above the quantile it stays, measured from the load now
+    # (1.41 x 17 = 24.0 -> 25 replicas); back within the quantile (1.3 x) it clears.
+    assert floor(17.0, 3000.0).beyond == 3000.0
+    assert floor(17.0, 3000.0).replicas == 25
+    assert floor(13.0, 3000.0).beyond is None
+    assert floor(13.0, 3000.0).replicas == 15
