@@ -31,6 +31,11 @@ demand, request-weighted too. Both histograms forget: every weight halves over t
 memory ``hybrid`` gives them (a day), so a burst seen today holds capacity for its
 like tomorrow, and one from last week no longer does.
 
+What stands carries a burst only until capacity asked for at its start serves,
+and its requests may wait their budget meanwhile; so the floor holds the share of
+the burst's load that keeps the longest wait within the budget by then
+(``lead_share``: the lead over the lead and the wait).
+
 With no burst in its history the ratio stays near one and the floor under the
 reactive need; after one burst the floor holds capacity for its like, as a
 static fleet sized for it would, but scaled to the level of the moment. Both
@@ -299,6 +304,28 @@ def staffed_replicas(load: float, staffing: tuple[float, float, float], share: f
     """
     per_pod, service_s, wait_s = staffing
     return math.ceil(slots_for(load, service_s, wait_s, 1.0 - share) / per_pod - 1e-9)
+
+
+def lead_share(lead_s: float, wait_s: float) -> float:
+    """The share of a burst's load that standing capacity must serve until more comes.
+
+    Capacity asked for at a burst's start serves ``lead_s`` later; until then the
+    burst, a load of ``D`` (requests in service it needs), is served by what stands,
+    ``c``. Its queue grows at ``D - c``, so a request arriving ``t`` into the lead waits
+    ``(D - c) t / c``, the longest at the lead's end: within ``wait_s`` when
+    ``c >= D lead / (lead + wait)``. A fluid bound: the floor staffs that load for its
+    own scatter (``staffed_replicas``), and the backlog left at the lead's end is the
+    reactive need's to serve, as any queue. Where requests may wait long against the
+    lead (a diffusion model's minutes of SLO) the floor holds much less than the burst;
+    where they may wait seconds, nearly all of it.
+
+    Returns:
+        ``lead_s / (lead_s + wait_s)``; 1 without a lead (the burst window alone then
+        stands for the time capacity takes).
+    """
+    if lead_s <= 0:
+        return 1.0
+    return lead_s / (lead_s + max(wait_s, 0.0))
 
 
 def floor_replicas(

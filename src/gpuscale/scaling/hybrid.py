@@ -420,6 +420,11 @@ class Floor(NamedTuple):
     """Since when the load has risen beyond every recorded ratio (None: it has not)."""
 
 
+def _share_sized(size: Sizing, share: float, demand: float) -> int:
+    """Replicas for ``share`` of ``demand``."""
+    return size(demand * share)
+
+
 def learned_floor(
     demand: float,
     cfg: HybridConfig,
@@ -439,7 +444,10 @@ def learned_floor(
     alone would hold a multiple of the burst. A rise beyond every ratio recorded has
     left the baseline behind (a load that returns at once after a dip): from then
     until the ratio is back within its quantile, the quantile is also applied to the
-    burst window's load now, under the same cap. Where the bursts recur on a period
+    burst window's load now, under the same cap. Either demand is sized at its
+    ``headroom.lead_share`` (the lead over the lead and ``wait_budget_s``): the share of
+    a burst what stands must serve for each request's wait to stay within the budget
+    until capacity asked for at the burst's start serves. Where the bursts recur on a period
     (``scaling.recurrence``, ``burst_period_intervals``), the floor stands only from
     one lead time before the next is due until it has come.
 
@@ -484,6 +492,10 @@ def learned_floor(
     level = headroom.level(offered, now, *windows)
     cap = headroom.level_quantile(levels, share)
     sized = per_replica_sizing(cfg.per_replica) if size is None else size
+    if cfg.wait_budget_s is not None and lead > 0:
+        # What stands carries a burst until capacity asked for at its start serves, and
+        # its requests may wait the budget meanwhile: the floor holds that share of it.
+        sized = partial(_share_sized, sized, headroom.lead_share(lead, cfg.wait_budget_s))
     floor = headroom.floor_replicas(bursts, share, level, sized, cap)
     usual = headroom.quantile(bursts, share)
     note = ""

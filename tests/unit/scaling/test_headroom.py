@@ -429,3 +429,32 @@ def test_once_beyond_the_floor_stays_on_the_load_now_until_the_ratio_is_back_wit
     assert floor(17.0, 3000.0).replicas == 25
     assert floor(13.0, 3000.0).beyond is None
     assert floor(13.0, 3000.0).replicas == 15
+
+
+def test_the_lead_share_keeps_the_longest_wait_of_the_lead_within_the_budget():
+    # 240 s until new capacity serves, 80 s a request may wait: 3/4 of the burst stands.
+    share = headroom.lead_share(240.0, 80.0)
+    assert share == pytest.approx(0.75)
+    # A burst of 40 served by 30 meanwhile: the queue grows at 10 for 240 s, and the
+    # last request of the lead waits 2400 / 30 = 80 s, the budget.
+    burst = 40.0
+    standing = burst * share
+    assert (burst - standing) * 240.0 / standing == pytest.approx(80.0)
+    assert headroom.lead_share(240.0, 0.0) == 1.0  # no wait: the whole burst
+    assert headroom.lead_share(0.0, 80.0) == 1.0  # no lead known: the whole burst
+
+
+def test_the_floor_holds_the_share_of_a_burst_its_requests_cannot_wait_out():
+    # The threefold return of the test above (42 replicas told no wait): its requests
+    # may wait 80 s of the 240 s lead, so 3/4 of the floor's demand (41.5 x 0.75) stands.
+    now = 3600.0
+    state = dataclasses.replace(beyond_history(), offered=offered(now, 30.0, now - 45.0, 10.0))
+    waiting = dataclasses.replace(FLOOR_CFG, wait_budget_s=80.0)
+    told = hybrid.learned_floor(30.0, waiting, state, now, lead_s=240.0)
+    assert told.cap is not None
+    assert told.replicas == math.ceil(told.cap * 0.75 - 1e-9) == 32
+    # The ordinary floor too: 1.41 x the baseline's 10 at 3/4 -> 11, not 15.
+    within = dataclasses.replace(beyond_history(), offered=offered(now, 13.0, now - 45.0, 10.0))
+    assert hybrid.learned_floor(13.0, waiting, within, now, lead_s=240.0).replicas == 11
+    # Without a lead the burst window alone stands for the time capacity takes: all of it.
+    assert hybrid.learned_floor(30.0, waiting, state, now).replicas == 42
