@@ -41,17 +41,22 @@ from bench_robust import history_layout
 from gpuscale.evaluate.pool import RunPool
 from gpuscale.evaluate.runner import EvaluationRequest, run_one
 from gpuscale.evaluate.scoring import score_run
+from gpuscale.evaluate.sweep import default_warmup_s
 from gpuscale.sim import shapes
 
 TARGET = 0.99
 """The attainment each seed is judged against (``hybrid-deploy`` is told it)."""
 
-Case = tuple[str, float, int | None, float]
-"""(trace, scale, seconds to simulate or None for all, warm-up seconds not scored)."""
+Case = tuple[str, float, int | None, float | None]
+"""(trace, scale, seconds to simulate or None for all, warm-up seconds not scored or None
+for ``gpuscale evaluate``'s default)."""
 
 
 def trace_case(spec: str) -> Case:
-    """``NAME:SCALE[:SECONDS[:WARMUP]]`` as a case (SECONDS empty: the whole trace).
+    """``NAME:SCALE[:SECONDS[:WARMUP]]`` as a case.
+
+    SECONDS empty: the whole trace; WARMUP empty: ``gpuscale evaluate``'s default (600 s,
+    or a fifth of a run shorter than 3000 s).
 
     Raises:
         SystemExit: The spec is malformed (one line naming it).
@@ -60,7 +65,7 @@ def trace_case(spec: str) -> Case:
     try:
         scale = float(rest[0]) if rest else 1.0
         seconds = int(rest[1]) if len(rest) > 1 and rest[1] else None
-        warmup = float(rest[2]) if len(rest) > 2 and rest[2] else 0.0
+        warmup = float(rest[2]) if len(rest) > 2 and rest[2] else None
     except ValueError:
         sys.exit(f"--trace {spec}: use NAME:SCALE[:SECONDS[:WARMUP]], e.g. gentd26:0.13:21600")
     return name, scale, seconds, warmup
@@ -86,6 +91,8 @@ def run_case(
         trace, policies=(policy,), scale=scale, duration_s=seconds, seed=seed, traces_dir=traces_dir
     )
     prepared = request.prepare()
+    if warmup is None:
+        warmup = default_warmup_s(float(prepared.scenario.workload.duration_s))
     result = run_one(prepared, policy, progress=progress, quiet=True)
     score = score_run(result, seed, None, warmup, cooldown_s=prepared.scenario.timeout_s)
     return {

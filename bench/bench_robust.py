@@ -15,7 +15,8 @@ then reads each run's ``results.json`` and reports, per shape:
   target attainment, no knob chosen per shape): the attainment it reached and its
   GPU-hours over the oracle's at the target.
 
-Each run is a directory ``OUT/NAME`` holding ``results.json``; a run whose file
+Each run is a directory ``OUT/NAME`` (a trace's ``OUT/NAME-xSCALE[-SECONDSs]``) holding
+``results.json``; a run whose file
 exists is read, not run again, so a long bench can be resumed. ``--policy`` runs only
 the named policies (and the oracle, which every ratio divides by); ``--carry FILE``
 takes every other policy's cells from an earlier ``--json`` of the same shape, seeds,
@@ -28,7 +29,13 @@ Run (small, then the final figures with more seeds):
 
     python bench/bench_robust.py --out /tmp/robust --seeds 3 --duration 3600 \\
         --shape flash-double-h10-w600 --trace azure-conv --trace-scale 0.2 \\
-        --trace-duration 3000 --json bench/results-robust.json --doc docs/robustness.md
+        --trace-duration 3000 --json /tmp/robust.json
+    python bench/bench_robust.py --out /tmp/robust-final --seeds 10 \\
+        --trace azure-conv:100 --trace azure-code:100 --trace gentd26:0.13:21600 \\
+        --json bench/results-robust.json --doc docs/robustness.md
+
+A trace is ``NAME[:SCALE[:SECONDS]]``; ``--trace-scale`` and ``--trace-duration`` stand
+for what a spec leaves out.
 """
 
 import argparse
@@ -74,29 +81,50 @@ def history_layout(name: str) -> tuple[int, int]:
     return 2 * own, own
 
 
+def trace_spec(spec: str, scale: float, seconds: int | None) -> tuple[str, float, int | None]:
+    """``NAME[:SCALE[:SECONDS]]`` as the trace, its rate multiple and its length.
+
+    ``scale`` and ``seconds`` stand where the spec gives none (None: the whole trace).
+
+    Raises:
+        SystemExit: SCALE or SECONDS is not a positive number (one line naming the spec).
+    """
+    name, *rest = spec.split(":", 2)
+    try:
+        scale = float(rest[0]) if rest and rest[0] else scale
+        seconds = int(rest[1]) if len(rest) > 1 and rest[1] else seconds
+    except ValueError:
+        scale = -1.0
+    if not name or not scale > 0 or (seconds is not None and seconds <= 0):
+        sys.exit(f"--trace {spec}: use NAME[:SCALE[:SECONDS]], e.g. gentd26:0.13:21600")
+    return name, scale, seconds
+
+
 def run(name: str, out: Path, args: argparse.Namespace) -> Path:
     """Run ``gpuscale evaluate`` on one shape or trace unless its results exist.
 
     Returns:
         The path of its ``results.json``.
     """
-    folder = out / name.replace(":", "-")
+    shape = name.startswith(shapes.PREFIX)
+    if shape:
+        scale, seconds, folder = args.scale, args.duration, out / name.replace(":", "-")
+    else:
+        name, scale, seconds = trace_spec(name, args.trace_scale, args.trace_duration)
+        folder = out / (f"{Path(name).stem}-x{scale:g}" + (f"-{seconds}s" if seconds else ""))
     result = folder / "results.json"
     if result.is_file():
         return result
-    shape = name.startswith(shapes.PREFIX)
-    scale = args.scale if shape else args.trace_scale
     command = [
         sys.executable, "-m", "gpuscale", "evaluate", "--trace", name,
         "--seeds", str(args.seeds), "--jobs", str(args.jobs), "--scale", str(scale),
         "--out", str(folder),
     ]  # fmt: skip
-    duration = args.duration if shape else args.trace_duration
     if shape and args.history:
         length, warmup = history_layout(name)
         command += ["--duration", str(length), "--warmup", str(warmup)]
-    elif duration:
-        command += ["--duration", str(duration)]
+    elif seconds:
+        command += ["--duration", str(seconds)]
     for policy in args.policy or POLICIES:
         command += ["--policy", policy]
     if args.policy and "oracle" not in args.policy:
@@ -230,7 +258,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="folder of the runs")
     parser.add_argument("--shape", action="append", help="a shape (default: the held-back set)")
-    parser.add_argument("--trace", action="append", default=[], help="a shared trace to add")
+    parser.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        help="a shared trace to add, NAME[:SCALE[:SECONDS]] (defaults: --trace-scale and"
+        " --trace-duration)",
+    )
+    parser.add_argument("--no-shapes", action="store_true", help="only the --trace runs")
     parser.add_argument("--seeds", type=int, default=10, help="seeds per run")
     parser.add_argument("--duration", type=int, default=None, help="seconds per shape")
     parser.add_argument(
@@ -259,6 +294,8 @@ def main() -> None:
         if args.out is None:
             parser.error("--out is needed unless --rows is given")
         names = [shapes.PREFIX + s for s in (args.shape or shapes.names(shapes.HELD_BACK))]
+        if args.no_shapes:
+            names = []
         earlier = json.loads(args.carry.read_text())["runs"] if args.carry else []
         rows = []
         for name in [*names, *args.trace]:

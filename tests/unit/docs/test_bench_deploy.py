@@ -1,11 +1,13 @@
 """bench/bench_deploy.py: the cases it runs, its rows and its comparison with an earlier run."""
 
 import json
+import subprocess
 import sys
 
 import pytest
 
 from tests.support.bench import load_bench
+from tests.support.servers import gpuscale_cmd
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +36,11 @@ def test_a_two_day_shape_runs_once_with_its_first_day_not_scored(bench):
 
 
 def test_trace_specs_name_scale_length_and_warmup_with_a_path_allowed(bench):
-    assert bench.trace_case("gentd26:0.13:21600") == ("gentd26", 0.13, 21600, 0.0)
+    # no warm-up given: gpuscale evaluate's default, which depends on the run's length
+    assert bench.trace_case("gentd26:0.13:21600") == ("gentd26", 0.13, 21600, None)
     assert bench.trace_case("out/lora.csv:40::172800") == ("out/lora.csv", 40.0, None, 172800.0)
-    assert bench.trace_case("azure-conv") == ("azure-conv", 1.0, None, 0.0)
+    assert bench.trace_case("azure-conv") == ("azure-conv", 1.0, None, None)
+    assert bench.trace_case("ramp:1:1800:0") == ("ramp", 1.0, 1800, 0.0)
 
 
 def test_a_malformed_trace_spec_is_one_line_naming_it(bench):
@@ -85,3 +89,41 @@ def test_a_real_run_repeated_reads_the_same_and_compares_at_no_change(
     for key in ("attainment", "gpu_hours"):  # the simulator is deterministic per seed
         assert rows[0][key] == rows[1][key]
     assert "GPU-hours +0.0 %" in capsys.readouterr().out
+
+
+def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_run(bench, tmp_path):
+    # evaluate leaves a fifth of a run shorter than 3000 s unscored: the bench must read
+    # the same attainment and GPU-hours from the same seed, or its column is not evaluate's
+    proc = subprocess.run(
+        [
+            *gpuscale_cmd(),
+            "evaluate",
+            "--trace",
+            "bursty",
+            "--duration",
+            "1200",
+            "--policy",
+            "hybrid-deploy",
+            "--seeds",
+            "1",
+            "--knob-values",
+            "0",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fair = json.loads((tmp_path / "results.json").read_text())["policies"]["hybrid-deploy"]
+    ours = bench.run_case(bench.trace_case("bursty:1:1200"), 0, "hybrid-deploy", None)
+    assert ours["attainment"] == pytest.approx(fair["slo_attainment"], rel=1e-12)
+    assert ours["gpu_hours"] == pytest.approx(fair["gpu_hours"], rel=1e-12)
+    scored_from_start = bench.run_case(
+        bench.trace_case("bursty:1:1200:0"), 0, "hybrid-deploy", None
+    )
+    assert scored_from_start["attainment"] != ours["attainment"]  # the warm-up is read

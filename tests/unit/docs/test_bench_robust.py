@@ -74,3 +74,35 @@ def test_the_committed_page_is_the_one_its_committed_figures_generate(bench):
     rows = json.loads((root / "bench" / "results-robust.json").read_text())["runs"]
     page = bench.page(rows, bench.table(rows))
     assert (root / "docs" / "robustness.md").read_text() == page
+
+
+def test_a_trace_spec_gives_its_own_scale_and_length_or_the_defaults(bench):
+    assert bench.trace_spec("gentd26:0.13:21600", 1.0, None) == ("gentd26", 0.13, 21600)
+    assert bench.trace_spec("azure-conv:100", 1.0, 3000) == ("azure-conv", 100.0, 3000)
+    assert bench.trace_spec("azure-code", 0.2, None) == ("azure-code", 0.2, None)
+    assert bench.trace_spec("out/lora.csv:40", 1.0, None) == ("out/lora.csv", 40.0, None)
+
+
+@pytest.mark.parametrize("spec", ["gentd26:many", "gentd26:0", "gentd26:0.13:-5", ":2"])
+def test_a_malformed_trace_spec_is_one_line_naming_it(bench, spec):
+    with pytest.raises(SystemExit) as exc:
+        bench.trace_spec(spec, 1.0, None)
+    assert str(exc.value) == (
+        f"--trace {spec}: use NAME[:SCALE[:SECONDS]], e.g. gentd26:0.13:21600"
+    )
+
+
+def test_each_trace_spec_runs_in_a_folder_of_its_own_scale_and_length(bench, tmp_path):
+    # a run whose results exist is read, not run again: two scales of one trace must not
+    # share a folder, or the second would read the first's figures
+    args = bench.argparse.Namespace(
+        scale=2.0, duration=None, trace_scale=1.0, trace_duration=None, history=True
+    )
+    for spec, folder in [
+        ("gentd26:0.13:21600", "gentd26-x0.13-21600s"),
+        ("gentd26:0.5", "gentd26-x0.5"),
+        ("out/lora.csv:40", "lora-x40"),
+    ]:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "results.json").write_text("{}")
+        assert bench.run(spec, tmp_path, args) == tmp_path / folder / "results.json"
