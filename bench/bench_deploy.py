@@ -38,6 +38,8 @@ from typing import Any
 
 from bench_robust import history_layout
 
+from gpuscale.errors import ConfigError
+from gpuscale.evaluate import registry
 from gpuscale.evaluate.pool import RunPool
 from gpuscale.evaluate.runner import EvaluationRequest, run_one
 from gpuscale.evaluate.scoring import score_run
@@ -123,6 +125,19 @@ def summarise(name: str, case: Case, runs: list[dict[str, Any]]) -> dict[str, An
     }
 
 
+def read_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """An earlier ``--json``'s rows by name.
+
+    Raises:
+        SystemExit: The file is missing or not such a file (one line naming it).
+    """
+    try:
+        return {r["name"]: r for r in json.loads(path.read_text())["rows"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        kind = type(err).__name__
+        sys.exit(f"--compare {path}: not an earlier --json of this bench ({kind}); rerun one")
+
+
 def compare(row: dict[str, Any], earlier: dict[str, dict[str, Any]]) -> str:
     """The row against the earlier row of the same name, trace layout and seeds ("" if none).
 
@@ -177,11 +192,21 @@ def main() -> None:
     unknown = [n for n in names if n.removeprefix(shapes.PREFIX) not in shapes.SHAPES]
     if unknown:
         parser.error(f"--shape {unknown[0]}: no such shape (see sim/shapes.py)")
+    if args.policy not in registry.names():
+        parser.error(f"--policy {args.policy}: unknown; use one of {', '.join(registry.names())}")
     cases = {n.removeprefix(shapes.PREFIX): shape_case(n, args.scale) for n in names}
     cases |= {spec: trace_case(spec) for spec in args.trace}
+    for spec in args.trace:  # a wrong name or file: one line here, not a worker's traceback
+        trace, scale, seconds, _ = cases[spec]
+        try:
+            EvaluationRequest(
+                trace, scale=scale, duration_s=seconds, traces_dir=args.traces_dir
+            ).prepare()
+        except ConfigError as err:
+            sys.exit(str(err))
     earlier: dict[str, dict[str, Any]] = {}
     if args.compare is not None:
-        earlier = {r["name"]: r for r in json.loads(args.compare.read_text())["rows"]}
+        earlier = read_rows(args.compare)
     calls = [
         (f"{name}/{seed}", (case, seed, args.policy, args.traces_dir))
         for name, case in cases.items()

@@ -129,7 +129,11 @@ def run(name: str, out: Path, args: argparse.Namespace) -> Path:
         command += ["--policy", policy]
     if args.policy and "oracle" not in args.policy:
         command += ["--policy", "oracle"]
-    subprocess.run(command, check=True)
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0:  # evaluate has said why, in one line
+        sys.exit(
+            f"gpuscale evaluate on {name} exited {done.returncode}; the runs before it are kept"
+        )
     return result
 
 

@@ -127,3 +127,32 @@ def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_ru
         bench.trace_case("bursty:1:1200:0"), 0, "hybrid-deploy", None
     )
     assert scored_from_start["attainment"] != ours["attainment"]  # the warm-up is read
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--no-shapes", "--trace", "out/no-such-rates.csv:40"],
+            "--trace out/no-such-rates.csv: no such file: out/no-such-rates.csv; check the"
+            " path to the time_s,rps CSV",
+        ),
+        (
+            ["--shape", "ramp-cliff-x3", "--compare", "{not_json}"],
+            "--compare {not_json}: not an earlier --json of this bench (JSONDecodeError);"
+            " rerun one",
+        ),
+    ],
+)
+def test_a_wrong_trace_or_comparison_is_one_line_before_any_run(
+    bench, monkeypatch, tmp_path, argv, line
+):
+    not_json = tmp_path / "notes.txt"
+    not_json.write_text("a note, not JSON")
+    argv = [a.format(not_json=not_json) for a in argv]
+    line = line.format(not_json=not_json)
+    monkeypatch.setattr(sys, "argv", ["bench_deploy", *argv, "--seeds", "1", "--jobs", "1"])
+    monkeypatch.setattr(bench, "RunPool", None)  # reaching the runs would fail otherwise
+    with pytest.raises(SystemExit) as exc:
+        bench.main()
+    assert str(exc.value) == line

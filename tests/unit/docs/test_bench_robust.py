@@ -1,6 +1,7 @@
 """bench/bench_robust.py's figures: gap closure on the oracle's multiples, carried cells."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,29 @@ def test_each_trace_spec_runs_in_a_folder_of_its_own_scale_and_length(bench, tmp
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "results.json").write_text("{}")
         assert bench.run(spec, tmp_path, args) == tmp_path / folder / "results.json"
+
+
+def test_a_run_that_fails_ends_the_bench_in_one_line_after_evaluates_own(
+    bench, tmp_path, monkeypatch, capfd
+):
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "bench_robust",
+            "--out",
+            str(tmp_path),
+            "--no-shapes",
+            "--seeds",
+            "1",
+            "--trace",
+            "out/no-such-rates.csv:3",
+        ],
+    )
+    with pytest.raises(SystemExit) as exc:
+        bench.main()
+    assert str(exc.value) == (
+        "gpuscale evaluate on out/no-such-rates.csv exited 2; the runs before it are kept"
+    )
+    assert "no such file: out/no-such-rates.csv" in capfd.readouterr().err
+    assert not list(tmp_path.rglob("results.json"))
