@@ -561,20 +561,23 @@ What these runs show, and what stands in the way:
   `hybrid`, its knob chosen per trace, closes 0.59 of static's gap on gentd26 and
   0.35 on azure-code, and costs more than static on azure-conv (1.13 x); at its fair
   setting it costs 1.68, 1.39 and 2.10 x. `hybrid-deploy` closes none of the gap.
-- Four days of GenTD26's LoRA log (x 40, two days of history not scored, 2 seeds):
-  `hybrid-deploy` reaches 0.9984 at about 1.84 x the oracle (2,673 GPU-hours), and
-  told as little as 0.5 it still exceeded 0.99, at 1.42 x (measured without the lead
-  share); `hybrid` costs 1.96 x at its fair setting and 1.25 x at matched
-  attainment. The log's users send requests in clumps between idle hours, and a
-  clump tops the near-empty level before it many times over. Its requests take about
-  29 s, one at a time per pod, and may wait 86 s, against a lead of 190 to 250 s, so
-  the floor holds 0.69 to 0.75 of a clump. Held in full it cost 2.35 x at 0.9986;
-  on seed 0 it then bound 55 % of the scored decisions and 84 % of the
-  replica-seconds, a mean of 88 replicas against 21 requests in service. Reading the ratio
-  quantile per band of level, so that a clump out of near-idle does not raise the
-  floor at high load, made it dearer (3,316 to 4,211 GPU-hours, seed 0). What is
-  left is what a floor by ratio to the level before a clump cannot know: the clump's
-  size."""
+- Four days of GenTD26's LoRA log (x 40, two days of history not scored, 10 seeds,
+  `hybrid-deploy` and the oracle only, not in the table: `gpuscale evaluate --trace
+  out/gentd26_lora_4d.csv --scale 40 --warmup 172800 --policy hybrid-deploy --policy
+  oracle`, the rate file from `bench/bench_seasonal.py --rate-file`): `hybrid-deploy`
+  reaches 0.9983 at 1.84 x the oracle (2,686 GPU-hours against 1,464), and told as
+  little as 0.5 it still exceeds 0.99 on every seed, at 1.41 x (a bound: its curve
+  never falls to the target); `hybrid` costs 1.96 x at its fair setting and 1.25 x
+  at matched attainment. The log's users send requests in clumps between idle
+  hours, and a clump tops the near-empty level before it many times over. Its
+  requests take about 29 s, one at a time per pod, and may wait 86 s, against a lead
+  of 190 to 250 s, so the floor holds 0.69 to 0.75 of a clump. Held in full it cost
+  2.35 x at 0.9986 (2 seeds); on seed 0 it then bound 55 % of the scored decisions
+  and 84 % of the replica-seconds, a mean of 88 replicas against 21 requests in
+  service. Reading the ratio quantile per band of level, so that a clump out of
+  near-idle does not raise the floor at high load, made it dearer (3,316 to 4,211
+  GPU-hours, seed 0). What is left is what a floor by ratio to the level before a
+  clump cannot know: the clump's size."""
 
 
 if __name__ == "__main__":
