@@ -63,7 +63,7 @@ def trace_case(spec: str) -> Case:
     Raises:
         SystemExit: The spec is malformed (one line naming it).
     """
-    name, *rest = spec.rsplit(":", 3) if spec.count(":") >= 1 else (spec,)
+    name, *rest = spec.rsplit(":", 3)
     try:
         scale = float(rest[0]) if rest else 1.0
         seconds = int(rest[1]) if len(rest) > 1 and rest[1] else None

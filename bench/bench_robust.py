@@ -16,15 +16,14 @@ then reads each run's ``results.json`` and reports, per shape:
   GPU-hours over the oracle's at the target.
 
 Each run is a directory ``OUT/NAME`` (a trace's ``OUT/NAME-xSCALE[-SECONDSs]``) holding
-``results.json``; a run whose file
-exists is read, not run again, so a long bench can be resumed. ``--policy`` runs only
-the named policies (and the oracle, which every ratio divides by); ``--carry FILE``
-takes every other policy's cells from an earlier ``--json`` of the same shape, seeds,
-length and scale, so a change to one policy reruns that policy alone. A carried cell
-is marked in the figures (``carried``). ``--json`` writes
-the figures, ``--doc`` the Markdown page generated from them (docs/robustness.md);
-``--rows FILE`` reads the figures of an earlier ``--json`` instead of running (to
-regenerate the page after its text changes).
+``results.json``; a run whose file exists is read, not run again, so a long bench can be
+resumed. ``--policy`` runs only the named policies (and the oracle, which every ratio
+divides by); ``--carry FILE`` takes every other policy's cells from an earlier
+``--json`` of the same shape, seeds, length and scale, so a change to one policy reruns
+that policy alone. A carried cell is marked in the figures (``carried``). ``--json``
+writes the figures, ``--doc`` the Markdown page generated from them
+(docs/robustness.md); ``--rows FILE`` reads the figures of an earlier ``--json`` instead
+of running (to regenerate the page after its text changes).
 Run (small, then the final figures with more seeds):
 
     python bench/bench_robust.py --out /tmp/robust --seeds 3 --duration 3600 \\
@@ -297,9 +296,10 @@ def main() -> None:
     else:
         if args.out is None:
             parser.error("--out is needed unless --rows is given")
-        names = [shapes.PREFIX + s for s in (args.shape or shapes.names(shapes.HELD_BACK))]
-        if args.no_shapes:
-            names = []
+        shown = [] if args.no_shapes else (args.shape or shapes.names(shapes.HELD_BACK))
+        names = [shapes.PREFIX + s for s in shown]
+        for spec in args.trace:  # a malformed spec ends the bench now, not after hours of runs
+            trace_spec(spec, args.trace_scale, args.trace_duration)
         earlier = json.loads(args.carry.read_text())["runs"] if args.carry else []
         rows = []
         for name in [*names, *args.trace]:
