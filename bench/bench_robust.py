@@ -456,9 +456,14 @@ load so, only once it has run long enough to read the quantile at its target
 (`burst_window_s / (1 - target)`: 100 minutes at 0.99); until then `per_replica`'s
 headroom stands in, as for `hybrid`. A shape's history pass is longer than that
 at 0.99; a sweep point told 0.995 or more reads it later. When the last three intervals between
-burst onsets agree within a minute, the floor stands only from one horizon
-before the next expected onset until it comes, and meanwhile a scale-in gives
-back at once what the load does not need."""
+burst onsets (rises through half the load quantile, above their baseline) agree
+within a minute, the floor stands only from one horizon before the next expected
+onset until one horizon after it comes, and meanwhile a scale-in gives back at
+once what the load does not need: what was recommended and the load seen before
+the floor stood down hold nothing, and the plan holds for no more than the load
+since. The `hybrid-deploy` cells in the table were measured before the last two
+rules (onsets above their baseline; nothing from before the stand-down held); the
+reading gives their effect at the fair setting."""
 
 
 READING = """\

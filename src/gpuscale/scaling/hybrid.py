@@ -162,7 +162,10 @@ class HybridConfig(PredictiveConfig):
             down between bursts, expecting the next one interval after the last
             (``scaling.recurrence``); 0 holds it at every decision. While it stands
             down, a scale-in may remove all the load does not need at once
-            (``STANDING_DOWN_PACE_PERCENT``), not ``scale_down_percent``.
+            (``STANDING_DOWN_PACE_PERCENT``), not ``scale_down_percent``, and what
+            came before it stood down (the last burst, and the floor held for it)
+            holds nothing: the stabilisation window and the observed peak read only
+            what came since, and the plan holds for no more than the load since.
         pod_concurrency: The requests a pod's server serves at once, as configured
             (vLLM's ``--max-num-seqs`` bounded by its KV cache, Knative's
             ``containerConcurrency``, a one-at-a-time model's 1): the slots the
@@ -387,8 +390,19 @@ def served_since(points: Series, since: float | None, smoothing_s: float) -> Ser
         The points after ``since`` plus ``smoothing_s``, or the newest point when none
         is (``points`` as they are when nothing queued).
     """
-    if since is None:
-        return points
+    return points if since is None else read_after(points, since, smoothing_s)
+
+
+def read_after(points: Series, since: float, smoothing_s: float) -> Series:
+    """The smoothed points whose trailing mean (``smoothing_s``) lies wholly after ``since``.
+
+    A point whose mean reaches back before ``since`` still carries what came before it:
+    a saturated second (``served_since``), or the last burst between bursts on a period
+    (``Floor.calm_since``).
+
+    Returns:
+        Those points, or the newest point when none is.
+    """
     return tuple(p for p in points if p[0] - smoothing_s > since) or points[-1:]
 
 
@@ -414,8 +428,10 @@ class Floor(NamedTuple):
     replicas: int
     note: str
     cap: float | None
-    down: bool = False
-    """Whether it stands down between bursts that recur on a period."""
+    calm_since: float | None = None
+    """While it stands down between bursts that recur on a period: since when (the last
+    onset plus the lead, when the capacity the burst called for served). None while it
+    stands."""
     beyond: float | None = None
     """Since when the load has risen beyond every recorded ratio (None: it has not)."""
 
@@ -449,7 +465,8 @@ def learned_floor(
     a burst what stands must serve for each request's wait to stay within the budget
     until capacity asked for at the burst's start serves. Where the bursts recur on a period
     (``scaling.recurrence``, ``burst_period_intervals``), the floor stands only from
-    one lead time before the next is due until it has come.
+    one lead time before the next is due until one lead after it has come, and says
+    since when it stands down (``Floor.calm_since``).
 
     Args:
         demand: The load offered now.
@@ -516,13 +533,15 @@ def learned_floor(
             window_average(offered[:-1], cfg.burst_window_s) if len(offered) > 1 else None,
             threshold,
             cfg.baseline_window_s,
+            None if seen is None else seen[0],
         )
         tolerance = cfg.burst_window_s
         every = recurrence.period(onsets, cfg.burst_period_intervals, tolerance)
         if not recurrence.stands(now, onsets, every, lead, tolerance):
             due = onsets[-1] + (every or 0.0)
             note = f", learned floor {floor} down: bursts every {every:.0f} s, next {due:.0f}"
-            return Floor(bursts, levels, offered, onsets, 0, note, cap, down=True, beyond=beyond)
+            calm = onsets[-1] + lead
+            return Floor(bursts, levels, offered, onsets, 0, note, cap, calm, beyond=beyond)
     return Floor(bursts, levels, offered, onsets, floor, note, cap, beyond=beyond)
 
 
@@ -733,7 +752,14 @@ class HybridPolicy(KeepsState[HybridState]):
             learned = learned_floor(load, cfg, state, now, size, reach)
             if not reading:
                 note = f", learned floor held from {started + read_from:.0f} s"
-                learned = learned._replace(replicas=0, note=note, down=False)
+                learned = learned._replace(replicas=0, note=note, calm_since=None)
+            elif learned.calm_since is not None:
+                # Between bursts on a period the next is not due within the plan's
+                # horizon (the floor stands again one lead before it), and the fit
+                # window still holds the last burst's rise and fall: the plan holds
+                # for no more than the load has reached since the floor stood down.
+                calm = read_after(now_points, learned.calm_since, cfg.smoothing_s)
+                ceiling = max(load, *(v for _, v in calm))
             elif learned.cap is not None:
                 # The demand its history calls for at the target bounds what the
                 # plan holds for: a trend read on a crowd's rise would hold more than
@@ -758,6 +784,11 @@ class HybridPolicy(KeepsState[HybridState]):
         seen += learned.note
         proposal = max(proposal, learned.replicas + len(sick))
         served = served_since(points, since, cfg.smoothing_s)
+        calm_since = learned.calm_since
+        if calm_since is not None:
+            # What stood until the floor stood down was for the burst that has come:
+            # neither it nor the burst's load holds the scale-in after it.
+            served = read_after(served, calm_since, cfg.smoothing_s)
         proposal, up, agreed = agree(proposal, current, served, now, cfg, started, samples, size)
         # Requests queued now beyond ordinary queueing (``last_saturated``): the pods are
         # short, whatever the served load says.
@@ -766,10 +797,19 @@ class HybridPolicy(KeepsState[HybridState]):
         # Between bursts on a period the next one is not due before the floor stands
         # again, one horizon ahead of it: what the load does not need can go at once
         # (the HPA's default pace), not at the pace that holds capacity for bursts of
-        # unknown timing; the scale-in and stabilization windows still apply.
-        pace = STANDING_DOWN_PACE_PERCENT if learned.down else None
+        # unknown timing; the stabilization window holds only what was recommended
+        # since the floor stood down, and the scale-in cooldown still applies.
+        pace = STANDING_DOWN_PACE_PERCENT if calm_since is not None else None
         replicas, note, recs = settle(
-            now, current, proposal, state, cfg, hold_in=up, slots=slots, pace_percent=pace
+            now,
+            current,
+            proposal,
+            state,
+            cfg,
+            hold_in=up,
+            slots=slots,
+            pace_percent=pace,
+            stable_since=calm_since,
         )
         unwell = f", not capacity: {dict(sorted(sick.items()))}" if sick else ""
         reason = f"plan: {why}; now: {seen}{unwell}{agreed}{note} -> {replicas}"

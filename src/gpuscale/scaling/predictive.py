@@ -318,6 +318,7 @@ def settle(
     hold_in: bool = False,
     slots: Sequence[int] = (),
     pace_percent: float | None = None,
+    stable_since: float | None = None,
 ) -> tuple[int, str, tuple[tuple[float, int], ...]]:
     """Bounds, the scale-in stabilisation window and the step limits.
 
@@ -334,6 +335,9 @@ def settle(
         slots: Replicas each node holds (``TargetStatus.node_slots``; ``whole_nodes``).
         pace_percent: The share of the replicas a scale-in may remove this time, in
             place of ``scale_down_percent``; None: that.
+        stable_since: The stabilisation window starts no earlier than this, seconds
+            (the recommendations before it were for a load that has passed); None: the
+            whole window.
 
     Returns:
         (replicas, a note, the recommendations to keep).
@@ -343,6 +347,8 @@ def settle(
     cooling = last_in is not None and now - last_in < cfg.scale_in_cooldown_s
     proposal = clamp(proposal, cfg.min_replicas, cfg.max_replicas)
     cutoff = now - cfg.stabilization_window_s
+    if stable_since is not None:
+        cutoff = max(cutoff, stable_since)
     recs = [(t, r) for t, r in state.recs if t > cutoff]
     recs.append((now, proposal))
     note = ""

@@ -11,7 +11,10 @@ takes to serve) before it until the burst has come.
 A burst's onset is the decision at which the mean demand over the burst window
 first rises through half the demand the floor holds for (the demand quantile that
 caps it): a consistent point of the rise however high the burst, and one that a
-baseline still raised by the last burst does not hide. The onsets are kept (the
+baseline still raised by the last burst does not hide. It must be a rise: the burst
+window above its baseline (the burst ratio above 1). A slow burst's tail that
+wanders back up through the threshold, noise on a falling load, stands below the
+baseline it fell from and times nothing. The onsets are kept (the
 last ``MAX_ONSETS``); the period is the mean of the last ``agree`` intervals when
 they lie within ``tolerance_s`` of their mean. With fewer onsets, intervals that
 disagree (crowds at irregular times), or the next burst overdue, the floor stands
@@ -51,6 +54,7 @@ def record_onset(
     before: float | None,
     threshold: float | None,
     refractory_s: float,
+    ratio: float | None = None,
 ) -> tuple[float, ...]:
     """The onsets with ``now`` added when the demand rose through the threshold.
 
@@ -62,6 +66,9 @@ def record_onset(
         threshold: ``onset_threshold``'s demand (None: nothing is timed).
         refractory_s: The least time between onsets: noise about the threshold
             within one burst is not a second burst.
+        ratio: The burst ratio now (``headroom.burst_ratio``): at most 1, the load is
+            not above its baseline and the crossing is no onset; None: unknown (no
+            baseline yet), not judged.
 
     Returns:
         The onsets, the last ``MAX_ONSETS``.
@@ -69,6 +76,8 @@ def record_onset(
     if threshold is None or demand is None or demand < threshold:
         return tuple(onsets)
     if before is not None and before >= threshold:
+        return tuple(onsets)
+    if ratio is not None and ratio <= 1.0:
         return tuple(onsets)
     if onsets and now - onsets[-1] < refractory_s:
         return tuple(onsets)

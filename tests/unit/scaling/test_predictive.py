@@ -21,6 +21,7 @@ from gpuscale.scaling.predictive import (
     PredictiveState,
     cold_start_s,
     horizon_s,
+    settle,
 )
 from tests.support.policystate import through_json
 
@@ -106,6 +107,20 @@ def test_scale_in_is_spaced_by_its_cooldown():
     assert d2.replicas == 20  # 15 s later: cooling down
     assert "cooling down" in d2.reason
     assert d3.replicas == 10  # 60 s after the first
+
+
+def test_a_stabilisation_window_cut_short_holds_only_what_was_recommended_since():
+    # 40 recommended 60 s ago, within the 120 s window: it holds the fleet, unless the
+    # window is cut to start after it (a load that has passed, as hybrid's floor between
+    # bursts on a period tells it).
+    cfg = PredictiveConfig(per_replica=1.0, scale_down_percent=100.0)
+    state = dataclasses.replace(LONG_AGO, recs=((540.0, 40),))
+    held, _, kept = settle(600.0, 40, 5, state, cfg)
+    assert held == 40
+    cut, _, kept_cut = settle(600.0, 40, 5, state, cfg, stable_since=560.0)
+    assert cut == 5
+    assert kept == ((540.0, 40), (600.0, 5))
+    assert kept_cut == ((600.0, 5),)
 
 
 def test_scale_in_waits_for_the_observed_peak():

@@ -30,6 +30,12 @@ def test_an_onset_is_recorded_where_the_demand_rises_through_the_threshold():
     assert recurrence.record_onset((), 100.0, 4.0, 2.0, None, 600.0) == ()
     # Noise about the threshold within one burst is not a second one.
     assert recurrence.record_onset((0.0,), 300.0, 4.0, 2.0, 3.5, 600.0) == (0.0,)
+    # A crossing on a falling load (a slow burst's tail, below the baseline it fell
+    # from) is no onset; one above its baseline is, and unknown is not judged.
+    assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0, ratio=0.7) == ()
+    assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0, ratio=1.0) == ()
+    assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0, ratio=1.4) == (100.0,)
+    assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0, ratio=None) == (100.0,)
     many = tuple(float(t) for t in range(0, 9000, 900))
     kept = recurrence.record_onset(many, 9000.0, 4.0, 2.0, 3.5, 600.0)
     assert len(kept) == recurrence.MAX_ONSETS
@@ -88,9 +94,10 @@ def test_hybrids_floor_stands_down_between_bursts_that_recur_and_not_otherwise()
 def test_between_bursts_on_a_period_hybrid_gives_back_at_once_and_not_otherwise():
     # 40 replicas after a burst, the load back at a steady 10 in flight, a scale-in
     # pace of 5 %: standing down between bursts every 900 s, the policy scales in to
-    # what the load asks in one decision (the plan's upper bound, 10.4 in flight, needs
-    # 2); where the bursts' times are irregular the floor (7) stands and the pace
-    # holds (5 % of 40: 2 replicas).
+    # what the load asks in one decision (the plan holds for no more than the load
+    # reached since the floor stood down, 10 in flight: 1 replica); where the bursts'
+    # times are irregular the floor (7) stands and the pace holds (5 % of 40: 2
+    # replicas).
     bursts = headroom.record(headroom.record((), 1.0, 10.0), 6.0, 60.0)
     levels = headroom.record_level(headroom.record_level((), 10.0, 10.0), 60.0, 60.0)
     cfg = HybridConfig(
@@ -113,7 +120,50 @@ def test_between_bursts_on_a_period_hybrid_gives_back_at_once_and_not_otherwise(
         return HybridPolicy(cfg).decide(obs, state)
 
     down = decide((0.0, 900.0, 1800.0, 2700.0))
-    assert down.replicas == 2
+    assert down.replicas == 1
+    assert "capped at 10.00" in down.reason
     assert "learned floor 7 down: bursts every 900 s, next 3600" in down.reason
     irregular = decide((0.0, 900.0, 2700.0))
     assert irregular.replicas == 38
+
+
+def test_between_bursts_on_a_period_what_stood_for_the_last_one_holds_nothing():
+    # The policy's own windows (a 120 s stabilisation, a 300 s observed peak, a trend
+    # window) all still hold the burst that came at 2700: the floor stood for it (40
+    # replicas recommended at 2745) and the load was 60 in flight until 2745. The
+    # floor stood down at 2760 (the onset and a lead of 60 s, the default cold start);
+    # since then the load is a steady 10. Standing down between bursts every 900 s,
+    # the scale-in reads only the points whose minute's mean lies wholly after that
+    # (2835 and 2850): the plan's bound and the observed peak, 10, need 1 replica.
+    # With the bursts at irregular times the floor stands and the stabilisation holds
+    # the 40.
+    bursts = headroom.record(headroom.record((), 1.0, 10.0), 6.0, 60.0)
+    levels = headroom.record_level(headroom.record_level((), 10.0, 10.0), 60.0, 60.0)
+    cfg = HybridConfig(
+        per_replica=10.0, target_attainment=0.99, scale_down_percent=5.0, scale_in_cooldown_s=0.0
+    )
+    now = 2850.0
+    history = tuple(
+        (t, 60.0 if t <= 2745.0 else 10.0) for t in (now - 15.0 * i for i in range(40, -1, -1))
+    )
+    pods = tuple(PodStatus(f"p{i}", True, -1000.0, -1000.0) for i in range(40))
+    obs = Observation(now, TargetStatus(40, pods), {}, {IN_FLIGHT: history, QUEUE: idle(history)})
+
+    def decide(onsets: tuple[float, ...]) -> Decision[HybridState]:
+        state = HybridState(
+            started_at=-86_400.0,
+            bursts=bursts,
+            levels=levels,
+            offered=history[:-1],
+            onsets=onsets,
+            recs=((2745.0, 40),),
+        )
+        return HybridPolicy(cfg).decide(obs, state)
+
+    down = decide((0.0, 900.0, 1800.0, 2700.0))
+    assert "down: bursts every 900 s, next 3600" in down.reason
+    assert down.replicas == 1
+    assert [t for t, _ in down.state.recs] == [now]  # the burst's 40 is forgotten
+    irregular = decide((0.0, 900.0, 2700.0))
+    assert irregular.replicas == 40
+    assert "stabilised 40" in irregular.reason
