@@ -496,10 +496,13 @@ def learned_floor(
     seen = headroom.burst_ratio(offered, now, *windows)
     share = cfg.target_attainment if cfg.target_attainment is not None else 1.0
     beyond = state.beyond_since
+    # The history before this reading counts in it (the decay scales every bin
+    # alike, so its quantiles are the previous decision's).
+    usual_before = headroom.quantile(bursts, share)
+    timed_before = recurrence.onset_threshold(usual_before, headroom.level_quantile(levels, share))
     if seen is not None:
         ratio, burst, _ = seen
-        # Against the history before this reading counts in it.
-        top, usual_before = headroom.highest(bursts), headroom.quantile(bursts, share)
+        top = headroom.highest(bursts)
         if top is not None and ratio > top:
             beyond = now if beyond is None else beyond
         elif beyond is not None and (usual_before is None or ratio <= usual_before):
@@ -534,10 +537,12 @@ def learned_floor(
             threshold,
             cfg.baseline_window_s,
             None if seen is None else seen[0],
+            newly_timed=timed_before is None,
         )
         tolerance = cfg.burst_window_s
         every = recurrence.period(onsets, cfg.burst_period_intervals, tolerance)
-        if not recurrence.stands(now, onsets, every, lead, tolerance):
+        rise = cfg.burst_window_s
+        if not recurrence.stands(now, onsets, every, lead, tolerance, rise):
             due = onsets[-1] + (every or 0.0)
             note = f", learned floor {floor} down: bursts every {every:.0f} s, next {due:.0f}"
             calm = onsets[-1] + lead

@@ -6,12 +6,16 @@ comes. Many do come on a clock: a batch pipeline every half hour, a cron-driven
 fan-out at the top of the hour, a report run at the same minute each cycle. When the
 last few bursts started a steady interval apart, the next is expected one interval
 after the last, and the floor need only stand from one lead time (what new capacity
-takes to serve) before it until the burst has come.
+takes to serve) before it until the burst has come. Before the lead it also allows
+the burst's rise: an onset is timed on a window's mean, which crosses the threshold
+up to one window after the load does.
 
 A burst's onset is the decision at which the mean demand over the burst window
 first rises through half the demand the floor holds for (the demand quantile that
 caps it): a consistent point of the rise however high the burst, and one that a
-baseline still raised by the last burst does not hide. It must be a rise: the burst
+baseline still raised by the last burst does not hide. The first burst sets that
+threshold as it rises (before it the floor holds too little to time), so the reading
+at which a threshold first stands is its onset. It must be a rise: the burst
 window above its baseline (the burst ratio above 1). A slow burst's tail that
 wanders back up through the threshold, noise on a falling load, stands below the
 baseline it fell from and times nothing. The onsets are kept (the
@@ -55,6 +59,8 @@ def record_onset(
     threshold: float | None,
     refractory_s: float,
     ratio: float | None = None,
+    *,
+    newly_timed: bool = False,
 ) -> tuple[float, ...]:
     """The onsets with ``now`` added when the demand rose through the threshold.
 
@@ -69,13 +75,19 @@ def record_onset(
         ratio: The burst ratio now (``headroom.burst_ratio``): at most 1, the load is
             not above its baseline and the crossing is no onset; None: unknown (no
             baseline yet), not judged.
+        newly_timed: No threshold stood at the previous decision: the floor had no
+            burst to time until this reading, which is the first burst's rise, so
+            the demand before counts as below the threshold. Without it the first
+            burst is never timed (the threshold, half the demand quantile, rises with
+            the burst that defines it, and the reading before already stands above
+            it), and its period is read one burst later.
 
     Returns:
         The onsets, the last ``MAX_ONSETS``.
     """
     if threshold is None or demand is None or demand < threshold:
         return tuple(onsets)
-    if before is not None and before >= threshold:
+    if not newly_timed and before is not None and before >= threshold:
         return tuple(onsets)
     if ratio is not None and ratio <= 1.0:
         return tuple(onsets)
@@ -102,14 +114,19 @@ def period(onsets: Sequence[float], agree: int, tolerance_s: float) -> float | N
 
 
 def stands(
-    now: float, onsets: Sequence[float], every: float | None, lead_s: float, tolerance_s: float
+    now: float,
+    onsets: Sequence[float],
+    every: float | None,
+    lead_s: float,
+    tolerance_s: float,
+    rise_s: float = 0.0,
 ) -> bool:
     """Whether the floor must stand now.
 
-    It stands without a period; from one lead time and the tolerance before the next
-    expected onset until an onset is seen (so through a late burst, and for good if
-    the pattern stops); and for one lead time after the last onset, while the
-    replicas the burst called for come up.
+    It stands without a period; from one lead time, the tolerance and the rise before
+    the next expected onset until an onset is seen (so through a late burst, and for
+    good if the pattern stops); and for one lead time after the last onset, while
+    the replicas the burst called for come up.
 
     Args:
         now: The decision's time, seconds.
@@ -117,6 +134,9 @@ def stands(
         every: ``period``'s answer.
         lead_s: How long new capacity takes to serve, seconds.
         tolerance_s: How early a burst may come, seconds.
+        rise_s: How long a burst has risen when its onset is timed: the burst
+            window's mean crosses the threshold up to one window after the load
+            does, so capacity that serves only at the onset comes that late.
 
     Returns:
         True when the floor stands.
@@ -124,4 +144,4 @@ def stands(
     if every is None or not onsets:
         return True
     last = onsets[-1]
-    return now >= last + every - lead_s - tolerance_s or now <= last + lead_s
+    return now >= last + every - lead_s - tolerance_s - rise_s or now <= last + lead_s

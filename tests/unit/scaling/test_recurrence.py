@@ -36,6 +36,10 @@ def test_an_onset_is_recorded_where_the_demand_rises_through_the_threshold():
     assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0, ratio=1.0) == ()
     assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0, ratio=1.4) == (100.0,)
     assert recurrence.record_onset((), 100.0, 4.0, 2.0, 3.5, 600.0, ratio=None) == (100.0,)
+    # The reading that first gives the floor a burst to time (no threshold stood at
+    # the decision before) is the first burst's rise, wherever the demand before stood.
+    assert recurrence.record_onset((), 100.0, 4.0, 3.6, 3.5, 600.0, newly_timed=True) == (100.0,)
+    assert recurrence.record_onset((), 100.0, 3.0, 2.0, 3.5, 600.0, newly_timed=True) == ()
     many = tuple(float(t) for t in range(0, 9000, 900))
     kept = recurrence.record_onset(many, 9000.0, 4.0, 2.0, 3.5, 600.0)
     assert len(kept) == recurrence.MAX_ONSETS
@@ -62,6 +66,15 @@ def test_the_floor_stands_a_lead_before_the_next_burst_until_it_has_come():
     assert [t for t in stands if t <= 6900][-2:] == [5640, 6900]
     assert max(stands) == 8940
     assert not recurrence.stands(6000.0, onsets, every, lead, tol)
+    # An onset is timed on the burst window's mean, up to a window after the load
+    # rose: capacity that serves from the onset on would come that late, so with the
+    # rise the floor stands one window earlier (6840), the ends unchanged.
+    rising = [
+        t for t in range(5400, 9000, 60) if recurrence.stands(t, onsets, every, lead, tol, 60.0)
+    ]
+    assert [t for t in rising if t <= 6840][-2:] == [5640, 6840]
+    assert not recurrence.stands(6780.0, onsets, every, lead, tol, 60.0)
+    assert (min(rising), max(rising)) == (5400, 8940)
     assert recurrence.stands(6000.0, onsets, None, lead, tol)  # no period: always
     assert recurrence.stands(6000.0, (), every, lead, tol)
 
@@ -86,9 +99,41 @@ def test_hybrids_floor_stands_down_between_bursts_that_recur_and_not_otherwise()
     assert mid.replicas == 0
     assert "bursts every 900 s, next 3600" in mid.note
     assert floor(3350.0, onsets).replicas == held  # within a lead and the tolerance of it
+    # and within the burst window's rise before that (3600 - 240 - 60 - 60 = 3240)
+    assert floor(3270.0, onsets).replicas == held
+    assert floor(3225.0, onsets).replicas == 0
     assert floor(2900.0, onsets).replicas == held  # within a lead of the last one
     assert floor(3150.0, onsets, intervals=0).replicas == held  # off
     assert floor(3150.0, (0.0, 900.0, 2700.0)).replicas == held  # irregular: no period
+
+
+def test_the_first_burst_a_floor_sees_is_timed_from_its_rise():
+    # Fifteen quiet minutes at 10 (ratio 1), then the first burst rises: 16 at the
+    # decision before, 30 now. The burst window's mean is 16.5 (ratio 1.65, the first
+    # reading the floor would time), and at the decision before 11.5 (ratio 1.15).
+    now = 1800.0
+    bursts = headroom.record((), 1.0, 600.0)
+    levels = headroom.record_level((), 10.0, 600.0)
+    quiet = [(now - 15.0 * i, 10.0) for i in range(60, 1, -1)]
+    offered = (*quiet, (now - 15.0, 16.0))
+    state = HybridState(bursts=bursts, levels=levels, offered=offered)
+    cfg = HybridConfig(per_replica=10.0, target_attainment=0.99)
+    floor = hybrid.learned_floor(30.0, cfg, state, now, lead_s=240.0)
+    # The threshold this reading sets is half the demand quantile it lifts (17.4 / 2),
+    # which the demand before (11.5) already stands above: judged against it, the
+    # first burst's rise would time nothing, and its period would be read a burst late.
+    threshold = recurrence.onset_threshold(
+        headroom.quantile(floor.bursts, 0.99), headroom.level_quantile(floor.levels, 0.99)
+    )
+    assert threshold is not None
+    assert threshold < 11.5
+    assert floor.onsets == (now,)
+    # Once a threshold stands, a reading whose demand was already above it at the
+    # decision before is the same burst.
+    seen = dataclasses.replace(
+        state, bursts=floor.bursts, levels=floor.levels, offered=floor.offered
+    )
+    assert hybrid.learned_floor(40.0, cfg, seen, now + 15.0, lead_s=240.0).onsets == ()
 
 
 def test_between_bursts_on_a_period_hybrid_gives_back_at_once_and_not_otherwise():
