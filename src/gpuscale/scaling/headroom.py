@@ -150,8 +150,33 @@ def record(weights: Sequence[float], ratio: float, weight: float) -> tuple[float
     return tuple(out)
 
 
+def within_bin(lower: float, upper: float, below: float, weight: float, wanted: float) -> float:
+    """Where the quantile with ``wanted`` weight below it lies in a bin.
+
+    Log-linearly between the bin's edges (they are a constant ratio apart), as
+    Prometheus's ``histogram_quantile`` reads linearly within a bucket: the bin's
+    upper edge would overstate the quantile by up to a bin, an eighth of a doubling
+    (9 %), and the floor with it.
+
+    Args:
+        lower: The bin's lower edge (> 0).
+        upper: Its upper edge.
+        below: The weight in the bins below it.
+        weight: Its own weight (> 0).
+        wanted: The weight below the quantile.
+
+    Returns:
+        The quantile.
+    """
+    part = min(max((wanted - below) / weight, 0.0), 1.0)
+    return float(lower * (upper / lower) ** part)
+
+
 def quantile(weights: Sequence[float], share: float) -> float | None:
-    """The ratio below which ``share`` of the recorded weight lies (a bin's upper edge).
+    """The ratio below which ``share`` of the recorded weight lies, read within its bin.
+
+    In the first bin (ratios of 1 and below) it is 1: a load at or under its
+    baseline calls for no headroom.
 
     Returns:
         The ratio, or None while nothing is recorded.
@@ -159,11 +184,14 @@ def quantile(weights: Sequence[float], share: float) -> float | None:
     total = sum(weights)
     if total <= 0:
         return None
+    wanted = share * total - 1e-12
     running = 0.0
-    for edge, w in zip(RATIO_EDGES, weights, strict=True):
+    for i, (edge, w) in enumerate(zip(RATIO_EDGES, weights, strict=True)):
         running += w
-        if running >= share * total - 1e-12:
-            return edge
+        if running >= wanted:
+            if i == 0:
+                return edge
+            return within_bin(RATIO_EDGES[i - 1], edge, running - w, w, wanted)
     return RATIO_EDGES[-1]
 
 
@@ -209,7 +237,7 @@ def record_level(
 
 
 def level_quantile(levels: Sequence[tuple[int, float]], share: float) -> float | None:
-    """The demand below which ``share`` of the recorded weight lies (a bin's upper edge).
+    """The demand below which ``share`` of the recorded weight lies, read within its bin.
 
     Returns:
         The demand, or None while nothing is recorded.
@@ -217,11 +245,14 @@ def level_quantile(levels: Sequence[tuple[int, float]], share: float) -> float |
     total = sum(w for _, w in levels)
     if total <= 0:
         return None
+    wanted = share * total - 1e-12
     running = 0.0
     for k, w in levels:
         running += w
-        if running >= share * total - 1e-12:
-            return float(2.0 ** (k / LEVEL_BINS_PER_DOUBLING))
+        if running >= wanted:
+            upper = 2.0 ** (k / LEVEL_BINS_PER_DOUBLING)
+            lower = 2.0 ** ((k - 1) / LEVEL_BINS_PER_DOUBLING)
+            return float(within_bin(lower, upper, running - w, w, wanted))
     return float(2.0 ** (levels[-1][0] / LEVEL_BINS_PER_DOUBLING))
 
 

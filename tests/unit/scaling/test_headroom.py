@@ -56,15 +56,17 @@ def test_no_ratio_until_the_baseline_window_is_covered_or_while_it_is_empty():
     assert headroom.burst_ratio(idle, STEP_S * 59, 60.0, 600.0) is None
 
 
-def test_the_quantile_is_request_weighted_and_reads_a_bins_upper_edge():
+def test_the_quantile_is_request_weighted_and_read_within_its_bin():
     weights: tuple[float, ...] = ()
     for _ in range(98):
         weights = headroom.record(weights, 1.0, 10.0)  # quiet windows: 980 requests
     weights = headroom.record(weights, 6.0, 60.0)  # one burst window: 60 requests
     # The burst holds 60 of 1040 requests (5.8 %): at 0.9 the quiet ratio is enough, at
-    # 0.99 only the burst's bin (6 lies in (2^(20/8), 2^(21/8)] = (5.66, 6.17]).
+    # 0.99 the burst's bin (6 lies in (2^(20/8), 2^(21/8)] = (5.66, 6.17]), read where
+    # 0.99 of the weight falls in it: 49.6 of its 60, log-linearly between its edges.
     assert headroom.quantile(weights, 0.9) == 1.0
-    assert headroom.quantile(weights, 0.99) == pytest.approx(2 ** (21 / 8))
+    assert headroom.quantile(weights, 0.99) == pytest.approx(2 ** ((20 + 49.6 / 60) / 8))
+    assert 2 ** (20 / 8) < headroom.quantile(weights, 0.99) < 2 ** (21 / 8)
     assert headroom.quantile((), 0.99) is None
     assert headroom.record((), 1000.0, 1.0)[-1] == 1.0  # beyond 32: the last bin
 
@@ -77,13 +79,15 @@ def test_the_floor_is_the_quantile_ratio_times_the_level_per_replica():
     assert headroom.floor_replicas(weights, 0.99, None, two) == 0
 
 
-def test_the_demand_quantile_is_request_weighted_and_reads_a_bins_upper_edge():
+def test_the_demand_quantile_is_request_weighted_and_read_within_its_bin():
     levels: tuple = ()
     for _ in range(98):
         levels = headroom.record_level(levels, 10.0, 10.0)  # 980 requests at 10
     levels = headroom.record_level(levels, 60.0, 60.0)  # 60 requests at 60
-    assert headroom.level_quantile(levels, 0.9) == pytest.approx(2 ** (27 / 8))  # 10 in (9.17, 10]
-    assert headroom.level_quantile(levels, 0.99) == pytest.approx(2 ** (48 / 8))  # 60 in (58.7, 64]
+    # 10 lies in (2^(26/8), 2^(27/8)] = (9.51, 10.37], where 936 of its 980 fall at 0.9;
+    # 60 in (2^(47/8), 2^6] = (58.7, 64], where 49.6 of its 60 fall at 0.99.
+    assert headroom.level_quantile(levels, 0.9) == pytest.approx(2 ** ((26 + 936 / 980) / 8))
+    assert headroom.level_quantile(levels, 0.99) == pytest.approx(2 ** ((47 + 49.6 / 60) / 8))
     assert headroom.level_quantile((), 0.99) is None
     assert headroom.record_level(levels, 0.0, 5.0) == levels  # no demand, nothing recorded
 
@@ -353,27 +357,28 @@ FLOOR_CFG = HybridConfig(per_replica=1.0, target_attainment=0.99)
 
 
 def test_a_rise_beyond_every_recorded_ratio_measures_the_usual_headroom_from_the_load_now():
-    # The load returns at once from 10 to 30 (a 3 x rise; history shows 1.41 x at most).
-    # The floor's level is still the baseline's 10 (1.41 x 10 -> 15 replicas), which the
-    # load has left: the usual ratio is applied to the load now, 1.41 x 30 = 42.4, capped
-    # by the demand history reaches at 0.99 (40 in its bin (38.1, 41.5]) -> 42 replicas.
+    # The load returns at once from 10 to 30 (a 3 x rise; history shows 1.3 x at most,
+    # read at 0.99 as 1.35 in its bin (1.30, 1.41]). The floor's level is still the
+    # baseline's 10 (1.35 x 10 -> 14 replicas), which the load has left: the usual ratio
+    # is applied to the load now, 1.35 x 30 = 40.6, capped by the demand history reaches
+    # at 0.99 (39.7 in 40's bin (38.1, 41.5]) -> 40 replicas.
     now = 3600.0
     state = dataclasses.replace(beyond_history(), offered=offered(now, 30.0, now - 45.0, 10.0))
     got = hybrid.learned_floor(30.0, FLOOR_CFG, state, now, lead_s=240.0)
     assert got.beyond == now
-    assert got.replicas == 42
+    assert got.replicas == 40
     level = headroom.level(got.offered, now, 60.0, 600.0, 240.0)
     assert level == 10.0
     ordinary = headroom.floor_replicas(got.bursts, 0.99, level, per_replica_sizing(1.0), got.cap)
-    assert ordinary == 15
+    assert ordinary == 14
     assert "rise beyond its recorded bursts since 3600 s" in got.note
-    # Ten minutes on, the baseline has caught up (a ratio of 1, within the usual 1.41): the
-    # rise is over, and the ordinary floor (1.41 x 30, capped) holds the same 42.
+    # Ten minutes on, the baseline has caught up (a ratio of 1, within the usual 1.35): the
+    # rise is over, and the ordinary floor (1.35 x 30, capped) holds the same 40.
     later = now + 840.0
     settled = dataclasses.replace(got_state(got), offered=offered(later, 30.0, 0.0, 30.0))
     after = hybrid.learned_floor(30.0, FLOOR_CFG, settled, later, lead_s=240.0)
     assert after.beyond is None
-    assert after.replicas == 42
+    assert after.replicas == 40
     assert after.note == ""
 
 
@@ -393,7 +398,7 @@ def test_a_rise_within_the_recorded_ratios_keeps_the_floor_on_its_baseline():
     state = dataclasses.replace(beyond_history(), offered=offered(now, 13.0, now - 45.0, 10.0))
     got = hybrid.learned_floor(13.0, FLOOR_CFG, state, now, lead_s=240.0)
     assert got.beyond is None
-    assert got.replicas == 15  # 1.41 x the baseline's 10
+    assert got.replicas == 14  # 1.35 x the baseline's 10
     # A state that was beyond keeps its time while the rise stands above every recorded ratio.
     was = dataclasses.replace(beyond_history(), offered=offered(now, 30.0, now - 45.0, 10.0))
     still = hybrid.learned_floor(
@@ -410,7 +415,7 @@ def test_the_time_a_rise_went_beyond_its_history_is_kept_in_the_state():
 
 def test_once_beyond_the_floor_stays_on_the_load_now_until_the_ratio_is_back_within_its_quantile():
     # History with a rare 1.9 x rise (0.1 % of the requests): the highest ratio 2.0, the
-    # quantile at 0.99 still 1.41. A 1.7 x rise lies between them.
+    # quantile at 0.99 still in 1.3's bin (1.36). A 1.7 x rise lies between them.
     bursts = headroom.record(beyond_history().bursts, 1.9, 100.0)
     history = dataclasses.replace(beyond_history(), bursts=bursts)
     now = 3600.0
@@ -420,15 +425,15 @@ def test_once_beyond_the_floor_stays_on_the_load_now_until_the_ratio_is_back_wit
         state = dataclasses.replace(history, offered=kept, beyond_since=since)
         return hybrid.learned_floor(burst, FLOOR_CFG, state, now, lead_s=240.0)
 
-    # Not beyond before: a rise within the recorded range starts nothing (1.41 x 10 -> 15).
+    # Not beyond before: a rise within the recorded range starts nothing (1.36 x 10 -> 14).
     assert floor(17.0, None).beyond is None
-    assert floor(17.0, None).replicas == 15
+    assert floor(17.0, None).replicas == 14
     # Beyond since 3000 s: above the quantile it stays, measured from the load now
-    # (1.41 x 17 = 24.0 -> 25 replicas); back within the quantile (1.3 x) it clears.
+    # (1.36 x 17 = 23.1 -> 24 replicas); back within the quantile (1.3 x) it clears.
     assert floor(17.0, 3000.0).beyond == 3000.0
-    assert floor(17.0, 3000.0).replicas == 25
+    assert floor(17.0, 3000.0).replicas == 24
     assert floor(13.0, 3000.0).beyond is None
-    assert floor(13.0, 3000.0).replicas == 15
+    assert floor(13.0, 3000.0).replicas == 14
 
 
 def test_the_lead_share_keeps_the_longest_wait_of_the_lead_within_the_budget():
@@ -445,16 +450,16 @@ def test_the_lead_share_keeps_the_longest_wait_of_the_lead_within_the_budget():
 
 
 def test_the_floor_holds_the_share_of_a_burst_its_requests_cannot_wait_out():
-    # The threefold return of the test above (42 replicas told no wait): its requests
-    # may wait 80 s of the 240 s lead, so 3/4 of the floor's demand (41.5 x 0.75) stands.
+    # The threefold return of the test above (40 replicas told no wait): its requests
+    # may wait 80 s of the 240 s lead, so 3/4 of the floor's demand (39.7 x 0.75) stands.
     now = 3600.0
     state = dataclasses.replace(beyond_history(), offered=offered(now, 30.0, now - 45.0, 10.0))
     waiting = dataclasses.replace(FLOOR_CFG, wait_budget_s=80.0)
     told = hybrid.learned_floor(30.0, waiting, state, now, lead_s=240.0)
     assert told.cap is not None
-    assert told.replicas == math.ceil(told.cap * 0.75 - 1e-9) == 32
-    # The ordinary floor too: 1.41 x the baseline's 10 at 3/4 -> 11, not 15.
+    assert told.replicas == math.ceil(told.cap * 0.75 - 1e-9) == 30
+    # The ordinary floor too: 1.35 x the baseline's 10 at 3/4 -> 11, not 14.
     within = dataclasses.replace(beyond_history(), offered=offered(now, 13.0, now - 45.0, 10.0))
     assert hybrid.learned_floor(13.0, waiting, within, now, lead_s=240.0).replicas == 11
     # Without a lead the burst window alone stands for the time capacity takes: all of it.
-    assert hybrid.learned_floor(30.0, waiting, state, now).replicas == 42
+    assert hybrid.learned_floor(30.0, waiting, state, now).replicas == 40
