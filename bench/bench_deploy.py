@@ -14,6 +14,9 @@ after the warm-up, the drop timeout's last requests left out), on
 * shared traces (``--trace NAME:SCALE[:SECONDS[:WARMUP]]``; a rate file's path is a
   trace name too).
 
+``--placement`` marks each scale-in's pods so whole nodes empty, as ``gpuscale evaluate
+--placement`` does (compare with a run without it for what placement saves).
+
 Reported per shape or trace: mean attainment over seeds, the seeds at the target or
 above, and mean GPU-hours (node GPU-hours, as ``gpuscale evaluate`` counts them).
 ``--compare EARLIER`` adds, per row of the same name and seeds, the change against
@@ -80,9 +83,15 @@ def shape_case(name: str, scale: float) -> Case:
 
 
 def run_case(
-    case: Case, seed: int, policy: str, traces_dir: Path | None, progress: Any = None
+    case: Case,
+    seed: int,
+    policy: str,
+    traces_dir: Path | None,
+    placement: bool = False,
+    progress: Any = None,
 ) -> dict[str, Any]:
-    """One seed of one case at the policy's fair parameters.
+    """One seed of one case at the policy's fair parameters (``placement``: scale-ins
+    marked so whole nodes empty, ``gpuscale evaluate --placement``).
 
     Returns:
         Attainment, GPU-hours and the run's wall seconds.
@@ -90,7 +99,13 @@ def run_case(
     trace, scale, seconds, warmup = case
     started = time.perf_counter()
     request = EvaluationRequest(
-        trace, policies=(policy,), scale=scale, duration_s=seconds, seed=seed, traces_dir=traces_dir
+        trace,
+        policies=(policy,),
+        scale=scale,
+        duration_s=seconds,
+        seed=seed,
+        traces_dir=traces_dir,
+        placement=placement,
     )
     prepared = request.prepare()
     if warmup is None:
@@ -185,6 +200,11 @@ def main() -> None:
     parser.add_argument("--policy", default="hybrid-deploy")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--traces-dir", type=Path, help="the shared traces' folder")
+    parser.add_argument(
+        "--placement",
+        action="store_true",
+        help="mark each scale-in's pods so whole nodes empty (gpuscale evaluate --placement)",
+    )
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--compare", type=Path, help="an earlier --json to compare with")
     args = parser.parse_args()
@@ -208,7 +228,7 @@ def main() -> None:
     if args.compare is not None:
         earlier = read_rows(args.compare)
     calls = [
-        (f"{name}/{seed}", (case, seed, args.policy, args.traces_dir))
+        (f"{name}/{seed}", (case, seed, args.policy, args.traces_dir, args.placement))
         for name, case in cases.items()
         for seed in range(args.seeds)
     ]
@@ -218,10 +238,12 @@ def main() -> None:
         summarise(name, case, results[i * args.seeds : (i + 1) * args.seeds])
         for i, (name, case) in enumerate(cases.items())
     ]
-    print(f"{args.policy} at its fair setting:")
+    placed = ", placement on" if args.placement else ""
+    print(f"{args.policy} at its fair setting{placed}:")
     print("\n".join(table(rows, earlier)))
     if args.json:
-        args.json.write_text(json.dumps({"policy": args.policy, "rows": rows}, indent=1) + "\n")
+        doc = {"policy": args.policy, "placement": args.placement, "rows": rows}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -91,13 +91,18 @@ def test_a_real_run_repeated_reads_the_same_and_compares_at_no_change(
     assert "GPU-hours +0.0 %" in capsys.readouterr().out
 
 
-def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_run(bench, tmp_path):
+@pytest.mark.parametrize("placement", [False, True])
+def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_run(
+    bench, tmp_path, placement
+):
     # evaluate leaves a fifth of a run shorter than 3000 s unscored: the bench must read
-    # the same attainment and GPU-hours from the same seed, or its column is not evaluate's
+    # the same attainment and GPU-hours from the same seed, or its column is not evaluate's;
+    # with --placement both mark each scale-in's pods the same way
     proc = subprocess.run(
         [
             *gpuscale_cmd(),
             "evaluate",
+            "--placement" if placement else "--no-placement",
             "--trace",
             "bursty",
             "--duration",
@@ -120,9 +125,12 @@ def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_ru
     )
     assert proc.returncode == 0, proc.stderr
     fair = json.loads((tmp_path / "results.json").read_text())["policies"]["hybrid-deploy"]
-    ours = bench.run_case(bench.trace_case("bursty:1:1200"), 0, "hybrid-deploy", None)
+    case = bench.trace_case("bursty:1:1200")
+    ours = bench.run_case(case, 0, "hybrid-deploy", None, placement)
     assert ours["attainment"] == pytest.approx(fair["slo_attainment"], rel=1e-12)
     assert ours["gpu_hours"] == pytest.approx(fair["gpu_hours"], rel=1e-12)
+    if placement:
+        return
     scored_from_start = bench.run_case(
         bench.trace_case("bursty:1:1200:0"), 0, "hybrid-deploy", None
     )

@@ -68,6 +68,32 @@ def test_a_rerun_of_one_policy_carries_the_others_from_the_same_settings_only(be
     assert lines[0].endswith(": static, kpa.")
 
 
+def test_the_page_counts_the_learnable_shapes_within_the_deploy_limit(bench):
+    def row(x: float | None, learnable: bool | None) -> dict[str, object]:
+        return {
+            "trace": "shape:any",
+            "learnable": learnable,
+            "target_attainment": 0.99,
+            "x_oracle": {},
+            "closure": {},
+            "deployable": {"attainment": 0.995, "x_oracle": x},
+        }
+
+    # two learnable shapes within 1.25 x, one over it, one with no oracle reading; an
+    # unlearnable shape and a trace are not counted whatever they cost
+    rows = [
+        row(1.2, True),
+        row(1.25, True),
+        row(1.3, True),
+        row(None, True),
+        row(1.1, False),
+        row(1.0, None),
+    ]
+    text = bench.page(rows, [])
+    assert "costs at most 1.25 x the oracle on 2 of the 4 shapes with a pattern" in text
+    assert "target attainment on 6 of 6" in text
+
+
 def test_the_committed_page_is_the_one_its_committed_figures_generate(bench):
     # docs/robustness.md is generated (``bench_robust.py --rows FILE --doc PAGE``): a
     # text or figure changed without regenerating the page fails here.
