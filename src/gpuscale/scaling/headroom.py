@@ -252,7 +252,7 @@ def level_quantile(levels: Sequence[tuple[int, float]], share: float) -> float |
         if running >= wanted:
             upper = 2.0 ** (k / LEVEL_BINS_PER_DOUBLING)
             lower = 2.0 ** ((k - 1) / LEVEL_BINS_PER_DOUBLING)
-            return float(within_bin(lower, upper, running - w, w, wanted))
+            return within_bin(lower, upper, running - w, w, wanted)
     return float(2.0 ** (levels[-1][0] / LEVEL_BINS_PER_DOUBLING))
 
 

@@ -91,13 +91,14 @@ def test_a_real_run_repeated_reads_the_same_and_compares_at_no_change(
     assert "GPU-hours +0.0 %" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("placement", [False, True])
+@pytest.mark.parametrize(("placement", "scale"), [(False, 1), (True, 3)])
 def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_run(
-    bench, tmp_path, placement
+    bench, tmp_path, placement, scale
 ):
     # evaluate leaves a fifth of a run shorter than 3000 s unscored: the bench must read
     # the same attainment and GPU-hours from the same seed, or its column is not evaluate's;
-    # with --placement both mark each scale-in's pods the same way
+    # with --placement both mark each scale-in's pods the same way (at x3 bursty's
+    # scale-ins take other pods with placement than without, so a dropped flag shows)
     proc = subprocess.run(
         [
             *gpuscale_cmd(),
@@ -105,6 +106,8 @@ def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_ru
             "--placement" if placement else "--no-placement",
             "--trace",
             "bursty",
+            "--scale",
+            str(scale),
             "--duration",
             "1200",
             "--policy",
@@ -125,11 +128,13 @@ def test_a_trace_without_a_warmup_scores_as_gpuscale_evaluate_scores_its_fair_ru
     )
     assert proc.returncode == 0, proc.stderr
     fair = json.loads((tmp_path / "results.json").read_text())["policies"]["hybrid-deploy"]
-    case = bench.trace_case("bursty:1:1200")
+    case = bench.trace_case(f"bursty:{scale}:1200")
     ours = bench.run_case(case, 0, "hybrid-deploy", None, placement)
     assert ours["attainment"] == pytest.approx(fair["slo_attainment"], rel=1e-12)
     assert ours["gpu_hours"] == pytest.approx(fair["gpu_hours"], rel=1e-12)
     if placement:
+        unplaced = bench.run_case(case, 0, "hybrid-deploy", None, False)
+        assert unplaced["attainment"] != pytest.approx(ours["attainment"], rel=1e-12)
         return
     scored_from_start = bench.run_case(
         bench.trace_case("bursty:1:1200:0"), 0, "hybrid-deploy", None
